@@ -1,0 +1,214 @@
+"""`verl-p40`: the one front door for every service of the stack."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from verl_p40 import VERL_VERSION, UserError, __version__
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(name) or default
+
+
+# ---------------------------------------------------------------------------------------------- prep
+
+
+def cmd_prep(args: argparse.Namespace) -> int:
+    from verl_p40 import data
+
+    started = time.perf_counter()
+    results, paths = data.prepare(
+        source=args.source,
+        out_dir=args.out,
+        limit=args.limit,
+        skip_invalid=args.skip_invalid,
+        instruction=args.instruction,
+        cache_dir=args.cache_dir,
+        progress=None if sys.stderr.isatty() else False,
+    )
+    elapsed = time.perf_counter() - started
+    summary: dict = {"source": args.source, "seconds": round(elapsed, 2), "splits": {}}
+    for split, result in results.items():
+        entry = {"rows": len(result.rows), "skipped": len(result.skipped), "file": str(paths[split])}
+        if args.tokenizer:
+            entry["prompt_tokens"] = data.prompt_token_stats(result.rows, args.tokenizer)
+        summary["splits"][split] = entry
+    for split, entry in summary["splits"].items():
+        line = f"{split:>5}: {entry['rows']:>6} rows -> {entry['file']}"
+        if entry["skipped"]:
+            line += f"  ({entry['skipped']} invalid rows skipped)"
+        if "prompt_tokens" in entry:
+            t = entry["prompt_tokens"]
+            line += f"  prompt tokens mean {t['mean']} p50 {t['p50']} p99 {t['p99']} max {t['max']}"
+        print(line)
+    for result in results.values():
+        for reason in result.skipped[:5]:
+            print(f"  skipped {reason}", file=sys.stderr)
+    print(f"done in {elapsed:.2f} s")
+    if args.summary_json:
+        Path(args.summary_json).write_text(json.dumps(summary, indent=2) + "\n")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- config / train
+
+
+def _run_options(args: argparse.Namespace):
+    from verl_p40.train import RunOptions
+
+    return RunOptions(
+        profile=args.profile,
+        model=args.model,
+        data=args.data,
+        checkpoints=args.checkpoints,
+        logs=args.logs,
+        sets=list(args.set or []) + list(getattr(args, "overrides", None) or []),
+        reward_method=args.reward_method,
+        format_bonus=args.format_bonus,
+        gpu_memory_cap_gb=getattr(args, "gpu_memory_cap_gb", None),
+    )
+
+
+def _print_notes(notes: list[str]) -> None:
+    for note in notes:
+        print(f"[verl-p40] {note}", file=sys.stderr)
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    from verl_p40.train import config_yaml, plan
+
+    run = plan(_run_options(args))
+    _print_notes(run.notes)
+    if args.overrides_only:
+        print("\n".join(run.overrides))
+    else:
+        print(config_yaml(run), end="")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from verl_p40.train import plan, preflight, run_trainer
+
+    options = _run_options(args)
+    run = plan(options)
+    _print_notes(run.notes)
+    if args.dry_run:
+        print(run.shell())
+        return 0
+    preflight(options, run)
+    return run_trainer(run, options.logs)
+
+
+# ---------------------------------------------------------------------------------------------- patch-verl / profiles
+
+
+def cmd_patch_verl(args: argparse.Namespace) -> int:
+    from verl_p40 import patches
+
+    if args.check:
+        states = patches.status(args.verl_dir)
+        for name, state in states.items():
+            print(f"{state:>12}  {name}")
+        missing = sum(state != patches.APPLIED for state in states.values())
+        print(f"{len(states) - missing}/{len(states)} patches applied")
+        return 1 if missing else 0
+    root = patches.resolve_dir(args.verl_dir)
+    report = patches.apply(root, force=args.force)
+    for name, state in report.items():
+        print(f"{state:>16}  {name}")
+    print(f"verl at {root}: {len(report)} patches in place")
+    return 0
+
+
+def cmd_profiles(args: argparse.Namespace) -> int:
+    from verl_p40 import profiles
+
+    for name in profiles.available():
+        print(f"{name:>14}  {profiles.load(name).description}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- parser
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", default=_env("VERL_P40_PROFILE", "auto"), help="profile name or auto (NVML) [%(default)s]")
+    p.add_argument("--model", default=_env("VERL_P40_MODEL", "models/Qwen2.5-0.5B-Instruct"), help="model folder [%(default)s]")
+    p.add_argument("--data", default=_env("VERL_P40_DATA", "data/gsm8k"), help="folder with train/test.parquet [%(default)s]")
+    p.add_argument("--checkpoints", default=_env("VERL_P40_CHECKPOINTS", "checkpoints"), help="checkpoint root [%(default)s]")
+    p.add_argument("--logs", default=_env("VERL_P40_LOGS", "logs"), help="log folder [%(default)s]")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="any verl config value (repeatable)")
+    p.add_argument("--reward-method", choices=("strict", "flexible"), default=_env("VERL_P40_REWARD_METHOD", "strict"),
+                   help="GSM8K answer extraction: strict '#### N' (verl's) or the last number [%(default)s]")
+    p.add_argument("--format-bonus", type=float, default=float(_env("VERL_P40_FORMAT_BONUS", "0")),
+                   help="reward added when the answer uses the '#### N' format [%(default)s]")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="verl-p40", description=f"PPO post-training with verl {VERL_VERSION} on old and small NVIDIA GPUs"
+    )
+    parser.add_argument("--version", action="version", version=f"verl-p40 {__version__} (verl {VERL_VERSION})")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, func: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        p.set_defaults(func=func)
+        return p
+
+    p = add("prep", cmd_prep, "GSM8K -> verl's RL parquet (train.parquet, test.parquet)")
+    p.add_argument("--source", default=_env("VERL_P40_GSM8K_SOURCE", "hf:openai/gsm8k"),
+                   help="folder with train/test.jsonl or parquet, or hf:openai/gsm8k [%(default)s]")
+    p.add_argument("--out", default=_env("VERL_P40_DATA", "data/gsm8k"), help="output folder [%(default)s]")
+    p.add_argument("--limit", type=int, help="at most N rows per split")
+    p.add_argument("--skip-invalid", action="store_true", help="skip bad rows (and count them) instead of stopping")
+    p.add_argument("--instruction", default=None, help="text appended to each question")
+    p.add_argument("--tokenizer", help="model/tokenizer folder: also print prompt-token statistics")
+    p.add_argument("--cache-dir", default=os.environ.get("HF_DATASETS_CACHE"), help="datasets cache for hf: sources")
+    p.add_argument("--summary-json", help="also write the summary as JSON here")
+
+    p = add("config", cmd_config, "print the complete verl config a profile gives, as YAML")
+    _add_run_options(p)
+    p.add_argument("--overrides-only", action="store_true", help="print the Hydra overrides instead of the config")
+
+    p = add("train", cmd_train, "run verl's PPO trainer (python -m verl.trainer.main_ppo) with the profile")
+    _add_run_options(p)
+    p.add_argument("--gpu-memory-cap-gb", type=float, default=(float(os.environ["VERL_P40_GPU_MEMORY_CAP_GB"])
+                   if os.environ.get("VERL_P40_GPU_MEMORY_CAP_GB") else None),
+                   help="cap PyTorch's memory per GPU process at N*10^9 bytes (size a run for a smaller card)")
+    p.add_argument("--dry-run", action="store_true", help="print the trainer command and exit")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="verl config values, as with --set")
+
+    p = add("patch-verl", cmd_patch_verl, f"apply (or --check) the verl {VERL_VERSION} patch set")
+    p.add_argument("verl_dir", nargs="?", help="verl package folder [the installed verl]")
+    p.add_argument("--check", action="store_true", help="report each patch; exit 1 unless all are applied")
+    p.add_argument("--force", action="store_true", help=f"patch a verl other than {VERL_VERSION}")
+
+    add("profiles", cmd_profiles, "list the hardware profiles")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "instruction", "unset") is None:
+        from verl_p40.data import DEFAULT_INSTRUCTION
+
+        args.instruction = DEFAULT_INSTRUCTION
+    try:
+        return args.func(args)
+    except UserError as exc:
+        print(f"verl-p40 {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""Cap PyTorch's GPU memory per process, to size a run for a smaller card (a 24 GB P40 on a bigger GPU).
+
+`verl-p40 train --gpu-memory-cap-gb N` sets `VERL_P40_GPU_MEMORY_CAP_GB=N` and names this module in verl's
+`actor_rollout_ref.model.external_lib`, which every verl FSDP worker imports in `init_model` before it builds a
+model. Importing it caps the worker's CUDA caching allocator at N * 10^9 bytes through
+`torch.cuda.set_per_process_memory_fraction`; allocations beyond it raise CUDA out-of-memory as they would on
+the smaller card. The CUDA context and NCCL buffers (a few hundred MB) are outside the allocator and the cap.
+"""
+
+from __future__ import annotations
+
+import os
+
+ENV = "VERL_P40_GPU_MEMORY_CAP_GB"
+
+
+def fraction_for(cap_gb: float, total_bytes: int) -> float:
+    if cap_gb <= 0:
+        raise ValueError(f"{ENV} must be positive, got {cap_gb}")
+    return min(1.0, cap_gb * 1e9 / total_bytes)
+
+
+def apply() -> float | None:
+    """Apply the cap from the environment to the current CUDA device; the fraction set, or None."""
+    value = os.environ.get(ENV)
+    if not value:
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    device = torch.cuda.current_device()
+    total = torch.cuda.get_device_properties(device).total_memory
+    fraction = fraction_for(float(value), total)
+    torch.cuda.set_per_process_memory_fraction(fraction, device)
+    print(f"[verl-p40] pid {os.getpid()}: GPU memory capped at {float(value):g} GB ({fraction:.4f} of cuda:{device})")
+    return fraction
+
+
+apply()

@@ -1,0 +1,144 @@
+"""The verl 0.5.0 patch set: where verl assumes bf16 and FlashAttention, and what it does instead.
+
+Every edit keeps verl's default behaviour when the new settings are absent: attention stays
+`flash_attention_2` unless `override_config.attn_implementation` says otherwise, autocast stays bf16 unless
+the configured dtype is another. What each edit is for is in its `why`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from verl_p40.patches import Edit
+
+_BERT_PADDING = (Path(__file__).parent / "bert_padding_torch.py").read_text(encoding="utf-8")
+
+_FLASH_IMPORT_OLD = """if is_cuda_available:
+    from flash_attn.bert_padding import index_first_axis, pad_input, rearrange, unpad_input
+"""
+_FLASH_IMPORT_NEW = """if is_cuda_available:
+    try:
+        from flash_attn.bert_padding import index_first_axis, pad_input, rearrange, unpad_input
+    except ImportError:  # verl-p40: no flash-attn below sm_80 (Tesla P40); the same helpers in pure torch
+        from verl.utils.bert_padding_torch import index_first_axis, pad_input, rearrange, unpad_input
+"""
+
+EDITS: list[Edit] = [
+    Edit(
+        name="bert-padding-torch",
+        file="utils/bert_padding_torch.py",
+        old=None,
+        new=_BERT_PADDING,
+        why="pure-torch flash_attn.bert_padding helpers, the fallback the two import edits below use",
+    ),
+    Edit(
+        name="actor-lazy-flash-attn",
+        file="workers/actor/dp_actor.py",
+        old=_FLASH_IMPORT_OLD,
+        new=_FLASH_IMPORT_NEW,
+        why="dp_actor imports flash_attn.bert_padding at import time on any CUDA machine; flash-attn cannot be "
+        "installed for sm_61, so the actor failed to import (No module named 'flash_attn')",
+    ),
+    Edit(
+        name="critic-lazy-flash-attn",
+        file="workers/critic/dp_critic.py",
+        old=_FLASH_IMPORT_OLD,
+        new=_FLASH_IMPORT_NEW,
+        why="the same import-time flash_attn dependency in the critic",
+    ),
+    Edit(
+        name="actor-attn-implementation",
+        file="workers/fsdp_workers.py",
+        old='            local_path, trust_remote_code=trust_remote_code, attn_implementation="flash_attention_2"\n',
+        new="            local_path,\n"
+        "            trust_remote_code=trust_remote_code,\n"
+        '            attn_implementation=override_model_config.get("attn_implementation", "flash_attention_2"),\n',
+        why="actor/ref/rollout model config hard-codes flash_attention_2; honour "
+        "actor_rollout_ref.model.override_config.attn_implementation (sdpa on Pascal)",
+    ),
+    Edit(
+        name="critic-attn-implementation",
+        file="workers/fsdp_workers.py",
+        old='            attn_implementation="flash_attention_2",\n'
+        '            trust_remote_code=config.model.get("trust_remote_code", False),\n',
+        new='            attn_implementation=override_config.get("attn_implementation", "flash_attention_2"),\n'
+        '            trust_remote_code=config.model.get("trust_remote_code", False),\n',
+        why="the critic's model config hard-codes flash_attention_2; honour critic.model.override_config.attn_implementation",
+    ),
+    Edit(
+        name="valuehead-attn-token-classification",
+        file="utils/model.py",
+        old='            config=model_config,\n            attn_implementation="flash_attention_2",\n',
+        new="            config=model_config,\n"
+        '            attn_implementation=getattr(model_config, "_attn_implementation_internal", None) or "flash_attention_2",\n',
+        why="load_valuehead_model (the critic's loader) hard-codes flash_attention_2 again; use the attention "
+        "the critic config carries. Without it the critic fails with 'not a value head model'",
+    ),
+    Edit(
+        name="valuehead-attn-causal-lm",
+        file="utils/model.py",
+        old='        config=model_config,\n        attn_implementation="flash_attention_2",\n',
+        new="        config=model_config,\n"
+        '        attn_implementation=getattr(model_config, "_attn_implementation_internal", None) or "flash_attention_2",\n',
+        why="the second hard-coded flash_attention_2 in load_valuehead_model (the trl value-head fallback)",
+    ),
+    Edit(
+        name="autocast-dtype-helper",
+        file="utils/torch_dtypes.py",
+        old='        elif precision == torch.bfloat16:\n            return "bf16"\n'
+        '        else:\n            raise RuntimeError(f"unexpected precision: {precision}")\n',
+        new='        elif precision == torch.bfloat16:\n            return "bf16"\n'
+        '        else:\n            raise RuntimeError(f"unexpected precision: {precision}")\n'
+        "\n\n"
+        "def autocast_dtype_from_config(fsdp_config, default=\"bf16\"):\n"
+        '    """verl-p40: the dtype worker autocasts use: fsdp_config.mixed_precision.param_dtype (bf16 when unset)."""\n'
+        '    mixed_precision = (fsdp_config or {}).get("mixed_precision", None) or {}\n'
+        '    return PrecisionType.to_dtype(mixed_precision.get("param_dtype", default))\n',
+        why="one helper for the autocast edits: autocast follows the configured FSDP param dtype",
+    ),
+    Edit(
+        name="actor-autocast-dtype",
+        file="workers/actor/dp_actor.py",
+        old="        with torch.autocast(device_type=self.device_name, dtype=torch.bfloat16):\n",
+        new="        from verl.utils.torch_dtypes import autocast_dtype_from_config\n\n"
+        '        autocast_dtype = autocast_dtype_from_config(self.config.get("fsdp_config", None))\n'
+        "        with torch.autocast(\n"
+        "            device_type=self.device_name, dtype=autocast_dtype, enabled=autocast_dtype != torch.float32\n"
+        "        ):\n",
+        why="the actor/ref forward autocasts to bf16 unconditionally; Pascal has no bf16. Follow "
+        "fsdp_config.mixed_precision.param_dtype, no autocast in fp32",
+    ),
+    Edit(
+        name="critic-autocast-dtype",
+        file="workers/critic/dp_critic.py",
+        old="        with torch.autocast(device_type=self.device_name, dtype=torch.bfloat16):\n",
+        new="        from verl.utils.torch_dtypes import autocast_dtype_from_config\n\n"
+        '        autocast_dtype = autocast_dtype_from_config(self.config.model.get("fsdp_config", None))\n'
+        "        with torch.autocast(\n"
+        "            device_type=self.device_name, dtype=autocast_dtype, enabled=autocast_dtype != torch.float32\n"
+        "        ):\n",
+        why="the same bf16 autocast in the critic's forward",
+    ),
+    Edit(
+        name="hf-rollout-autocast-dtype",
+        file="workers/rollout/hf_rollout.py",
+        old="        with param_ctx, torch.autocast(device_type=get_device_name(), dtype=torch.bfloat16):\n",
+        new="        from verl.utils.torch_dtypes import PrecisionType\n\n"
+        '        autocast_dtype = PrecisionType.to_dtype(self.config.get("dtype", "bfloat16"))\n'
+        "        with param_ctx, torch.autocast(\n"
+        "            device_type=get_device_name(), dtype=autocast_dtype, enabled=autocast_dtype != torch.float32\n"
+        "        ):\n",
+        why="HF rollout generates under a bf16 autocast; follow actor_rollout_ref.rollout.dtype (float32 on Pascal)",
+    ),
+    Edit(
+        name="no-triton-cross-entropy-below-sm70",
+        file="utils/torch_functional.py",
+        old="    if FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE:\n        batch_dim = logits.shape[:-1]\n",
+        new="    if FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE and (\n"
+        "        not logits.is_cuda or torch.cuda.get_device_capability(logits.device) >= (7, 0)\n"
+        "    ):  # verl-p40: flash-attn's Triton cross-entropy; Triton does not run below sm_70\n"
+        "        batch_dim = logits.shape[:-1]\n",
+        why="FlashAttention's Triton cross-entropy is used whenever flash-attn imports; Triton cannot run on "
+        "Pascal, so fall back to verl's torch log-softmax path there",
+    ),
+]

@@ -1,0 +1,107 @@
+"""Hardware profiles: YAML data in config/profiles/, chosen by name or from what NVML reports."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from verl_p40 import UserError
+from verl_p40.gpu import GPUInfo
+
+BASE = "base"
+
+
+def profiles_dir() -> Path:
+    """`$VERL_P40_PROFILES_DIR`, else the profiles shipped with the package (config/profiles in the repo)."""
+    override = os.environ.get("VERL_P40_PROFILES_DIR")
+    if override:
+        return Path(override)
+    return Path(str(resources.files("verl_p40.configs"))) / "profiles"
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    path: Path
+    description: str
+    match: dict[str, float]
+    verl: dict[str, Any]  # nested verl config values, base merged under the profile's own
+
+    def fits(self, gpu: GPUInfo) -> bool:
+        lo = self.match.get("min_compute_capability", 0.0)
+        hi = self.match.get("max_compute_capability", 99.0)
+        return lo <= gpu.sm <= hi
+
+
+def _read(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise UserError(f"{path}: not valid YAML ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("verl", {}), dict):
+        raise UserError(f"{path}: a profile is a mapping with a 'verl' mapping of verl config values")
+    return data
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def available() -> list[str]:
+    return sorted(
+        p.stem for p in profiles_dir().glob("*.yaml") if p.stem != BASE and _read(p).get("selectable", True)
+    )
+
+
+def load(name: str) -> Profile:
+    folder = profiles_dir()
+    path = folder / f"{name}.yaml"
+    if name == BASE or not path.is_file():
+        raise UserError(f"unknown profile {name!r}; available: {', '.join(available())} or auto")
+    data = _read(path)
+    base_path = folder / f"{BASE}.yaml"
+    base = _read(base_path).get("verl", {}) if base_path.is_file() else {}
+    return Profile(
+        name=name,
+        path=path,
+        description=str(data.get("description", "")),
+        match={k: float(v) for k, v in (data.get("match") or {}).items()},
+        verl=deep_merge(base, data.get("verl") or {}),
+    )
+
+
+def select(gpus: list[GPUInfo]) -> tuple[Profile, list[str]]:
+    """The profile for the first GPU, and notes worth printing (memory below what the profile was sized for,
+    mixed GPU models)."""
+    gpu = gpus[0]
+    candidates = [load(name) for name in available()]
+    matching = [p for p in candidates if p.fits(gpu)]
+    if not matching:
+        raise UserError(
+            f"no profile fits {gpu.describe()} (compute capability below 6.0 is not supported); "
+            f"pick one with --profile ({', '.join(available())})"
+        )
+    # The narrowest compute-capability range is the most specific profile.
+    profile = min(matching, key=lambda p: p.match.get("max_compute_capability", 99) - p.match.get("min_compute_capability", 0))
+    notes = [f"auto profile: {profile.name} for {gpu.describe()}"]
+    sized_for = profile.match.get("memory_gib")
+    if sized_for and gpu.memory_total_gib < sized_for * 0.95:
+        notes.append(
+            f"warning: profile {profile.name} is sized for {sized_for:.0f} GB and this GPU has "
+            f"{gpu.memory_total_gib:.1f} GiB: lower data.train_batch_size and the micro-batch sizes, or offload "
+            "(actor_rollout_ref.actor.fsdp_config.param_offload=true ...)"
+        )
+    if len({g.name for g in gpus}) > 1:
+        notes.append("warning: mixed GPU models; the profile follows GPU 0")
+    return profile, notes

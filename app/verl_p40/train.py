@@ -1,0 +1,171 @@
+"""`verl-p40 config` and `verl-p40 train`: a profile plus options -> verl's own trainer, unchanged.
+
+We do not wrap verl's trainer: we compute Hydra overrides, check them against verl's config, and run
+`python -m verl.trainer.main_ppo <overrides>`, streaming its output to the console and to a log file.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from verl_p40 import UserError, memcap, reward
+from verl_p40 import profiles as profiles_mod
+from verl_p40.verlconfig import Override, compose, hydra_value, parse_set, profile_overrides, to_hydra
+
+DEFAULT_MODEL = "models/Qwen2.5-0.5B-Instruct"
+DEFAULT_DATA = "data/gsm8k"
+DEFAULT_CHECKPOINTS = "checkpoints"
+DEFAULT_LOGS = "logs"
+
+
+@dataclass
+class RunOptions:
+    profile: str = "auto"
+    model: str = DEFAULT_MODEL
+    data: str = DEFAULT_DATA
+    checkpoints: str = DEFAULT_CHECKPOINTS
+    logs: str = DEFAULT_LOGS
+    sets: list[str] = field(default_factory=list)
+    reward_method: str = "strict"
+    format_bonus: float = 0.0
+    gpu_memory_cap_gb: float | None = None
+
+
+@dataclass
+class RunPlan:
+    profile: profiles_mod.Profile
+    notes: list[str]
+    overrides: list[str]  # Hydra override strings, validated against verl's config
+    env: dict[str, str]  # extra environment for the trainer process
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "verl.trainer.main_ppo", *self.overrides]
+
+    def shell(self) -> str:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        cmd = " \\\n    ".join(shlex.quote(part) for part in ["python3", *self.command()[1:]])
+        return f"{env} {cmd}" if env else cmd
+
+
+def resolve_profile(name: str) -> tuple[profiles_mod.Profile, list[str]]:
+    if name != "auto":
+        return profiles_mod.load(name), [f"profile: {name} (chosen by name)"]
+    from verl_p40.gpu import detect
+
+    try:
+        return profiles_mod.select(detect())
+    except UserError as exc:
+        raise UserError(f"--profile auto: {exc}; pass --profile NAME ({', '.join(profiles_mod.available())})",
+                        exc.exit_code) from None
+
+
+def _tensorboard_available() -> bool:
+    return importlib.util.find_spec("tensorboard") is not None
+
+
+def plan(options: RunOptions) -> RunPlan:
+    profile, notes = resolve_profile(options.profile)
+    overrides: list[Override] = profile_overrides(profile)
+    mine = "verl-p40 options"
+    model = str(Path(options.model).expanduser())
+    data = Path(options.data).expanduser()
+    checkpoints = Path(options.checkpoints).expanduser().absolute()
+    env: dict[str, str] = {"TENSORBOARD_DIR": str(Path(options.logs).expanduser().absolute() / "tensorboard")}
+
+    logger = profile.verl.get("trainer", {}).get("logger", ["console"])
+    if "tensorboard" in logger and not _tensorboard_available():
+        logger = [name for name in logger if name != "tensorboard"]
+        notes.append("tensorboard is not installed: logging to the console only")
+        overrides.append(Override("trainer.logger", hydra_value(logger), mine))
+
+    overrides += [
+        Override("actor_rollout_ref.model.path", hydra_value(model), mine),
+        Override("critic.model.path", hydra_value(model), mine),
+        Override("data.train_files", hydra_value(str(data / "train.parquet")), mine),
+        Override("data.val_files", hydra_value(str(data / "test.parquet")), mine),
+        Override("trainer.default_local_dir", f"{hydra_value(str(checkpoints))}/${{trainer.experiment_name}}", mine),
+        Override("custom_reward_function.path", hydra_value(reward.__file__), mine),
+        Override("custom_reward_function.name", "compute_score", mine),
+        Override("custom_reward_function.reward_kwargs.method", hydra_value(options.reward_method), mine),
+        Override("custom_reward_function.reward_kwargs.format_bonus", hydra_value(float(options.format_bonus)), mine),
+    ]
+    if options.reward_method not in reward.METHODS:
+        raise UserError(f"--reward-method must be one of {', '.join(reward.METHODS)}")
+    if options.gpu_memory_cap_gb is not None:
+        if options.gpu_memory_cap_gb <= 0:
+            raise UserError("--gpu-memory-cap-gb must be positive")
+        env[memcap.ENV] = f"{options.gpu_memory_cap_gb:g}"
+        overrides.append(Override("actor_rollout_ref.model.external_lib", memcap.__name__, "--gpu-memory-cap-gb"))
+        notes.append(f"GPU memory capped at {options.gpu_memory_cap_gb:g} GB per process")
+    overrides += parse_set(options.sets)
+    hydra_overrides = to_hydra(overrides)
+    compose(hydra_overrides)  # raises a clear UserError on anything verl's config rejects
+    return RunPlan(profile=profile, notes=notes, overrides=hydra_overrides, env=env)
+
+
+def config_yaml(run: RunPlan) -> str:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_yaml(compose(run.overrides), resolve=True)
+
+
+def preflight(options: RunOptions, run: RunPlan) -> None:
+    """What must be true before spending a minute on Ray start-up."""
+    model = Path(options.model).expanduser()
+    if not (model / "config.json").is_file():
+        raise UserError(f"{model}: no model here (config.json missing); run `verl-p40 fetch-model` or pass --model")
+    for split in ("train", "test"):
+        path = Path(options.data).expanduser() / f"{split}.parquet"
+        if not path.is_file():
+            raise UserError(f"{path}: missing; run `verl-p40 prep --out {options.data}` first")
+    if importlib.util.find_spec("verl") is None:
+        raise UserError("verl is not installed in this environment")
+    if any("override_config.attn_implementation" in o for o in run.overrides):
+        from verl_p40.patches import check
+
+        missing = [name for name, applied in check().items() if not applied]
+        if missing:
+            raise UserError(
+                f"the installed verl lacks the verl-p40 patches {', '.join(missing)}: run `verl-p40 patch-verl`"
+            )
+
+
+def run_trainer(run: RunPlan, logs: str) -> int:
+    """Run verl's trainer, copy its output into logs/train-<time>.log, pass SIGTERM/SIGINT on to it."""
+    log_dir = Path(logs).expanduser()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"train-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    env = {**os.environ, **run.env, "PYTHONUNBUFFERED": "1"}
+    overrides = [*run.overrides, f"hydra.run.dir={log_dir.absolute()}/hydra/{time.strftime('%Y%m%d-%H%M%S')}"]
+    print(f"[verl-p40] logging to {log_path}", flush=True)
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write("$ " + shlex.join(run.command()) + "\n")
+        child = subprocess.Popen(
+            [*run.command()[:3], *overrides], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, bufsize=1, start_new_session=True,
+        )
+
+        def forward(signum, _frame):
+            try:
+                os.killpg(child.pid, signum)
+            except ProcessLookupError:
+                pass
+
+        previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            assert child.stdout is not None
+            for line in child.stdout:
+                sys.stdout.write(line)
+                log.write(line)
+            return child.wait()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)

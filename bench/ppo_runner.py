@@ -1,0 +1,104 @@
+"""Run `verl-p40 train` under an NVML sampler and summarise verl's per-step metrics (used by the GPU benches)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from verl_p40.metrics import read_steps
+
+PHASES = ("gen", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor", "step")
+
+
+class NvmlPeak(threading.Thread):
+    """Samples GPU 0's used memory (device total, and the largest single process) every `interval` s."""
+
+    def __init__(self, interval: float = 0.5):
+        super().__init__(daemon=True)
+        import pynvml
+
+        self.nvml = pynvml
+        pynvml.nvmlInit()
+        self.handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        self.interval = interval
+        self.stop_event = threading.Event()
+        self.peak_device = 0
+        self.peak_process = 0
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            used = self.nvml.nvmlDeviceGetMemoryInfo(self.handle).used
+            self.peak_device = max(self.peak_device, used)
+            try:
+                procs = self.nvml.nvmlDeviceGetComputeRunningProcesses(self.handle)
+                self.peak_process = max([self.peak_process] + [p.usedGpuMemory or 0 for p in procs])
+            except self.nvml.NVMLError:
+                pass
+            time.sleep(self.interval)
+
+    def stop(self) -> dict:
+        self.stop_event.set()
+        self.join()
+        return {"nvml_peak_device_used_gb": round(self.peak_device / 1e9, 3),
+                "nvml_peak_process_used_gb": round(self.peak_process / 1e9, 3)}
+
+
+def run_train(name: str, train_args: list[str], logs: Path, timeout: float) -> dict:
+    logs.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "verl_p40.cli", "train", "--logs", str(logs), *train_args]
+    print(f"== {name}: {shlex.join(cmd)}", flush=True)
+    sampler = NvmlPeak()
+    sampler.start()
+    started = time.time()
+    try:
+        rc = subprocess.run(cmd, timeout=timeout).returncode
+    except subprocess.TimeoutExpired:
+        rc = "timeout"
+    wall = time.time() - started
+    nvml = sampler.stop()
+    log = sorted(logs.glob("train-*.log"))[-1]
+    steps = read_steps(log)
+    return {"name": name, "returncode": rc, "wall_s": round(wall, 1), "command": "verl-p40 " + shlex.join(cmd[3:]),
+            "log": str(log), **nvml, "steps": steps, "summary": summarise(steps, train_args)}
+
+
+def summarise(steps: list[dict], train_args: list[str]) -> dict:
+    if not steps:
+        return {}
+    timed = steps[1:] or steps  # the first step carries warm-up; report the rest
+    mean = lambda key: round(sum(s.get(key, 0.0) for s in timed) / len(timed), 3)  # noqa: E731
+    batch = next((int(a.split("=")[1]) for a in train_args if a.startswith("data.train_batch_size=")), None)
+    step_s = mean("timing_s/step")
+    return {
+        "steps": len(steps),
+        "mean_over_steps": [int(s["step"]) for s in timed],
+        **{f"mean_{p}_s": mean(f"timing_s/{p}") for p in PHASES},
+        "tokens_per_s": mean("perf/throughput"),
+        "prompts_per_s": round(batch / step_s, 3) if batch and step_s else None,
+        "peak_torch_max_allocated_gb": max(s.get("perf/max_memory_allocated_gb", 0.0) for s in steps),
+        "peak_torch_max_reserved_gb": max(s.get("perf/max_memory_reserved_gb", 0.0) for s in steps),
+        "score_first": steps[0].get("critic/score/mean"),
+        "score_last": steps[-1].get("critic/score/mean"),
+    }
+
+
+def environment() -> dict:
+    import torch
+    import transformers
+
+    import verl
+
+    return {
+        "gpu": torch.cuda.get_device_name(0),
+        "gpu_total_memory_gb": round(torch.cuda.get_device_properties(0).total_memory / 1e9, 2),
+        "torch": torch.__version__, "cuda": torch.version.cuda, "transformers": transformers.__version__,
+        "verl": getattr(verl, "__version__", "0.5.0"), "python": sys.version.split()[0],
+        "hostname_note": "lent NVIDIA H200; P40 emulated by the p40 profile plus --gpu-memory-cap-gb",
+        "date": time.strftime("%Y-%m-%d"), "invocation": shlex.join([sys.executable, *sys.argv]),
+        "cwd": os.getcwd(),
+    }
