@@ -22,6 +22,8 @@ SEED_SETTINGS = [  # the seed tutorial's ppo_config.yaml, with what a P40 forces
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1", "critic.ppo_micro_batch_size_per_gpu=1",
     "actor_rollout_ref.actor.optim.lr=1e-6", "critic.optim.lr=1e-5", "algorithm.kl_ctrl.kl_coef=0.001",
     "algorithm.use_kl_in_reward=false",
+    "actor_rollout_ref.actor.fsdp_config.optimizer_offload=false", "actor_rollout_ref.ref.fsdp_config.param_offload=false",
+    "critic.model.fsdp_config.param_offload=false", "critic.model.fsdp_config.optimizer_offload=false",
     "actor_rollout_ref.model.override_config.attn_implementation=eager",
     "critic.model.override_config.attn_implementation=eager",
 ]
@@ -33,10 +35,12 @@ def main() -> None:
     parser.add_argument("--data", required=True)
     parser.add_argument("--out", default="bench/results")
     parser.add_argument("--work", default="/tmp/bench-p40")
-    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--seed-steps", type=int, default=10)
     parser.add_argument("--cap-gb", type=float, default=24)
-    parser.add_argument("--batch", type=int, default=None, help="override the profile's train_batch_size")
+    parser.add_argument("--batches", default=None,
+                        help="comma list of train_batch_size to try, largest first; the first that runs is kept "
+                        "(mini-batch = batch/4). Default: the profile's")
     parser.add_argument("--skip-seed", action="store_true")
     args = parser.parse_args()
 
@@ -45,16 +49,24 @@ def main() -> None:
               "--set", "trainer.ray_wait_register_center_timeout=120"]
     from verl_p40.profiles import load
 
-    batch = args.batch or load("p40").verl["data"]["train_batch_size"]
-    p40 = run_train("p40-profile", [*common, "--checkpoints", f"{args.work}/ckpt-p40",
-                                    f"data.train_batch_size={batch}", f"trainer.total_training_steps={args.steps}"],
-                    Path(args.work) / "logs-p40", timeout=480)
+    batches = [int(b) for b in args.batches.split(",")] if args.batches else [load("p40").verl["data"]["train_batch_size"]]
+    attempts = []
+    for batch in batches:
+        p40 = run_train(f"p40-profile-batch{batch}",
+                        [*common, "--checkpoints", f"{args.work}/ckpt-p40-{batch}", f"data.train_batch_size={batch}",
+                         f"actor_rollout_ref.actor.ppo_mini_batch_size={max(1, batch // 4)}",
+                         f"trainer.total_training_steps={args.steps}"],
+                        Path(args.work) / f"logs-p40-{batch}", timeout=400)
+        if p40["returncode"] == 0 and p40["steps"]:
+            break
+        attempts.append({k: p40[k] for k in ("name", "returncode", "command", "wall_s", "nvml_peak_process_used_gb")}
+                        | {"error": _last_error(p40["log"])})
     runs = [p40]
     if not args.skip_seed:
         runs.append(run_train("seed-settings", [*common, "--checkpoints", f"{args.work}/ckpt-seed", *SEED_SETTINGS,
                                                 f"trainer.total_training_steps={args.seed_steps}"],
                               Path(args.work) / "logs-seed", timeout=300))
-    result = {"environment": environment(), "runs": runs}
+    result = {"environment": environment(), "runs": runs, "failed_larger_batches": attempts}
     if len(runs) == 2 and runs[0]["summary"] and runs[1]["summary"]:
         a, b = runs[0]["summary"]["prompts_per_s"], runs[1]["summary"]["prompts_per_s"]
         result["prompts_per_s"] = {"p40_profile": a, "seed_settings": b, "speedup": round(a / b, 2) if a and b else None}
@@ -64,6 +76,12 @@ def main() -> None:
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     plot(runs, stem.with_suffix(".png"))
     print(json.dumps({r["name"]: r["summary"] for r in runs} | {"prompts_per_s": result.get("prompts_per_s")}, indent=1))
+
+
+def _last_error(log: str) -> str:
+    lines = [line.strip() for line in Path(log).read_text(errors="replace").splitlines()
+             if "Error" in line or "out of memory" in line]
+    return lines[-1][-400:] if lines else ""
 
 
 def plot(runs: list[dict], path: Path) -> None:

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 _STEP_LINE = re.compile(r"step:(\d+) - (.*)$")
+_NUMPY_SCALAR = re.compile(r"^np\.\w+\((.*)\)$")  # verl 0.5.0 prints numpy scalars as np.float64(0.5)
 
 
 def parse_line(line: str) -> dict[str, float] | None:
@@ -19,8 +20,12 @@ def parse_line(line: str) -> dict[str, float] | None:
         key, sep, value = part.partition(":")
         if not sep:
             continue
+        value = value.strip()
+        numpy_scalar = _NUMPY_SCALAR.match(value)
+        if numpy_scalar:
+            value = numpy_scalar.group(1)
         try:
-            number = ast.literal_eval(value.strip())
+            number = ast.literal_eval(value)
         except (ValueError, SyntaxError):
             continue
         if isinstance(number, (int, float)):

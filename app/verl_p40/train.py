@@ -79,6 +79,9 @@ def plan(options: RunOptions) -> RunPlan:
     data = Path(options.data).expanduser()
     checkpoints = Path(options.checkpoints).expanduser().absolute()
     env: dict[str, str] = {"TENSORBOARD_DIR": str(Path(options.logs).expanduser().absolute() / "tensorboard")}
+    # Without expandable segments the caching allocator kept 4 GB reserved-but-unusable at the 24 GB cap and
+    # the actor update ran out of memory (bench/results, first p40-profile run).
+    env.setdefault("PYTORCH_CUDA_ALLOC_CONF", os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"))
 
     logger = profile.verl.get("trainer", {}).get("logger", ["console"])
     if "tensorboard" in logger and not _tensorboard_available():
