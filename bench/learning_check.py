@@ -26,7 +26,8 @@ def main() -> None:
     parser.add_argument("--work", default="/tmp/bench-learn")
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--response-length", type=int, default=64)
-    parser.add_argument("--actor-lr", default="2e-5")
+    parser.add_argument("--actor-lr", default="3e-5")
+    parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--cap-gb", type=float, default=24)
     args = parser.parse_args()
     train_args = [
@@ -36,8 +37,9 @@ def main() -> None:
         f"custom_reward_function.path={HERE / 'rewards' / 'ascii_letters.py'}",
         f"data.max_response_length={args.response_length}", f"actor_rollout_ref.actor.optim.lr={args.actor_lr}",
         f"trainer.total_training_steps={args.steps}",
+        f"data.train_batch_size={args.batch}", f"actor_rollout_ref.actor.ppo_mini_batch_size={max(1, args.batch // 2)}",
     ]
-    run = run_train("learning-check", train_args, Path(args.work) / "logs", timeout=540)
+    run = run_train("learning-check", train_args, Path(args.work) / "logs", timeout=420)
     scores = [s.get("critic/score/mean") for s in run["steps"]]
     k = max(1, min(5, len(scores) // 4))
     result = {"environment": environment(), "run": run,
