@@ -1,0 +1,126 @@
+import ast
+import importlib.util
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import cli
+
+from verl_p40 import patches
+from verl_p40.patches import Edit, PatchError
+from verl_p40.patches.verl_050 import EDITS
+
+
+@pytest.fixture(scope="session")
+def verl_source(tmp_path_factory) -> Path:
+    """verl 0.5.0 as published: `pip download verl==0.5.0 --no-deps`, unpacked (pure Python wheel)."""
+    where = tmp_path_factory.mktemp("verl-wheel")
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "verl==0.5.0", "-d", str(where)],
+                   check=True, timeout=300)
+    (wheel,) = where.glob("verl-0.5.0-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(where / "src", members=[n for n in zf.namelist() if n.startswith("verl/")])
+    return where / "src" / "verl"
+
+
+@pytest.fixture
+def verl_copy(verl_source, tmp_path) -> Path:
+    shutil.copytree(verl_source, tmp_path / "verl")
+    return tmp_path / "verl"
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*.py"))}
+
+
+def test_applies_once_then_is_idempotent_and_check_passes(verl_copy):
+    before = _snapshot(verl_copy)
+    assert cli("patch-verl", "--check", str(verl_copy)).returncode == 1
+    first = cli("patch-verl", str(verl_copy))
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.count("  applied  ") == len(EDITS)
+    after = _snapshot(verl_copy)
+    second = cli("patch-verl", str(verl_copy))
+    assert second.returncode == 0 and second.stdout.count("already applied") == len(EDITS)
+    assert _snapshot(verl_copy) == after
+    check = cli("patch-verl", "--check", str(verl_copy))
+    assert check.returncode == 0 and f"{len(EDITS)}/{len(EDITS)} patches applied" in check.stdout
+    changed = {k for k in after if before.get(k) != after[k]}
+    assert changed == {e.file for e in EDITS}
+    for name in changed:  # every patched file is still valid Python
+        ast.parse(after[name])
+
+
+def test_patched_source_no_longer_hard_codes_flash_attention_or_bf16_autocast(verl_copy):
+    patches.apply(verl_copy)
+    workers = (verl_copy / "workers" / "fsdp_workers.py").read_text()
+    model = (verl_copy / "utils" / "model.py").read_text()
+    assert 'override_model_config.get("attn_implementation", "flash_attention_2")' in workers
+    assert 'override_config.get("attn_implementation", "flash_attention_2")' in workers
+    assert 'attn_implementation="flash_attention_2"' not in model
+    for file in ("workers/actor/dp_actor.py", "workers/critic/dp_critic.py", "workers/rollout/hf_rollout.py"):
+        assert "dtype=torch.bfloat16" not in (verl_copy / file).read_text(), file
+
+
+def test_stale_target_fails_with_name_and_file_and_writes_nothing(verl_copy):
+    target = verl_copy / "workers" / "critic" / "dp_critic.py"
+    target.write_text(target.read_text().replace("dtype=torch.bfloat16", "dtype=torch.float16"))
+    before = _snapshot(verl_copy)
+    result = cli("patch-verl", str(verl_copy))
+    assert result.returncode == 2
+    assert "patch 'critic-autocast-dtype' (workers/critic/dp_critic.py): target text not found" in result.stderr
+    assert _snapshot(verl_copy) == before  # all-or-nothing: not even the edits before it were written
+
+
+def test_ambiguous_target_is_refused(tmp_path):
+    (tmp_path / "workers").mkdir()
+    (tmp_path / "version").mkdir()
+    (tmp_path / "version" / "version").write_text("0.5.0")
+    (tmp_path / "workers" / "x.py").write_text("a = 1\na = 1\n")
+    with pytest.raises(PatchError, match="found 2 times"):
+        patches.apply(tmp_path, edits=[Edit("dup", "workers/x.py", "a = 1\n", "a = 2\n", "test")])
+
+
+def test_other_verl_version_refused_unless_forced(verl_copy):
+    (verl_copy / "version" / "version").write_text("0.4.1")
+    result = cli("patch-verl", str(verl_copy))
+    assert result.returncode == 2 and "verl 0.4.1" in result.stderr
+    assert cli("patch-verl", "--force", str(verl_copy)).returncode == 0
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_autocast_helper_follows_configured_dtype(verl_copy):
+    patches.apply(verl_copy)
+    dtypes = _load(verl_copy / "utils" / "torch_dtypes.py", "patched_torch_dtypes")
+    assert dtypes.autocast_dtype_from_config(None) == torch.bfloat16  # verl's default is unchanged
+    assert dtypes.autocast_dtype_from_config({"mixed_precision": {"param_dtype": "fp32"}}) == torch.float32
+    assert dtypes.autocast_dtype_from_config({"mixed_precision": None}) == torch.bfloat16
+
+
+def test_pure_torch_bert_padding_round_trip_and_gradients(verl_copy):
+    patches.apply(verl_copy)
+    bp = _load(verl_copy / "utils" / "bert_padding_torch.py", "patched_bert_padding")
+    torch.manual_seed(0)
+    mask = torch.tensor([[0, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 1]])
+    hidden = torch.randn(3, 4, 5, requires_grad=True)
+    unpadded, indices, cu_seqlens, max_len, used = bp.unpad_input(hidden, mask)
+    assert unpadded.shape == (int(mask.sum()), 5)
+    assert cu_seqlens.tolist() == [0, 3, 5, 9] and max_len == 4 and used.tolist() == [3, 2, 4]
+    assert torch.equal(unpadded, hidden.reshape(-1, 5)[mask.flatten().bool()])
+    repadded = bp.pad_input(unpadded, indices, 3, 4)
+    assert torch.equal(repadded, hidden * mask.unsqueeze(-1))
+    repadded.sum().backward()
+    assert torch.equal(hidden.grad, mask.unsqueeze(-1).expand(3, 4, 5).float())
+    positions = torch.arange(4).expand(3, 4)
+    flat = bp.index_first_axis(bp.rearrange(positions.unsqueeze(-1), "b s ... -> (b s) ..."), indices)
+    assert flat.squeeze(-1).tolist() == [1, 2, 3, 0, 1, 0, 1, 2, 3]

@@ -1,0 +1,41 @@
+import shlex
+
+from conftest import cli
+
+
+def test_dry_run_prints_verl_main_ppo_with_overrides():
+    result = cli("train", "--profile", "p40", "--dry-run", "--model", "/models/q", "--data", "/data/g",
+                 "--checkpoints", "/ckpt", "--gpu-memory-cap-gb", "24", "trainer.total_training_steps=5")
+    assert result.returncode == 0, result.stderr
+    words = shlex.split(result.stdout.replace("\\\n", " "))
+    assert words[words.index("-m") + 1] == "verl.trainer.main_ppo"
+    assert "VERL_P40_GPU_MEMORY_CAP_GB=24" in words
+    assert "actor_rollout_ref.model.external_lib=verl_p40.memcap" in words
+    assert "+actor_rollout_ref.model.override_config.attn_implementation=sdpa" in words
+    assert "actor_rollout_ref.rollout.name=hf" in words and "trainer.total_training_steps=5" in words
+    assert "trainer.default_local_dir=/ckpt/${trainer.experiment_name}" in words
+    assert "+custom_reward_function.reward_kwargs.method=strict" in words
+
+
+def test_later_values_win_and_reward_options_pass_through():
+    result = cli("train", "--profile", "p40", "--dry-run", "--reward-method", "flexible", "--format-bonus", "0.1",
+                 "--set", "data.train_batch_size=8", "data.train_batch_size=32")
+    words = shlex.split(result.stdout.replace("\\\n", " "))
+    assert [w for w in words if w.startswith("data.train_batch_size=")] == ["data.train_batch_size=32"]
+    assert "+custom_reward_function.reward_kwargs.method=flexible" in words
+    assert "+custom_reward_function.reward_kwargs.format_bonus=0.1" in words
+
+
+def test_train_refuses_missing_model_before_starting_ray(tmp_path):
+    result = cli("train", "--profile", "p40", "--model", str(tmp_path / "none"), "--data", str(tmp_path))
+    assert result.returncode == 2 and "no model here" in result.stderr and "fetch-model" in result.stderr
+
+
+def test_train_refuses_missing_data(tmp_path, tokenizer_dir):
+    result = cli("train", "--profile", "p40", "--model", str(tokenizer_dir), "--data", str(tmp_path / "nodata"))
+    assert result.returncode == 2 and "train.parquet: missing" in result.stderr
+
+
+def test_bad_cap_rejected():
+    result = cli("train", "--profile", "p40", "--dry-run", "--gpu-memory-cap-gb", "0")
+    assert result.returncode == 2 and "must be positive" in result.stderr
