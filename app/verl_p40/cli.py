@@ -23,6 +23,9 @@ def _env(name: str, default: str) -> str:
 def cmd_prep(args: argparse.Namespace) -> int:
     from verl_p40 import data
 
+    if args.skip_existing and all((Path(args.out) / f"{s}.parquet").is_file() for s in data.SPLITS):
+        print(f"{args.out}: train.parquet and test.parquet already there (--skip-existing)")
+        return 0
     started = time.perf_counter()
     results, paths = data.prepare(
         source=args.source,
@@ -54,6 +57,16 @@ def cmd_prep(args: argparse.Namespace) -> int:
     print(f"done in {elapsed:.2f} s")
     if args.summary_json:
         Path(args.summary_json).write_text(json.dumps(summary, indent=2) + "\n")
+    return 0
+
+
+def cmd_fetch_model(args: argparse.Namespace) -> int:
+    from verl_p40.fetch import fetch_model
+
+    result = fetch_model(args.repo, Path(args.out), revision=args.revision, force=args.force)
+    size = sum(v or 0 for v in result.files.values()) / 1e6
+    state = "already complete" if result.skipped else "downloaded"
+    print(f"{args.repo}: {state} in {result.path} ({len(result.files)} files, {size:.1f} MB, verified)")
     return 0
 
 
@@ -173,6 +186,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", help="model/tokenizer folder: also print prompt-token statistics")
     p.add_argument("--cache-dir", default=os.environ.get("HF_DATASETS_CACHE"), help="datasets cache for hf: sources")
     p.add_argument("--summary-json", help="also write the summary as JSON here")
+    p.add_argument("--skip-existing", action="store_true", help="do nothing when both parquet files exist")
+
+    p = add("fetch-model", cmd_fetch_model, "download the model from the Hugging Face hub (HF_ENDPOINT, HF_TOKEN)")
+    p.add_argument("--repo", default=_env("VERL_P40_MODEL_REPO", "Qwen/Qwen2.5-0.5B-Instruct"), help="[%(default)s]")
+    p.add_argument("--revision", default=None, help="branch, tag or commit [main]")
+    p.add_argument("--out", default=_env("VERL_P40_MODEL", "models/Qwen2.5-0.5B-Instruct"), help="[%(default)s]")
+    p.add_argument("--force", action="store_true", help="download again even when complete")
 
     p = add("config", cmd_config, "print the complete verl config a profile gives, as YAML")
     _add_run_options(p)

