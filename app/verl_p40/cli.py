@@ -140,6 +140,12 @@ def cmd_patch_verl(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_monitor(args: argparse.Namespace) -> int:
+    from verl_p40 import monitor
+
+    return monitor.main(args)
+
+
 def cmd_profiles(args: argparse.Namespace) -> int:
     from verl_p40 import profiles
 
@@ -210,6 +216,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("verl_dir", nargs="?", help="verl package folder [the installed verl]")
     p.add_argument("--check", action="store_true", help="report each patch; exit 1 unless all are applied")
     p.add_argument("--force", action="store_true", help=f"patch a verl other than {VERL_VERSION}")
+
+    p = add("monitor", cmd_monitor, "sample the GPUs through NVML: CSV, Prometheus metrics, summary and plot")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between samples [%(default)s]")
+    p.add_argument("--out", default=os.path.join(_env("VERL_P40_LOGS", "logs"), "gpu"), help="output folder [%(default)s]")
+    p.add_argument("--port", type=int, default=None, help="serve Prometheus metrics on this port")
+    p.add_argument("--bind", default="127.0.0.1", help="address for the metrics port [%(default)s]")
+    p.add_argument("--gpus", help="comma list of GPU indices [all]")
+    p.add_argument("--once", action="store_true", help="take one sample, print it, exit")
+    p.add_argument("--samples", type=int, default=None, help="stop after N samples [run until SIGTERM/SIGINT]")
+    p.add_argument("--alert-mem-pct", type=float, default=None, help="warn when a GPU's memory use crosses N %%")
+    p.add_argument("--max-csv-mb", type=float, default=50, help="rotate gpu.csv at this size [%(default)s]")
+    p.add_argument("--plot", metavar="CSV", help="only redraw the picture from a gpu.csv")
+    p.add_argument("--plot-out", help="with --plot: where to write the PNG [beside the CSV]")
 
     add("profiles", cmd_profiles, "list the hardware profiles")
     return parser
