@@ -124,3 +124,28 @@ def test_pure_torch_bert_padding_round_trip_and_gradients(verl_copy):
     positions = torch.arange(4).expand(3, 4)
     flat = bp.index_first_axis(bp.rearrange(positions.unsqueeze(-1), "b s ... -> (b s) ..."), indices)
     assert flat.squeeze(-1).tolist() == [1, 2, 3, 0, 1, 0, 1, 2, 3]
+
+
+def test_patched_workers_import_without_flash_attn(verl_copy):
+    """The patched modules import on a machine without flash-attn (the P40 case), from the patched copy."""
+    patches.apply(verl_copy)
+    code = (
+        "import verl, verl.workers.fsdp_workers, verl.workers.actor.dp_actor, verl.workers.critic.dp_critic, "
+        "verl.workers.rollout.hf_rollout, verl.model_merger.fsdp_model_merger, verl.utils.torch_functional\n"
+        "import importlib.util\n"
+        "assert importlib.util.find_spec('flash_attn') is None\n"
+        "print(verl.__file__)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                            env={"PYTHONPATH": str(verl_copy.parent), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == str(verl_copy / "__init__.py")
+
+
+def test_merge_dtype_defaults_to_bf16_and_follows_the_environment(verl_copy, monkeypatch):
+    patches.apply(verl_copy)
+    dtypes = _load(verl_copy / "utils" / "torch_dtypes.py", "patched_torch_dtypes_merge")
+    monkeypatch.delenv("VERL_MERGE_DTYPE", raising=False)
+    assert dtypes.merge_dtype() == torch.bfloat16
+    monkeypatch.setenv("VERL_MERGE_DTYPE", "fp32")
+    assert dtypes.merge_dtype() == torch.float32

@@ -83,7 +83,7 @@ EDITS: list[Edit] = [
         why="the second hard-coded flash_attention_2 in load_valuehead_model (the trl value-head fallback)",
     ),
     Edit(
-        name="autocast-dtype-helper",
+        name="dtype-helpers",
         file="utils/torch_dtypes.py",
         old='        elif precision == torch.bfloat16:\n            return "bf16"\n'
         '        else:\n            raise RuntimeError(f"unexpected precision: {precision}")\n',
@@ -93,8 +93,14 @@ EDITS: list[Edit] = [
         "def autocast_dtype_from_config(fsdp_config, default=\"bf16\"):\n"
         '    """verl-p40: the dtype worker autocasts use: fsdp_config.mixed_precision.param_dtype (bf16 when unset)."""\n'
         '    mixed_precision = (fsdp_config or {}).get("mixed_precision", None) or {}\n'
-        '    return PrecisionType.to_dtype(mixed_precision.get("param_dtype", default))\n',
-        why="one helper for the autocast edits: autocast follows the configured FSDP param dtype",
+        '    return PrecisionType.to_dtype(mixed_precision.get("param_dtype", default))\n'
+        "\n\n"
+        "def merge_dtype():\n"
+        '    """verl-p40: dtype of merged HF checkpoints: $VERL_MERGE_DTYPE (bf16 when unset, as before)."""\n'
+        "    import os\n\n"
+        '    return PrecisionType.to_dtype(os.environ.get("VERL_MERGE_DTYPE", "bf16"))\n',
+        why="helpers for the dtype edits: autocast follows the configured FSDP param dtype; the model merger's "
+        "output dtype is configurable",
     ),
     Edit(
         name="actor-autocast-dtype",
@@ -140,5 +146,42 @@ EDITS: list[Edit] = [
         "        batch_dim = logits.shape[:-1]\n",
         why="FlashAttention's Triton cross-entropy is used whenever flash-attn imports; Triton cannot run on "
         "Pascal, so fall back to verl's torch log-softmax path there",
+    ),
+    Edit(
+        name="merger-dtype-import",
+        file="model_merger/fsdp_model_merger.py",
+        old="from .base_model_merger import BaseModelMerger\n",
+        new="from verl.utils.torch_dtypes import merge_dtype\n\nfrom .base_model_merger import BaseModelMerger\n",
+        why="import for the two merger edits below",
+    ),
+    Edit(
+        name="merger-keep-dtype-dtensor",
+        file="model_merger/fsdp_model_merger.py",
+        old="                    state_dict[key].append(tensor._local_tensor.bfloat16())\n",
+        new="                    state_dict[key].append(tensor._local_tensor.to(merge_dtype()))\n",
+        why="the FSDP checkpoint merger casts every weight to bf16; PPO updates at lr 1e-6 are below bf16's "
+        "resolution for weights of ~0.02, so a bf16 merge of an fp32 (P40) run loses most of what training "
+        "changed. VERL_MERGE_DTYPE=fp32 keeps fp32 (verl-p40 eval sets it)",
+    ),
+    Edit(
+        name="merger-keep-dtype-tensor",
+        file="model_merger/fsdp_model_merger.py",
+        old="                    state_dict[key].append(tensor.bfloat16())\n",
+        new="                    state_dict[key].append(tensor.to(merge_dtype()))\n",
+        why="the same cast for plain (non-DTensor) checkpoint tensors",
+    ),
+    Edit(
+        name="merger-model-dtype",
+        file="model_merger/base_model_merger.py",
+        old="                self.model_config, torch_dtype=torch.bfloat16, trust_remote_code=self.config.trust_remote_code\n",
+        new="                self.model_config, torch_dtype=merge_dtype(), trust_remote_code=self.config.trust_remote_code\n",
+        why="the merged model's config dtype follows VERL_MERGE_DTYPE too",
+    ),
+    Edit(
+        name="merger-base-import",
+        file="model_merger/base_model_merger.py",
+        old="from verl.utils import hf_processor, hf_tokenizer\n",
+        new="from verl.utils import hf_processor, hf_tokenizer\nfrom verl.utils.torch_dtypes import merge_dtype\n",
+        why="import for merger-model-dtype",
     ),
 ]
