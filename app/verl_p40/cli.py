@@ -146,6 +146,21 @@ def cmd_monitor(args: argparse.Namespace) -> int:
     return monitor.main(args)
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    from verl_p40 import evaluate
+
+    report = evaluate.run(
+        model=args.model, compare=args.compare, data=Path(args.data), out=Path(args.out), limit=args.limit,
+        batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, checkpoints=Path(args.checkpoints),
+        logs=Path(args.logs) if args.logs else None, device=args.device, examples=args.examples,
+    )
+    for label, m in report["models"].items():
+        print(f"{label:>8}: strict {m['accuracy_strict']:.1%}  flexible {m['accuracy_flexible']:.1%}  "
+              f"format {m['format_rate']:.1%}  {m['mean_response_tokens']} tokens  {m['samples_per_s']} samples/s")
+    print(f"report: {Path(args.out) / 'report.md'} ({report['questions']} questions)")
+    return 0
+
+
 def cmd_profiles(args: argparse.Namespace) -> int:
     from verl_p40 import profiles
 
@@ -229,6 +244,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-csv-mb", type=float, default=50, help="rotate gpu.csv at this size [%(default)s]")
     p.add_argument("--plot", metavar="CSV", help="only redraw the picture from a gpu.csv")
     p.add_argument("--plot-out", help="with --plot: where to write the PNG [beside the CSV]")
+
+    p = add("eval", cmd_eval, "GSM8K accuracy of a model, or of two side by side (before/after PPO)")
+    p.add_argument("--model", required=True, help="Hugging Face folder, verl checkpoint .../global_step_N/actor, or latest")
+    p.add_argument("--compare", help="a second model, same forms (the trained one)")
+    p.add_argument("--data", default=os.path.join(_env("VERL_P40_DATA", "data/gsm8k"), "test.parquet"), help="[%(default)s]")
+    p.add_argument("--out", default=os.path.join(_env("VERL_P40_LOGS", "logs"), "eval"), help="[%(default)s]")
+    p.add_argument("--limit", type=int, help="only the first N questions")
+    p.add_argument("--batch-size", type=int, default=32, help="[%(default)s]")
+    p.add_argument("--max-new-tokens", type=int, default=512, help="[%(default)s]")
+    p.add_argument("--checkpoints", default=_env("VERL_P40_CHECKPOINTS", "checkpoints"), help="for 'latest' [%(default)s]")
+    p.add_argument("--logs", default=_env("VERL_P40_LOGS", "logs"), help="trainer logs for curves.png [%(default)s]")
+    p.add_argument("--device", help="cuda, cuda:1 or cpu [cuda when available]")
+    p.add_argument("--examples", type=int, default=10, help="questions shown side by side in report.md [%(default)s]")
 
     add("profiles", cmd_profiles, "list the hardware profiles")
     return parser

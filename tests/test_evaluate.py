@@ -1,0 +1,105 @@
+"""`verl-p40 eval` on the CPU: a tiny random Qwen2 with the real Qwen2.5 tokenizer, 4 real GSM8K test rows."""
+
+import json
+import shutil
+
+import pytest
+from conftest import cli
+
+from verl_p40 import evaluate, reward
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tokenizer_dir, tmp_path_factory):
+    import torch
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    folders = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                             tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id)
+        folder = tmp_path_factory.mktemp(f"tiny{seed}")
+        Qwen2ForCausalLM(config).save_pretrained(str(folder))
+        tokenizer.save_pretrained(str(folder))
+        folders.append(folder)
+    return folders
+
+
+def _eval(base, trained, prepared, out, *extra):
+    return cli("eval", "--model", str(base), "--compare", str(trained), "--data", str(prepared / "test.parquet"),
+               "--out", str(out), "--device", "cpu", "--max-new-tokens", "24", "--batch-size", "3", *extra)
+
+
+def test_report_agrees_with_answers(tiny_models, prepared, tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "train-1.log").write_text("".join(
+        f"(TaskRunner pid=1) step:{i} - critic/score/mean:{i / 10} - actor/pg_loss:0.1 - critic/vf_loss:{1 / i} - "
+        f"response_length/mean:{200 - i} - actor/reward_kl_penalty:0.001\n" for i in range(1, 6)))
+    result = _eval(*tiny_models, prepared, tmp_path / "out", "--limit", "4", "--logs", str(logs))
+    assert result.returncode == 0, result.stderr
+    out = tmp_path / "out"
+    records = [json.loads(line) for line in (out / "answers.jsonl").read_text().splitlines()]
+    assert [r["index"] for r in records] == [0, 1, 2, 3]
+    report = json.loads((out / "report.json").read_text())
+    assert report["questions"] == 4 and set(report["models"]) == {"base", "trained"}
+    for label, m in report["models"].items():
+        rows = [r["models"][label] for r in records]
+        for r, record in zip(rows, records):  # every stored score is the reward module's score of the stored answer
+            assert r["strict"] == reward.compute_score("openai/gsm8k", r["answer"], record["ground_truth"])
+            assert r["flexible"] == reward.compute_score("openai/gsm8k", r["answer"], record["ground_truth"],
+                                                         method="flexible")
+            assert 1 <= r["response_tokens"] <= 24
+        assert m["accuracy_strict"] == round(sum(r["strict"] for r in rows) / 4, 4)
+        assert m["accuracy_flexible"] == round(sum(r["flexible"] for r in rows) / 4, 4)
+        assert m["format_rate"] == round(sum(r["format"] for r in rows) / 4, 4)
+        assert m["mean_response_tokens"] == round(sum(r["response_tokens"] for r in rows) / 4, 1)
+        assert m["samples_per_s"] > 0
+    md = (out / "report.md").read_text()
+    assert "| base |" in md and "| trained |" in md and "4 questions" in md
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG" and report["curves"] == "curves.png"
+    assert records[0]["ground_truth"] == "18" and records[0]["question"].startswith("Janet")
+
+
+def test_rerun_skips_done_questions(tiny_models, prepared, tmp_path):
+    out = tmp_path / "out"
+    assert _eval(*tiny_models, prepared, out, "--limit", "2").returncode == 0
+    first = (out / "answers.jsonl").read_text().splitlines()
+    result = _eval(*tiny_models, prepared, out, "--limit", "5")
+    assert result.returncode == 0, result.stderr
+    lines = (out / "answers.jsonl").read_text().splitlines()
+    assert lines[:2] == first and len(lines) == 5
+    assert json.loads((out / "report.json").read_text())["questions"] == 5
+
+
+def test_single_model_and_bad_inputs(tiny_models, prepared, tmp_path):
+    result = cli("eval", "--model", str(tiny_models[0]), "--data", str(prepared / "test.parquet"), "--out",
+                 str(tmp_path / "one"), "--device", "cpu", "--max-new-tokens", "8", "--limit", "2")
+    assert result.returncode == 0, result.stderr
+    assert set(json.loads((tmp_path / "one" / "report.json").read_text())["models"]) == {"base"}
+    missing = cli("eval", "--model", str(tmp_path / "nothing"), "--data", str(prepared / "test.parquet"),
+                  "--out", str(tmp_path / "x"), "--device", "cpu")
+    assert missing.returncode == 2 and "neither a Hugging Face model folder" in missing.stderr
+    latest = cli("eval", "--model", "latest", "--checkpoints", str(tmp_path), "--data",
+                 str(prepared / "test.parquet"), "--out", str(tmp_path / "y"), "--device", "cpu")
+    assert latest.returncode == 2 and "no verl checkpoint" in latest.stderr
+
+
+def test_latest_checkpoint_and_merge_command(tmp_path):
+    for step in (10, 20):
+        actor = tmp_path / "exp" / f"global_step_{step}" / "actor"
+        actor.mkdir(parents=True)
+        (actor / "model_world_size_1_rank_0.pt").write_bytes(b"")
+    (tmp_path / "exp" / "latest_checkpointed_iteration.txt").write_text("20")
+    actor = evaluate.latest_checkpoint(tmp_path)
+    assert actor == tmp_path / "exp" / "global_step_20" / "actor" and evaluate.is_fsdp_checkpoint(actor)
+    cmd = evaluate.merge_command(actor, actor / "merged")
+    assert cmd[1:5] == ["-m", "verl.model_merger", "merge", "--backend"] and cmd[-1] == str(actor / "merged")
+    merged = actor / evaluate.MERGED
+    merged.mkdir()
+    shutil.copy(__file__, merged / "config.json")
+    (merged / "model.safetensors").write_bytes(b"x")
+    assert evaluate.resolve_model("latest", tmp_path) == merged  # cached merge is reused
