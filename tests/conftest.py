@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -45,3 +47,41 @@ def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
         [sys.executable, "-m", "verl_p40.cli", *args],
         capture_output=True, text=True, env={**os.environ, **(env or {})}, cwd=REPO, timeout=600,
     )
+
+
+@pytest.fixture(scope="session")
+def verl_source(tmp_path_factory) -> Path:
+    """verl 0.5.0 as published: `pip download verl==0.5.0 --no-deps`, unpacked (a pure-Python wheel)."""
+    where = tmp_path_factory.mktemp("verl-wheel")
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "verl==0.5.0", "-d", str(where)],
+                   check=True, timeout=300)
+    (wheel,) = where.glob("verl-0.5.0-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(where / "src", members=[n for n in zf.namelist() if n.startswith("verl/")])
+    return where / "src" / "verl"
+
+
+@pytest.fixture(scope="session")
+def patched_verl(verl_source, tmp_path_factory) -> Path:
+    """A folder to put first on PYTHONPATH: verl 0.5.0 with the verl-p40 patch set applied by the CLI."""
+    root = tmp_path_factory.mktemp("patched")
+    shutil.copytree(verl_source, root / "verl")
+    result = cli("patch-verl", str(root / "verl"))
+    assert result.returncode == 0, result.stderr
+    return root
+
+
+def make_tiny_qwen(tokenizer_dir: Path, folder: Path, seed: int = 0) -> Path:
+    """A randomly initialised 2-layer Qwen2 with the real Qwen2.5 tokenizer (runs in seconds on a CPU)."""
+    import torch
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                         tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
+                         bos_token_id=tokenizer.eos_token_id)
+    Qwen2ForCausalLM(config).save_pretrained(str(folder))
+    tokenizer.save_pretrained(str(folder))
+    return folder

@@ -4,28 +4,14 @@ import json
 import shutil
 
 import pytest
-from conftest import cli
+from conftest import cli, make_tiny_qwen
 
 from verl_p40 import evaluate, reward
 
 
 @pytest.fixture(scope="module")
 def tiny_models(tokenizer_dir, tmp_path_factory):
-    import torch
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
-
-    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    folders = []
-    for seed in (0, 1):
-        torch.manual_seed(seed)
-        config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                             tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id)
-        folder = tmp_path_factory.mktemp(f"tiny{seed}")
-        Qwen2ForCausalLM(config).save_pretrained(str(folder))
-        tokenizer.save_pretrained(str(folder))
-        folders.append(folder)
-    return folders
+    return [make_tiny_qwen(tokenizer_dir, tmp_path_factory.mktemp(f"tiny{seed}"), seed) for seed in (0, 1)]
 
 
 def _eval(base, trained, prepared, out, *extra):

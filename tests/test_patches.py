@@ -3,7 +3,6 @@ import importlib.util
 import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -13,18 +12,6 @@ from conftest import cli
 from verl_p40 import patches
 from verl_p40.patches import Edit, PatchError
 from verl_p40.patches.verl_050 import EDITS
-
-
-@pytest.fixture(scope="session")
-def verl_source(tmp_path_factory) -> Path:
-    """verl 0.5.0 as published: `pip download verl==0.5.0 --no-deps`, unpacked (pure Python wheel)."""
-    where = tmp_path_factory.mktemp("verl-wheel")
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "verl==0.5.0", "-d", str(where)],
-                   check=True, timeout=300)
-    (wheel,) = where.glob("verl-0.5.0-*.whl")
-    with zipfile.ZipFile(wheel) as zf:
-        zf.extractall(where / "src", members=[n for n in zf.namelist() if n.startswith("verl/")])
-    return where / "src" / "verl"
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ if os.environ.get("VERL_P40_CPU_SHIMS") == "1":
         "mem_get_info": lambda *a, **k: (8 * 2**30, 16 * 2**30),
         "manual_seed": lambda *a, **k: None,
         "set_device": lambda *a, **k: None,
+        "get_device_name": lambda *a, **k: "cpu",
     }.items():
         if not hasattr(torch.cpu, _name):
             setattr(torch.cpu, _name, _value)
@@ -24,3 +25,18 @@ if os.environ.get("VERL_P40_CPU_SHIMS") == "1":
     import verl.utils.device as _device
 
     _device.get_nccl_backend = lambda: "gloo"
+
+    import torch.distributed as _dist
+
+    _init_process_group = _dist.init_process_group
+
+    def _cpu_init_process_group(*args, backend=None, **kwargs):
+        # verl asks for "cpu:gloo,<device>:<nccl>", which on a CPU-only machine is "cpu:gloo,cpu:gloo"
+        if isinstance(backend, str) and set(backend.split(",")) == {"cpu:gloo"}:
+            backend = "gloo"
+        return _init_process_group(*args, backend=backend, **kwargs)
+
+    _dist.init_process_group = _cpu_init_process_group
+
+    # FSDP2's CPU offload policy pins host memory, which needs an accelerator; on a CPU-only machine it is a no-op.
+    torch.Tensor.pin_memory = lambda self, *args, **kwargs: self
