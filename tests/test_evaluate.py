@@ -89,3 +89,12 @@ def test_latest_checkpoint_and_merge_command(tmp_path):
     shutil.copy(__file__, merged / "config.json")
     (merged / "model.safetensors").write_bytes(b"x")
     assert evaluate.resolve_model("latest", tmp_path) == merged  # cached merge is reused
+
+
+def test_engine_choice_without_vllm():
+    from verl_p40 import UserError
+
+    assert evaluate.pick_engine("auto", "cpu") is evaluate.Generator
+    assert evaluate.pick_engine("hf", "cpu") is evaluate.Generator
+    with pytest.raises(UserError, match="needs the vllm package"):
+        evaluate.pick_engine("vllm", "cpu")

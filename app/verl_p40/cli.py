@@ -152,7 +152,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     report = evaluate.run(
         model=args.model, compare=args.compare, data=Path(args.data), out=Path(args.out), limit=args.limit,
         batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, checkpoints=Path(args.checkpoints),
-        logs=Path(args.logs) if args.logs else None, device=args.device, examples=args.examples,
+        logs=Path(args.logs) if args.logs else None, device=args.device, examples=args.examples, engine=args.engine,
     )
     for label, m in report["models"].items():
         print(f"{label:>8}: strict {m['accuracy_strict']:.1%}  flexible {m['accuracy_flexible']:.1%}  "
@@ -257,6 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--logs", default=_env("VERL_P40_LOGS", "logs"), help="trainer logs for curves.png [%(default)s]")
     p.add_argument("--device", help="cuda, cuda:1 or cpu [cuda when available]")
     p.add_argument("--examples", type=int, default=10, help="questions shown side by side in report.md [%(default)s]")
+    p.add_argument("--engine", choices=("auto", "hf", "vllm"), default="auto",
+                   help="generation engine: auto = vLLM where installed on sm_70+, else HF generate [%(default)s]")
 
     add("profiles", cmd_profiles, "list the hardware profiles")
     return parser

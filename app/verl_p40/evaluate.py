@@ -145,6 +145,42 @@ class Generator:
         return results
 
 
+class VllmGenerator:
+    """Greedy generation with vLLM (sm_70+, where the image was built with INSTALL_VLLM=1)."""
+
+    def __init__(self, model_dir: Path, device: str, max_new_tokens: int):
+        import torch
+        from transformers import AutoTokenizer
+        from vllm import LLM, SamplingParams
+
+        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        dtype = "float32" if pick_dtype(device) == torch.float32 else "bfloat16"
+        self.llm = LLM(model=str(model_dir), dtype=dtype, gpu_memory_utilization=0.5, enforce_eager=True)
+        self.params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
+
+    def __call__(self, prompts: list[list[dict]]) -> list[tuple[str, int]]:
+        texts = [self.tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
+        outputs = self.llm.generate(texts, self.params, use_tqdm=False)
+        return [(o.outputs[0].text, len(o.outputs[0].token_ids)) for o in outputs]
+
+
+def pick_engine(engine: str, device: str) -> type:
+    """hf everywhere; vllm when asked for, or with auto where vLLM is installed and the GPU is sm_70 or newer."""
+    import importlib.util
+
+    import torch
+
+    has_vllm = importlib.util.find_spec("vllm") is not None
+    capable = device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.get_device_capability(device) >= (7, 0)
+    if engine == "vllm":
+        if not (has_vllm and capable):
+            raise UserError("--engine vllm needs the vllm package and a GPU of compute capability 7.0 or newer")
+        return VllmGenerator
+    if engine == "auto" and has_vllm and capable:
+        return VllmGenerator
+    return Generator
+
+
 def score(answer: str, ground_truth: str) -> dict:
     return {
         "strict": reward.compute_score("openai/gsm8k", answer, ground_truth),
@@ -173,7 +209,7 @@ def read_answers(path: Path) -> dict[int, dict]:
 
 
 def generate_answers(models: dict[str, Path], questions: list[Question], out: Path, batch_size: int,
-                     device: str, max_new_tokens: int) -> dict[int, dict]:
+                     device: str, max_new_tokens: int, engine: type = Generator) -> dict[int, dict]:
     """Append one line per question (every model's answer and scores) to answers.jsonl, skipping done questions."""
     from tqdm import tqdm
 
@@ -185,7 +221,7 @@ def generate_answers(models: dict[str, Path], questions: list[Question], out: Pa
     pending = [q for q in questions if q.index not in done]
     if not pending:
         return done
-    generators = {label: Generator(path_, device, max_new_tokens) for label, path_ in models.items()}
+    generators = {label: engine(path_, device, max_new_tokens) for label, path_ in models.items()}
     with open(path, "a", encoding="utf-8") as handle, tqdm(total=len(pending), desc="eval", unit="q") as bar:
         for batch in _batches(pending, batch_size):
             per_model = {}
@@ -318,7 +354,8 @@ def plot_curves(logs: Path, out: Path) -> bool:
 
 
 def run(model: str, compare: str | None, data: Path, out: Path, limit: int | None, batch_size: int,
-        max_new_tokens: int, checkpoints: Path, logs: Path | None, device: str | None, examples: int) -> dict:
+        max_new_tokens: int, checkpoints: Path, logs: Path | None, device: str | None, examples: int,
+        engine: str = "auto") -> dict:
     import torch
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -326,13 +363,15 @@ def run(model: str, compare: str | None, data: Path, out: Path, limit: int | Non
     specs = {"base": model} if compare is None else {"base": model, "trained": compare}
     models = {label: resolve_model(spec, checkpoints) for label, spec in specs.items()}
     questions = load_questions(data, limit)
-    done = generate_answers(models, questions, out, batch_size, device, max_new_tokens)
+    generator = pick_engine(engine, device)
+    done = generate_answers(models, questions, out, batch_size, device, max_new_tokens, generator)
     wanted = {q.index for q in questions}
     records = [done[i] for i in sorted(done) if i in wanted]
     labels = list(models)
     summary = summarise(records, labels)
     curves = plot_curves(logs, out / "curves.png") if logs else False
     report = {"data": str(data), "questions": len(records), "device": device, "max_new_tokens": max_new_tokens,
+              "engine": "vllm" if generator is VllmGenerator else "hf",
               "models": {label: {"path": str(models[label]), **summary[label]} for label in labels},
               "curves": "curves.png" if curves else None}
     write_text(out / "report.json", json.dumps(report, indent=2) + "\n")
