@@ -39,3 +39,9 @@ def test_train_refuses_missing_data(tmp_path, tokenizer_dir):
 def test_bad_cap_rejected():
     result = cli("train", "--profile", "p40", "--dry-run", "--gpu-memory-cap-gb", "0")
     assert result.returncode == 2 and "must be positive" in result.stderr
+
+
+def test_cap_refuses_a_competing_external_lib():
+    result = cli("train", "--profile", "p40", "--dry-run", "--gpu-memory-cap-gb", "24",
+                 "actor_rollout_ref.model.external_lib=my_lib")
+    assert result.returncode == 2 and "cannot be combined" in result.stderr

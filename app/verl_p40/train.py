@@ -108,7 +108,12 @@ def plan(options: RunOptions) -> RunPlan:
         env[memcap.ENV] = f"{options.gpu_memory_cap_gb:g}"
         overrides.append(Override("actor_rollout_ref.model.external_lib", memcap.__name__, "--gpu-memory-cap-gb"))
         notes.append(f"GPU memory capped at {options.gpu_memory_cap_gb:g} GB per process")
-    overrides += parse_set(options.sets)
+    user = parse_set(options.sets)
+    if options.gpu_memory_cap_gb is not None and any(o.key.lstrip("+") == "actor_rollout_ref.model.external_lib"
+                                                     for o in user):
+        raise UserError("--gpu-memory-cap-gb works through actor_rollout_ref.model.external_lib; "
+                        "it cannot be combined with your own external_lib")
+    overrides += user
     hydra_overrides = to_hydra(overrides)
     compose(hydra_overrides)  # raises a clear UserError on anything verl's config rejects
     return RunPlan(profile=profile, notes=notes, overrides=hydra_overrides, env=env)
