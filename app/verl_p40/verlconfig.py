@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-import importlib.util
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,15 +69,16 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
 
 
 def verl_config_dir() -> Path:
-    spec = importlib.util.find_spec("verl")
-    if spec is None or not spec.submodule_search_locations:
+    from verl_p40.patches import PatchError, default_verl_dir, verl_version
+
+    try:
+        root = default_verl_dir()
+    except PatchError:
         raise UserError(
             f"verl is not installed: this command composes against verl {VERL_VERSION}'s config "
             f"(pip install --no-deps verl=={VERL_VERSION}, or use the verl-p40 image)"
-        )
-    root = Path(list(spec.submodule_search_locations)[0])
-    version_file = root / "version" / "version"
-    found = version_file.read_text().strip() if version_file.is_file() else "unknown"
+        ) from None
+    found = verl_version(root)
     if found != VERL_VERSION:
         raise UserError(f"verl {found} is installed at {root}; verl-p40 targets verl {VERL_VERSION}")
     return root / "trainer" / "config"
