@@ -12,6 +12,6 @@ verl_p40 patch-verl /tmp/site/verl
 verl_p40 patch-verl --check /tmp/site/verl
 [ -f /tmp/gsm8k/train.parquet ] || verl_p40 prep --source .gpu-shared/gsm8k --out /tmp/gsm8k \
   --tokenizer .gpu-shared/qwen2.5-0.5b-instruct
-[ -f /tmp/qwen-random/config.json ] || python3 bench/make_random_model.py \
+[ -n "${VERL_P40_NO_RANDOM:-}" ] || [ -f /tmp/qwen-random/config.json ] || python3 bench/make_random_model.py \
   --config .gpu-shared/qwen2.5-0.5b-instruct --out /tmp/qwen-random
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader

@@ -1,20 +1,27 @@
 """GPU bench (real weights): does PPO under the p40 profile improve GSM8K accuracy, across a kill and resume?
 
-Run on the GPU machine after staging the GGUF (bench/README.md, "Real weights") and `source bench/gpu_setup.sh`:
+The lent GPU machine runs one command for at most 10 minutes and keeps /tmp only while it stays warm, so the
+bench is cut into phases, each one device call, state kept under --work (/tmp/real). After staging the GGUF
+(bench/results/README.md, "Real weights") and `bash .gpu-bundle/install.sh && source bench/gpu_setup.sh`:
 
-    python bench/real_weights.py --gguf /tmp/model.gguf --out $OUT --steps 30 --kill-after 12 --save-freq 5
+    python3 bench/real_weights.py prepare --gguf /tmp/model.gguf --out $OUT
+    python3 bench/real_weights.py train --out $OUT --kill-after 7 --budget-s 400   # killed mid-run
+    python3 bench/real_weights.py train --out $OUT --budget-s 540                  # same trainer command: resumes
+    python3 bench/real_weights.py final --out $OUT
 
 All through the product's CLI:
-1. bench/gguf_to_hf.py: the GGUF as a Hugging Face folder of Qwen2.5-0.5B-Instruct's shape (tied, Qwen2.5 tokenizer);
-2. `verl-p40 prep`, then two fixed slices of GSM8K test: held-out = rows 0..255 (only evaluated, never used while
-   training), validation = rows 256..511 (the trainer's own validation curve);
-3. `verl-p40 eval` of the base model on the held-out slice;
-4. `verl-p40 train --profile p40 --gpu-memory-cap-gb 24 --reward-method flexible --format-bonus 0.1`, checkpointing every
-   --save-freq steps, killed (SIGTERM) after --kill-after steps, started again with the same command; the step it
-   resumes at is read from the second log;
-5. `verl-p40 eval --model BASE --compare latest` on the held-out slice: report.md with answers side by side.
-Writes real-weights-<date>.json (commands, accuracies, the difference with a paired sign test, resume evidence,
-step time, peak memory) and real-weights-<date>.png (reward and validation accuracy over steps).
+- prepare: bench/gguf_to_hf.py (the GGUF as a Hugging Face folder of Qwen2.5-0.5B-Instruct's shape: tied, Qwen2.5
+  tokenizer), `verl-p40 prep`, two fixed slices of GSM8K test: held-out = rows 0..255 (evaluated only, never seen
+  while training), validation = rows 256..383 (the trainer's own validation curve); `verl-p40 eval` of the base
+  model on the held-out slice.
+- train: `verl-p40 train --profile p40 --gpu-memory-cap-gb 24 --reward-method flexible --format-bonus 0.1`
+  (checkpoint every --save-freq steps) beside `verl-p40 monitor`. With --kill-after K it is sent SIGTERM once
+  step K is logged (the stop-and-resume test); otherwise, when --budget-s would run out before the next
+  checkpoint, it is stopped right after one (nothing lost). The trainer command is the same every time, so a
+  later `train` resumes from the last checkpoint (verl's resume_mode auto).
+- final: `verl-p40 eval --model BASE --compare latest` on the held-out slice (answers side by side), then
+  real-weights-<date>.json (commands, accuracies, difference, paired sign test, resume evidence, step time, peak
+  memory) and real-weights-<date>.png (training reward and validation reward over steps).
 """
 
 from __future__ import annotations
@@ -23,61 +30,159 @@ import argparse
 import json
 import math
 import shlex
+import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from ppo_runner import NvmlPeak, environment
-
 from verl_p40.metrics import read_steps
 
 HERE = Path(__file__).resolve().parent
+HELDOUT_ROWS, VAL_ROWS = (0, 256), (256, 128)
 
 
 def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "verl_p40.cli", *args]
 
 
-def run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
+def run(cmd: list[str]) -> None:
     print("$ " + shlex.join(cmd), flush=True)
-    return subprocess.run(cmd, check=True, **kwargs)
+    subprocess.run(cmd, check=True)
+
+
+class State:
+    """The phases' results, kept beside the work files (and copied to --out after every phase)."""
+
+    def __init__(self, work: Path):
+        self.path = work / "state.json"
+        self.data = json.loads(self.path.read_text()) if self.path.exists() else {"train_runs": []}
+
+    def save(self, out: Path) -> None:
+        self.path.write_text(json.dumps(self.data, indent=2) + "\n")
+        shutil.copy(self.path, out / "real-weights-state.json")
+
+
+# ------------------------------------------------------------------------------------------------- prepare
 
 
 def slices(data: Path) -> tuple[Path, Path]:
     import pyarrow.parquet as pq
 
     table = pq.read_table(data / "test.parquet")
-    heldout, val = data / "heldout-256.parquet", data / "val-256.parquet"
-    pq.write_table(table.slice(0, 256), heldout)
-    pq.write_table(table.slice(256, 256), val)
+    heldout, val = data / "heldout-256.parquet", data / "val-128.parquet"
+    pq.write_table(table.slice(*HELDOUT_ROWS), heldout)
+    pq.write_table(table.slice(*VAL_ROWS), val)
     return heldout, val
 
 
-def train_until(cmd: list[str], logs: Path, kill_after: int | None, timeout: float) -> dict:
-    """Run the trainer; with kill_after, SIGTERM it once that step is logged. Returns what happened."""
+def eval_args(args: argparse.Namespace, work: Path) -> list[str]:
+    return ["--data", str(work / "gsm8k" / "heldout-256.parquet"), "--max-new-tokens", str(args.max_new_tokens),
+            "--batch-size", "128"]
+
+
+def prepare(args: argparse.Namespace, work: Path, out: Path, state: State) -> None:
+    model, data = work / "qwen-real", work / "gsm8k"
+    if not (model / "config.json").is_file():
+        run([sys.executable, str(HERE / "gguf_to_hf.py"), "--gguf", args.gguf, "--tokenizer", args.tokenizer,
+             "--out", str(model)])
+    run(cli("prep", "--source", args.gsm8k, "--out", str(data), "--tokenizer", args.tokenizer, "--skip-existing"))
+    slices(data)
+    command = cli("eval", "--model", str(model), "--out", str(work / "eval-base"), "--logs", str(work / "none"),
+                  *eval_args(args, work))
+    run(command)
+    report = json.loads((work / "eval-base" / "report.json").read_text())
+    state.data["base_eval"] = {"command": "verl-p40 " + shlex.join(command[3:]), "models": report["models"]}
+    copy_out(work / "eval-base", out, "real-weights-base-eval-")
+
+
+# --------------------------------------------------------------------------------------------------- train
+
+
+def train_command(args: argparse.Namespace, work: Path) -> list[str]:
+    """The trainer command: identical in every `train` phase, which is what makes the second one resume."""
+    return cli("train", "--profile", "p40", "--model", str(work / "qwen-real"), "--data", str(work / "gsm8k"),
+               "--checkpoints", str(work / "ckpt"), "--logs", str(work / "logs"), "--gpu-memory-cap-gb", "24",
+               "--reward-method", "flexible", "--format-bonus", "0.1",
+               f"data.val_files={work / 'gsm8k' / 'val-128.parquet'}", "trainer.val_before_train=true",
+               f"trainer.test_freq={args.test_freq}", f"trainer.save_freq={args.save_freq}",
+               f"trainer.total_training_steps={args.steps}", f"data.max_response_length={args.max_new_tokens}",
+               f"actor_rollout_ref.actor.optim.lr={args.actor_lr}")
+
+
+def should_stop(step: int, step_times: list[float], elapsed: float, args: argparse.Namespace) -> str | None:
+    """Why to stop the trainer after `step` was logged, or None to let it go on.
+
+    step_times: seconds between consecutive step lines of this run (validation and saving included)."""
+    if args.kill_after is not None and step >= args.kill_after:
+        return f"killed after step {step} (--kill-after {args.kill_after})"
+    if args.budget_s is None or step % args.save_freq or not step_times:
+        return None
+    per_step = statistics.median(step_times[-args.save_freq:])
+    # the next checkpoint needs save_freq more steps, one of them carrying validation and the save
+    if elapsed + per_step * (args.save_freq + 2) + args.teardown_s > args.budget_s:
+        return f"stopped after the checkpoint of step {step}: the next one would not fit in --budget-s"
+    return None
+
+
+def ray_stop() -> None:
+    subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "stop", "--force"], check=False,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def train(args: argparse.Namespace, work: Path, out: Path, state: State) -> None:
+    logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    print("$ " + shlex.join(cmd), flush=True)
-    proc = subprocess.Popen(cmd)
-    started, killed_at = time.time(), None
-    while proc.poll() is None and time.time() - started < timeout:
-        time.sleep(5)
-        if kill_after is not None:
-            log = sorted(logs.glob("train-*.log"))
-            steps = read_steps(log[-1]) if log else []
-            if steps and steps[-1]["step"] >= kill_after:
-                killed_at = int(steps[-1]["step"])
-                proc.send_signal(signal.SIGTERM)
-                break
+    ray_stop()
+    before = set(logs.glob("train-*.log"))
+    monitor = subprocess.Popen(cli("monitor", "--interval", "1", "--out", str(logs / "gpu")))
+    command = train_command(args, work)
+    print("$ " + shlex.join(command), flush=True)
+    started = time.time()
+    proc = subprocess.Popen(command)
+    seen, stamps, reason = 0, [], None
+    while proc.poll() is None:
+        time.sleep(2)
+        elapsed = time.time() - started
+        new = sorted(set(logs.glob("train-*.log")) - before)
+        steps = read_steps(new[-1]) if new else []
+        if steps and int(steps[-1]["step"]) > seen:
+            seen = int(steps[-1]["step"])
+            stamps.append(elapsed)
+            reason = should_stop(seen, [b - a for a, b in zip(stamps, stamps[1:])], elapsed, args)
+        if reason is None and args.budget_s is not None and elapsed > args.budget_s - args.teardown_s:
+            reason = "hard stop: --budget-s reached"
+        if reason:
+            print(f"[real_weights] {reason}: SIGTERM", flush=True)
+            proc.send_signal(signal.SIGTERM)
+            break
     try:
-        proc.wait(timeout=120)
+        proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-    log = sorted(logs.glob("train-*.log"))[-1]
-    return {"returncode": proc.returncode, "killed_after_step": killed_at, "log": str(log),
-            "steps": read_steps(log), "wall_s": round(time.time() - started, 1)}
+    ray_stop()
+    monitor.send_signal(signal.SIGTERM)
+    monitor.wait(timeout=30)
+    log = sorted(set(logs.glob("train-*.log")) - before)[-1]
+    text = log.read_text(errors="replace")
+    steps = read_steps(log)
+    state.data["train_command"] = "verl-p40 " + shlex.join(command[3:])
+    state.data["train_runs"].append({
+        "log": log.name, "returncode": proc.returncode, "stop_reason": reason or "finished",
+        "wall_s": round(time.time() - started, 1),
+        "first_step": int(steps[0]["step"]) if steps else None, "last_step": int(steps[-1]["step"]) if steps else None,
+        "resume_lines": [line.strip() for line in text.splitlines()
+                         if line.startswith(("Load from checkpoint folder", "Setting global step", "Resuming from"))],
+        "checkpoints_after": sorted(p.name for p in (work / "ckpt").glob("global_step_*")),
+    })
+    shutil.copy(log, out / f"real-weights-{log.name}")
+    shutil.copytree(logs / "gpu", out / "real-weights-gpu", dirs_exist_ok=True)
+
+
+# --------------------------------------------------------------------------------------------------- final
 
 
 def sign_test(records: list[dict]) -> dict:
@@ -93,101 +198,131 @@ def sign_test(records: list[dict]) -> dict:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--gguf", required=True)
-    parser.add_argument("--tokenizer", default=".gpu-shared/qwen2.5-0.5b-instruct")
-    parser.add_argument("--gsm8k", default=".gpu-shared/gsm8k")
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--work", default="/tmp/real")
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--kill-after", type=int, default=12)
-    parser.add_argument("--save-freq", type=int, default=5)
-    parser.add_argument("--test-freq", type=int, default=5)
-    parser.add_argument("--max-new-tokens", type=int, default=320)
-    parser.add_argument("--extra", nargs="*", default=[], help="more verl overrides for the trainer")
-    args = parser.parse_args()
-    work, out = Path(args.work), Path(args.out)
-    work.mkdir(parents=True, exist_ok=True)
-    out.mkdir(parents=True, exist_ok=True)
-    model, data = work / "qwen-real", work / "gsm8k"
-    if not (model / "config.json").is_file():
-        run([sys.executable, str(HERE / "gguf_to_hf.py"), "--gguf", args.gguf, "--tokenizer", args.tokenizer,
-             "--out", str(model)])
-    run(cli("prep", "--source", args.gsm8k, "--out", str(data), "--skip-existing"))
-    heldout, val = slices(data)
-    eval_common = ["--data", str(heldout), "--max-new-tokens", str(args.max_new_tokens), "--batch-size", "128"]
-    run(cli("eval", "--model", str(model), "--out", str(work / "eval-base"), "--logs", str(work / "none"),
-            *eval_common))
+def copy_out(folder: Path, out: Path, prefix: str) -> None:
+    for name in ("report.md", "report.json", "answers.jsonl", "curves.png"):
+        if (folder / name).exists():
+            shutil.copy(folder / name, out / f"{prefix}{name}")
 
-    train = cli("train", "--profile", "p40", "--model", str(model), "--data", str(data),
-                "--checkpoints", str(work / "ckpt"), "--gpu-memory-cap-gb", "24",
-                "--reward-method", "flexible", "--format-bonus", "0.1",
-                f"data.val_files={val}", f"trainer.test_freq={args.test_freq}", "trainer.val_before_train=true",
-                f"trainer.save_freq={args.save_freq}", f"trainer.total_training_steps={args.steps}",
-                f"data.max_response_length={args.max_new_tokens}", *args.extra)
-    sampler = NvmlPeak()
-    sampler.start()
-    first = train_until([*train, "--logs", str(work / "logs")], work / "logs", args.kill_after, timeout=3000)
-    second = train_until([*train, "--logs", str(work / "logs")], work / "logs", None, timeout=3000)
-    nvml = sampler.stop()
-    resumed_log = Path(second["log"]).read_text(errors="replace")
-    resumed_from = [line.strip() for line in resumed_log.splitlines() if "Load from checkpoint folder" in line]
 
-    run(cli("eval", "--model", str(model), "--compare", "latest", "--checkpoints", str(work / "ckpt"),
-            "--out", str(work / "eval-final"), "--logs", str(work / "logs"), *eval_common))
+def monitor_peaks(folder: Path) -> dict:
+    """Peaks over every train run from `verl-p40 monitor`'s CSVs (the whole GPU, and the largest process)."""
+    import csv
+
+    def peak(name: str, column: str) -> float | None:
+        with open(folder / name, newline="") as handle:
+            values = [int(row[column]) for row in csv.DictReader(handle) if row.get(column)]
+        return round(max(values) / 1e9, 3) if values else None
+
+    return {"device_used_peak_gb": peak("gpu.csv", "memory_used_bytes"),
+            "process_used_peak_gb": peak("gpu-processes.csv", "used_memory_bytes"),
+            "cap_gb": 24.0, "source": "verl-p40 monitor, 1 s samples, both train runs"}
+
+
+def final(args: argparse.Namespace, work: Path, out: Path, state: State) -> dict:
+    from ppo_runner import environment
+
+    command = cli("eval", "--model", str(work / "qwen-real"), "--compare", "latest", "--checkpoints",
+                  str(work / "ckpt"), "--out", str(work / "eval-final"), "--logs", str(work / "logs"),
+                  *eval_args(args, work))
+    run(command)
     report = json.loads((work / "eval-final" / "report.json").read_text())
     records = [json.loads(line) for line in (work / "eval-final" / "answers.jsonl").read_text().splitlines()]
-    steps = first["steps"] + second["steps"]
+    runs = state.data["train_runs"]
+    steps = [s for r in runs for s in read_steps(work / "logs" / r["log"])]
+    timed = [s["timing_s/step"] for s in steps if "timing_s/step" in s][1:]
+    gpu = monitor_peaks(work / "logs" / "gpu")
+    models = report["models"]
     result = {
         "environment": environment(),
-        "train_command": "verl-p40 " + shlex.join(train[3:]),
-        "heldout": "GSM8K test rows 0..255 (256 questions); validation during training: rows 256..511",
-        "eval": report["models"],
-        "difference": {k: round(report["models"]["trained"][f"accuracy_{k}"] - report["models"]["base"][f"accuracy_{k}"], 4)
+        "commands": {"base_eval": state.data.get("base_eval", {}).get("command"),
+                     "train (every run, unchanged)": state.data.get("train_command"),
+                     "final_eval": "verl-p40 " + shlex.join(command[3:])},
+        "heldout": f"GSM8K test rows {HELDOUT_ROWS[0]}..{sum(HELDOUT_ROWS) - 1} ({HELDOUT_ROWS[1]} questions, greedy)",
+        "validation": f"GSM8K test rows {VAL_ROWS[0]}..{sum(VAL_ROWS) - 1} ({VAL_ROWS[1]} questions), trainer's val",
+        "base_eval_alone": state.data.get("base_eval", {}).get("models"),
+        "eval": models,
+        "difference": {k: round(models["trained"][f"accuracy_{k}"] - models["base"][f"accuracy_{k}"], 4)
                        for k in ("strict", "flexible")},
         "paired_sign_test": sign_test(records),
-        "resume": {"first_run_killed_after_step": first["killed_after_step"],
-                   "first_run_last_step": int(first["steps"][-1]["step"]) if first["steps"] else None,
-                   "second_run_first_step": int(second["steps"][0]["step"]) if second["steps"] else None,
-                   "loaded": resumed_from[:1], "save_freq": args.save_freq},
-        "step_time_s_mean": round(sum(s.get("timing_s/step", 0) for s in steps) / max(1, len(steps)), 2),
+        "train_runs": runs,
+        "resume": {"save_freq": args.save_freq,
+                   "killed_run_last_step": runs[0]["last_step"] if runs else None,
+                   "resumed_run_first_step": runs[1]["first_step"] if len(runs) > 1 else None,
+                   "evidence": runs[1]["resume_lines"] if len(runs) > 1 else []},
+        "steps_trained": max((int(s["step"]) for s in steps), default=0),
+        "step_time_s_median": round(statistics.median(timed), 2) if timed else None,
         "peak_torch_max_allocated_gb": max((s.get("perf/max_memory_allocated_gb", 0) for s in steps), default=None),
-        **nvml,
+        "peak_torch_max_reserved_gb": max((s.get("perf/max_memory_reserved_gb", 0) for s in steps), default=None),
+        "gpu_monitor_peaks": gpu,
         "steps": steps,
     }
     stem = out / f"real-weights-{time.strftime('%Y-%m-%d')}"
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    for name in ("report.md", "report.json", "answers.jsonl", "curves.png"):
-        source = work / "eval-final" / name
-        if source.exists():
-            (out / f"real-weights-eval-{name}").write_bytes(source.read_bytes())
-    plot(steps, stem.with_suffix(".png"), result)
-    print(json.dumps({k: result[k] for k in ("eval", "difference", "paired_sign_test", "resume")}, indent=1))
+    copy_out(work / "eval-final", out, "real-weights-eval-")
+    plot(steps, stem.with_suffix(".png"), runs)
+    return result
 
 
-def plot(steps: list[dict], path: Path, result: dict) -> None:
+def plot(steps: list[dict], path: Path, runs: list[dict]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4))
-    ax1.plot([s["step"] for s in steps], [s.get("critic/score/mean") for s in steps], marker=".")
-    ax1.set_title("training reward (flexible + 0.1 format bonus)")
+    train = [(s["step"], s["critic/score/mean"]) for s in steps if "critic/score/mean" in s]
+    ax1.plot([t[0] for t in train], [t[1] for t in train], marker=".", label="per step")
+    if len(train) >= 5:
+        window = [sum(v for _, v in train[max(0, i - 4):i + 1]) / len(train[max(0, i - 4):i + 1])
+                  for i in range(len(train))]
+        ax1.plot([t[0] for t in train], window, label="mean of last 5")
+    ax1.set_title("training reward (flexible + 0.1 format bonus), batch 64")
     ax1.set_xlabel("PPO step")
-    val = [(s["step"], v) for s in steps for k, v in s.items() if k.startswith("val-core/") and "reward" in k]
+    val = sorted({(s["step"], v) for s in steps for k, v in s.items() if k.startswith("val-core/")})
     if val:
         ax2.plot([v[0] for v in val], [v[1] for v in val], marker="o")
-    ax2.set_title("validation reward (test rows 256..511)")
+    ax2.set_title("validation reward, greedy (test rows 256..383)")
     ax2.set_xlabel("PPO step")
-    killed = result["resume"]["first_run_killed_after_step"]
-    if killed:
+    if runs and runs[0]["last_step"] and len(runs) > 1:
         for ax in (ax1, ax2):
-            ax.axvline(killed, color="red", linestyle=":", label=f"killed after step {killed}")
-            ax.legend()
+            ax.axvline(runs[0]["last_step"], color="red", linestyle=":",
+                       label=f"killed after step {runs[0]['last_step']}, resumed at {runs[1]['first_step']}")
+            ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("phase", choices=("prepare", "train", "final"))
+    parser.add_argument("--gguf", default="/tmp/model.gguf")
+    parser.add_argument("--tokenizer", default=".gpu-shared/qwen2.5-0.5b-instruct")
+    parser.add_argument("--gsm8k", default=".gpu-shared/gsm8k")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--work", default="/tmp/real")
+    parser.add_argument("--steps", type=int, default=40, help="trainer.total_training_steps")
+    parser.add_argument("--save-freq", type=int, default=5)
+    parser.add_argument("--test-freq", type=int, default=5)
+    parser.add_argument("--actor-lr", type=float, default=2e-6)
+    parser.add_argument("--max-new-tokens", type=int, default=320)
+    parser.add_argument("--kill-after", type=int, help="train: SIGTERM once this step is logged")
+    parser.add_argument("--budget-s", type=float, help="train: stop at the last checkpoint that fits this time")
+    parser.add_argument("--teardown-s", type=float, default=45)
+    args = parser.parse_args()
+    work, out = Path(args.work), Path(args.out)
+    work.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    state = State(work)
+    try:
+        if args.phase == "prepare":
+            prepare(args, work, out, state)
+        elif args.phase == "train":
+            train(args, work, out, state)
+        else:
+            result = final(args, work, out, state)
+            print(json.dumps({k: result[k] for k in ("eval", "difference", "paired_sign_test", "resume")}, indent=1))
+    finally:
+        state.save(out)
 
 
 if __name__ == "__main__":
