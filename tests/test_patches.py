@@ -136,3 +136,38 @@ def test_merge_dtype_defaults_to_bf16_and_follows_the_environment(verl_copy, mon
     assert dtypes.merge_dtype() == torch.bfloat16
     monkeypatch.setenv("VERL_MERGE_DTYPE", "fp32")
     assert dtypes.merge_dtype() == torch.float32
+
+
+def _probe_hf_rollout(verl_copy: Path, model: Path) -> dict:
+    import json
+
+    probe = Path(__file__).with_name("hf_rollout_probe.py")
+    result = subprocess.run([sys.executable, str(probe), str(model)], capture_output=True, text=True, timeout=300,
+                            env={"PYTHONPATH": str(verl_copy.parent), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tokenizer_dir, tmp_path_factory) -> Path:
+    from conftest import make_tiny_qwen
+
+    # default-scale random weights repeat one token whatever its position; larger ones do not
+    return make_tiny_qwen(tokenizer_dir, tmp_path_factory.mktemp("tiny-rollout"), initializer_range=1.0)
+
+
+def test_hf_rollout_generates_what_generate_does_with_the_configured_sampling(verl_copy, tiny_model):
+    """Greedy and sampled rollouts equal transformers' generate() with the rollout's own settings."""
+    patches.apply(verl_copy)
+    result = _probe_hf_rollout(verl_copy, tiny_model)
+    assert result["greedy"]["equal"], result["greedy"]
+    assert result["sample"]["equal"], result["sample"]
+
+
+@pytest.mark.parametrize("left_out, mode", [("hf-rollout-generate-positions", "greedy"),
+                                            ("hf-rollout-sampling-settings", "sample")])
+def test_each_hf_rollout_edit_is_needed(verl_copy, tiny_model, left_out, mode):
+    """Without the edit, verl 0.5.0's rollout departs from generate(): the probe can tell."""
+    patches.apply(verl_copy, edits=[edit for edit in EDITS if edit.name != left_out])
+    result = _probe_hf_rollout(verl_copy, tiny_model)
+    assert not result[mode]["equal"], result[mode]

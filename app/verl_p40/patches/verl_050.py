@@ -137,6 +137,30 @@ EDITS: list[Edit] = [
         why="HF rollout generates under a bf16 autocast; follow actor_rollout_ref.rollout.dtype (float32 on Pascal)",
     ),
     Edit(
+        name="hf-rollout-generate-positions",
+        file="workers/rollout/hf_rollout.py",
+        old="                attention_mask=attention_mask,\n                position_ids=position_ids,\n",
+        new="                attention_mask=attention_mask,\n"
+        "                # verl-p40: no position_ids: transformers slices the prompt's to the last token at every\n"
+        "                # decoding step, so each new token got the last prompt position; it derives them itself\n",
+        why="HF rollout passes the prompt's position_ids to generate(); transformers 4.53 reuses the last prompt "
+        "position for every generated token, and the model degenerates (verl issue #2344): a real Qwen2.5 "
+        "scored 0.8% in verl's validation against 25% with plain generate()",
+    ),
+    Edit(
+        name="hf-rollout-sampling-settings",
+        file="workers/rollout/hf_rollout.py",
+        old="                generation_config=generation_config,\n",
+        new="                generation_config=generation_config,\n"
+        "                # verl-p40: transformers replaces settings left at its defaults (temperature 1.0, top_p 1.0,\n"
+        "                # repetition_penalty 1.0) with the checkpoint's generation_config.json; keywords win\n"
+        '                **{key: value for key, value in kwargs.items() if key != "do_sample"},\n'
+        "                repetition_penalty=1.0,\n",
+        why="HF rollout's GenerationConfig is back-filled from the checkpoint's generation_config.json (Qwen2.5: "
+        "temperature 0.7, top_p 0.8, repetition_penalty 1.05), so PPO sampled from another distribution than "
+        "the configured policy it computes log-probs for (verl issue #7270)",
+    ),
+    Edit(
         name="no-triton-cross-entropy-below-sm70",
         file="utils/torch_functional.py",
         old="    if FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE:\n        batch_dim = logits.shape[:-1]\n",
