@@ -19,9 +19,10 @@ All through the product's CLI:
   step K is logged (the stop-and-resume test); otherwise, when --budget-s would run out before the next
   checkpoint, it is stopped right after one (nothing lost). The trainer command is the same every time, so a
   later `train` resumes from the last checkpoint (verl's resume_mode auto).
-- final: `verl-p40 eval --model BASE --compare latest` on the held-out slice (answers side by side), then
-  real-weights-<date>.json (commands, accuracies, difference, paired sign test, resume evidence, step time, peak
-  memory) and real-weights-<date>.png (training reward and validation reward over steps).
+- final: `verl-p40 eval --model BASE --compare latest` on the held-out slice (answers side by side), then report.
+- report (no GPU needed; rebuilds the summary from returned files too): real-weights-<date>.json (commands,
+  accuracies, difference, paired sign test, resume evidence, step time, peak memory) and real-weights-<date>.png
+  (training reward and validation reward over steps).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import shlex
 import shutil
 import signal
@@ -93,8 +95,8 @@ def prepare(args: argparse.Namespace, work: Path, out: Path, state: State) -> No
     command = cli("eval", "--model", str(model), "--out", str(work / "eval-base"), "--logs", str(work / "none"),
                   *eval_args(args, work))
     run(command)
-    report = json.loads((work / "eval-base" / "report.json").read_text())
-    state.data["base_eval"] = {"command": "verl-p40 " + shlex.join(command[3:]), "models": report["models"]}
+    base = json.loads((work / "eval-base" / "report.json").read_text())
+    state.data["base_eval"] = {"command": "verl-p40 " + shlex.join(command[3:]), "models": base["models"]}
     copy_out(work / "eval-base", out, "real-weights-base-eval-")
 
 
@@ -132,7 +134,17 @@ def ray_stop() -> None:
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+def resume_lines(text: str) -> list[str]:
+    """verl's own lines about the checkpoint it resumed from (printed by a Ray actor: prefixed, coloured)."""
+    plain = (re.sub(r"\x1b\[[0-9;]*m", "", line) for line in text.splitlines())
+    return [line.split(")", 1)[-1].strip() if line.startswith("(") else line.strip() for line in plain
+            if any(key in line for key in ("Load from checkpoint folder", "Setting global step", "Resuming from"))]
+
+
 def train(args: argparse.Namespace, work: Path, out: Path, state: State) -> None:
+    from ppo_runner import environment
+
+    state.data.setdefault("environment", environment())
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     ray_stop()
@@ -174,9 +186,8 @@ def train(args: argparse.Namespace, work: Path, out: Path, state: State) -> None
         "log": log.name, "returncode": proc.returncode, "stop_reason": reason or "finished",
         "wall_s": round(time.time() - started, 1),
         "first_step": int(steps[0]["step"]) if steps else None, "last_step": int(steps[-1]["step"]) if steps else None,
-        "resume_lines": [line.strip() for line in text.splitlines()
-                         if line.startswith(("Load from checkpoint folder", "Setting global step", "Resuming from"))],
-        "checkpoints_after": sorted(p.name for p in (work / "ckpt").glob("global_step_*")),
+        "resume_lines": resume_lines(text),
+        "checkpoints_after": sorted(p.name for p in (work / "ckpt").rglob("global_step_*")),
     })
     shutil.copy(log, out / f"real-weights-{log.name}")
     shutil.copytree(logs / "gpu", out / "real-weights-gpu", dirs_exist_ok=True)
@@ -215,28 +226,55 @@ def monitor_peaks(folder: Path) -> dict:
 
     return {"device_used_peak_gb": peak("gpu.csv", "memory_used_bytes"),
             "process_used_peak_gb": peak("gpu-processes.csv", "used_memory_bytes"),
-            "cap_gb": 24.0, "source": "verl-p40 monitor, 1 s samples, both train runs"}
+            "cap_gb": 24.0, "source": "verl-p40 monitor, 1 s samples, every train run"}
 
 
 def final(args: argparse.Namespace, work: Path, out: Path, state: State) -> dict:
-    from ppo_runner import environment
-
     command = cli("eval", "--model", str(work / "qwen-real"), "--compare", "latest", "--checkpoints",
                   str(work / "ckpt"), "--out", str(work / "eval-final"), "--logs", str(work / "logs"),
                   *eval_args(args, work))
     run(command)
-    report = json.loads((work / "eval-final" / "report.json").read_text())
+    state.data["final_eval_command"] = "verl-p40 " + shlex.join(command[3:])
+    return report(args, work, out, state)
+
+
+def effective_steps(runs: list[dict], logs: Path) -> list[dict]:
+    """Each step's metrics from the run that last logged it (a resumed run redoes the steps a kill lost)."""
+    by_step: dict[int, dict] = {}
+    for index, run_ in enumerate(runs):
+        for step in read_steps(logs / run_["log"]):
+            by_step[int(step["step"])] = {**by_step.get(int(step["step"]), {}), **step, "run": index + 1}
+    return [by_step[k] for k in sorted(by_step)]
+
+
+def redone_steps(logs: Path, killed: dict, resumed: dict) -> dict:
+    """The steps both the killed run and the resumed one trained: same checkpoint and data order, so the same
+    metrics up to float noise when the resume is faithful."""
+    first = {int(s["step"]): s for s in read_steps(logs / killed["log"])}
+    again = {int(s["step"]): s for s in read_steps(logs / resumed["log"])}
+    both = sorted(k for k in first.keys() & again.keys() if k > resumed["first_step"])
+    keys = ("critic/score/mean", "actor/entropy", "actor/pg_loss", "critic/vf_loss", "response_length/mean")
+    return {"steps": both,
+            **{key: {"killed_run": [first[k].get(key) for k in both], "resumed_run": [again[k].get(key) for k in both]}
+               for key in keys}}
+
+
+def report(args: argparse.Namespace, work: Path, out: Path, state: State) -> dict:
+    """real-weights-<date>.json and .png from the work folder (needs no GPU: rerun it on returned files)."""
+    evaluation = json.loads((work / "eval-final" / "report.json").read_text())
     records = [json.loads(line) for line in (work / "eval-final" / "answers.jsonl").read_text().splitlines()]
     runs = state.data["train_runs"]
-    steps = [s for r in runs for s in read_steps(work / "logs" / r["log"])]
+    steps = effective_steps(runs, work / "logs")
     timed = [s["timing_s/step"] for s in steps if "timing_s/step" in s][1:]
+    killed = next((i for i, r in enumerate(runs) if r["stop_reason"].startswith("killed")), None)
+    resumed = runs[killed + 1] if killed is not None and killed + 1 < len(runs) else None
     gpu = monitor_peaks(work / "logs" / "gpu")
-    models = report["models"]
+    models = evaluation["models"]
     result = {
-        "environment": environment(),
+        "environment": state.data.get("environment"),
         "commands": {"base_eval": state.data.get("base_eval", {}).get("command"),
                      "train (every run, unchanged)": state.data.get("train_command"),
-                     "final_eval": "verl-p40 " + shlex.join(command[3:])},
+                     "final_eval": state.data.get("final_eval_command")},
         "heldout": f"GSM8K test rows {HELDOUT_ROWS[0]}..{sum(HELDOUT_ROWS) - 1} ({HELDOUT_ROWS[1]} questions, greedy)",
         "validation": f"GSM8K test rows {VAL_ROWS[0]}..{sum(VAL_ROWS) - 1} ({VAL_ROWS[1]} questions), trainer's val",
         "base_eval_alone": state.data.get("base_eval", {}).get("models"),
@@ -246,9 +284,14 @@ def final(args: argparse.Namespace, work: Path, out: Path, state: State) -> dict
         "paired_sign_test": sign_test(records),
         "train_runs": runs,
         "resume": {"save_freq": args.save_freq,
-                   "killed_run_last_step": runs[0]["last_step"] if runs else None,
-                   "resumed_run_first_step": runs[1]["first_step"] if len(runs) > 1 else None,
-                   "evidence": runs[1]["resume_lines"] if len(runs) > 1 else []},
+                   "killed_run": killed + 1 if killed is not None else None,
+                   "killed_after_step": runs[killed]["last_step"] if killed is not None else None,
+                   "resumed_from_checkpoint_step": resumed["first_step"] if resumed else None,
+                   "first_step_trained_again": resumed["first_step"] + 1 if resumed else None,
+                   "steps_lost": runs[killed]["last_step"] - resumed["first_step"] if resumed else None,
+                   "evidence": resume_lines((work / "logs" / resumed["log"]).read_text(errors="replace"))
+                   if resumed else [],
+                   "redone_steps": redone_steps(work / "logs", runs[killed], resumed) if resumed else None},
         "steps_trained": max((int(s["step"]) for s in steps), default=0),
         "step_time_s_median": round(statistics.median(timed), 2) if timed else None,
         "peak_torch_max_allocated_gb": max((s.get("perf/max_memory_allocated_gb", 0) for s in steps), default=None),
@@ -259,11 +302,11 @@ def final(args: argparse.Namespace, work: Path, out: Path, state: State) -> dict
     stem = out / f"real-weights-{time.strftime('%Y-%m-%d')}"
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     copy_out(work / "eval-final", out, "real-weights-eval-")
-    plot(steps, stem.with_suffix(".png"), runs)
+    plot(steps, stem.with_suffix(".png"), result["resume"])
     return result
 
 
-def plot(steps: list[dict], path: Path, runs: list[dict]) -> None:
+def plot(steps: list[dict], path: Path, resume: dict) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -283,10 +326,11 @@ def plot(steps: list[dict], path: Path, runs: list[dict]) -> None:
         ax2.plot([v[0] for v in val], [v[1] for v in val], marker="o")
     ax2.set_title("validation reward, greedy (test rows 256..383)")
     ax2.set_xlabel("PPO step")
-    if runs and runs[0]["last_step"] and len(runs) > 1:
+    if resume.get("killed_after_step") is not None:
         for ax in (ax1, ax2):
-            ax.axvline(runs[0]["last_step"], color="red", linestyle=":",
-                       label=f"killed after step {runs[0]['last_step']}, resumed at {runs[1]['first_step']}")
+            ax.axvline(resume["killed_after_step"], color="red", linestyle=":",
+                       label=f"killed after step {resume['killed_after_step']}, "
+                       f"resumed from the step-{resume['resumed_from_checkpoint_step']} checkpoint")
             ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -294,7 +338,7 @@ def plot(steps: list[dict], path: Path, runs: list[dict]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("phase", choices=("prepare", "train", "final"))
+    parser.add_argument("phase", choices=("prepare", "train", "final", "report"))
     parser.add_argument("--gguf", default="/tmp/model.gguf")
     parser.add_argument("--tokenizer", default=".gpu-shared/qwen2.5-0.5b-instruct")
     parser.add_argument("--gsm8k", default=".gpu-shared/gsm8k")
@@ -319,7 +363,7 @@ def main() -> None:
         elif args.phase == "train":
             train(args, work, out, state)
         else:
-            result = final(args, work, out, state)
+            result = (final if args.phase == "final" else report)(args, work, out, state)
             print(json.dumps({k: result[k] for k in ("eval", "difference", "paired_sign_test", "resume")}, indent=1))
     finally:
         state.save(out)

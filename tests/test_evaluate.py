@@ -98,3 +98,26 @@ def test_engine_choice_without_vllm():
     assert evaluate.pick_engine("hf", "cpu") is evaluate.Generator
     with pytest.raises(UserError, match="needs the vllm package"):
         evaluate.pick_engine("vllm", "cpu")
+
+
+def test_greedy_ignores_the_checkpoints_repetition_penalty(tokenizer_dir, prepared, tmp_path):
+    """Eval decodes the policy greedily as trained: a repetition penalty in generation_config.json is not applied."""
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    model_dir = make_tiny_qwen(tokenizer_dir, tmp_path / "tiny")  # default-scale weights: repeats one token
+    GenerationConfig(repetition_penalty=5.0, eos_token_id=151645).save_pretrained(model_dir)
+    question = evaluate.load_questions(prepared / "test.parquet", 1)[0]
+    generator = evaluate.Generator(model_dir, "cpu", max_new_tokens=8)
+    (answer, _), = generator([question.prompt])
+    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
+    text = generator.tokenizer.apply_chat_template(question.prompt, add_generation_prompt=True, tokenize=False)
+    ids = generator.tokenizer(text, return_tensors="pt")
+    with torch.no_grad():
+        plain = model.generate(**ids, max_new_tokens=8, do_sample=False, repetition_penalty=1.0,
+                               eos_token_id=generator.eos, pad_token_id=generator.tokenizer.pad_token_id)
+        penalised = model.generate(**ids, max_new_tokens=8, do_sample=False, repetition_penalty=5.0,
+                                   eos_token_id=generator.eos, pad_token_id=generator.tokenizer.pad_token_id)
+    decode = lambda row: generator.tokenizer.decode(row[ids["input_ids"].shape[1]:], skip_special_tokens=True)  # noqa: E731
+    assert decode(plain[0]) != decode(penalised[0])  # the penalty would change this model's answer
+    assert answer == decode(plain[0])

@@ -107,7 +107,10 @@ def pick_dtype(device: str):
 
 
 class Generator:
-    """Greedy batched generation with Hugging Face transformers (left padding, the model's chat template)."""
+    """Greedy batched generation with Hugging Face transformers (left padding, the model's chat template).
+
+    Plain greedy decoding of the policy the trainer optimises: no repetition penalty, whatever the checkpoint's
+    generation_config.json suggests (Qwen2.5's says 1.05), as the vLLM engine and verl's validation decode."""
 
     def __init__(self, model_dir: Path, device: str, max_new_tokens: int):
         import torch
@@ -136,7 +139,8 @@ class Generator:
         batch = self.tokenizer(texts, return_tensors="pt", padding=True).to(self.device)
         with self.torch.no_grad():
             out = self.model.generate(**batch, max_new_tokens=self.max_new_tokens, do_sample=False,
-                                      eos_token_id=self.eos, pad_token_id=self.tokenizer.pad_token_id)
+                                      repetition_penalty=1.0, eos_token_id=self.eos,
+                                      pad_token_id=self.tokenizer.pad_token_id)
         results = []
         for row in out[:, batch["input_ids"].shape[1]:]:
             ids = row.tolist()
