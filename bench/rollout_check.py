@@ -32,6 +32,7 @@ def main() -> None:
     parser.add_argument("--before", required=True, type=Path)
     parser.add_argument("--after", required=True, type=Path)
     parser.add_argument("--eval", required=True, type=Path, help="verl-p40 eval's report.json on the val slice")
+    parser.add_argument("--eval-label", default="verl-p40 eval", help="how the eval bar is labelled")
     parser.add_argument("--steps", type=int, default=4, help="first N training steps to compare")
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args()
@@ -39,7 +40,8 @@ def main() -> None:
     result = {
         "what": "trainer's greedy validation reward (flexible + 0.1 format bonus) at step 0 on GSM8K test rows "
                 "256..383, and sampled training reward of the first steps, before/after the HF rollout edits",
-        "plain_generate_eval": {k: base[k] for k in ("questions", "accuracy_flexible", "format_rate")},
+        "plain_generate_eval": {"label": args.eval_label,
+                                **{k: base[k] for k in ("questions", "accuracy_flexible", "format_rate")}},
         "before_edits": summarise(args.before, args.steps),
         "after_edits": summarise(args.after, args.steps),
     }
@@ -59,7 +61,7 @@ def plot(result: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
     labels = ("before_edits", "after_edits")
     flexible = result["plain_generate_eval"]["accuracy_flexible"] + 0.1 * result["plain_generate_eval"]["format_rate"]
-    axes[0].bar(["verl val\nbefore", "verl val\nafter", "plain generate\n(same reward)"],
+    axes[0].bar(["verl val\nbefore edits", "verl val\nafter edits", result["plain_generate_eval"]["label"]],
                 [result[k]["val_reward_step0"] or 0 for k in labels] + [flexible], color=["#c44", "#4a4", "#888"])
     axes[0].set_title("greedy reward at step 0 (no update yet)", fontsize=10)
     for ax, key, title in ((axes[1], "critic/score/mean", "sampled training reward"),
@@ -69,6 +71,7 @@ def plot(result: dict, path: Path) -> None:
             ax.plot(range(1, len(values) + 1), values, marker="o", color=colour, label=label.replace("_", " "))
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("PPO step")
+        ax.xaxis.get_major_locator().set_params(integer=True)
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
