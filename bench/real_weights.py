@@ -217,15 +217,13 @@ def copy_out(folder: Path, out: Path, prefix: str) -> None:
 
 def monitor_peaks(folder: Path) -> dict:
     """Peaks over every train run from `verl-p40 monitor`'s CSVs (the whole GPU, and the largest process)."""
-    import csv
+    from verl_p40.monitor import Summary, read_gpu_csv, read_process_csv
 
-    def peak(name: str, column: str) -> float | None:
-        with open(folder / name, newline="") as handle:
-            values = [int(row[column]) for row in csv.DictReader(handle) if row.get(column)]
-        return round(max(values) / 1e9, 3) if values else None
-
-    return {"device_used_peak_gb": peak("gpu.csv", "memory_used_bytes"),
-            "process_used_peak_gb": peak("gpu-processes.csv", "used_memory_bytes"),
+    summary = Summary()
+    summary.add(read_gpu_csv(folder / "gpu.csv"), read_process_csv(folder / "gpu-processes.csv"))
+    peaks = summary.as_dict()
+    return {"device_used_peak_gb": max(g["peak_memory_used_gb"] for g in peaks["gpus"].values()),
+            "process_used_peak_gb": round(peaks["processes"][0]["peak_used_memory_bytes"] / 1e9, 3),
             "cap_gb": 24.0, "source": "verl-p40 monitor, 1 s samples, every train run"}
 
 

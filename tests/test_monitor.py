@@ -48,6 +48,8 @@ def test_loop_writes_csv_summary_and_plot_and_survives_a_bad_sample(tmp_path):
     assert summary["gpus"]["1"]["utilization_gpu_mean_pct"] == 0.0
     assert summary["processes"][0]["pid"] == 4242 and summary["processes"][0]["peak_used_memory_bytes"] == int(13.5e9)
     assert json.loads((tmp_path / "gpu-summary.json").read_text()) == summary
+    procs = m.read_process_csv(tmp_path / "gpu-processes.csv")  # the CSV gives back the samples written
+    assert len(procs) == 5 and max(p.used_memory_bytes for p in procs) == int(13.5e9) and procs[0].pid == 4242
     assert (tmp_path / "gpu.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sum("WARNING: GPU 0" in line for line in lines) == 1  # crossed 50 % once, reported once
 

@@ -228,6 +228,13 @@ def read_gpu_csv(path: str | Path) -> list[GPUSample]:
     return out
 
 
+def read_process_csv(path: str | Path) -> list[ProcessSample]:
+    with open(path, newline="") as handle:
+        return [ProcessSample(ts=float(row["ts"]), gpu=int(row["gpu"]), pid=int(row["pid"]), name=row["name"],
+                              used_memory_bytes=int(row["used_memory_bytes"]) if row["used_memory_bytes"] else None)
+                for row in csv.DictReader(handle)]
+
+
 # ------------------------------------------------------------------------------------------------ summary
 
 
