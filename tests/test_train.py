@@ -45,3 +45,38 @@ def test_cap_refuses_a_competing_external_lib():
     result = cli("train", "--profile", "p40", "--dry-run", "--gpu-memory-cap-gb", "24",
                  "actor_rollout_ref.model.external_lib=my_lib")
     assert result.returncode == 2 and "cannot be combined" in result.stderr
+
+
+def test_train_log_shows_each_line_while_the_trainer_still_runs(tmp_path):
+    """A bench or a user following logs/train-*.log must see a step line when verl prints it, not at exit."""
+    import subprocess
+    import sys
+    import time
+
+    release = tmp_path / "release"
+    trainer = ("import pathlib, sys, time\n"
+               "print('step:3 - critic/score/mean:0.5', flush=True)\n"
+               f"deadline = time.time() + 30\n"
+               f"while not pathlib.Path({str(release)!r}).exists() and time.time() < deadline:\n"
+               "    time.sleep(0.05)\n")
+    runner = ("import sys\n"
+              "from verl_p40.train import run_trainer\n"
+              "class Plan:\n"
+              "    env, overrides = {}, []\n"
+              f"    def command(self): return [sys.executable, '-c', {trainer!r}]\n"
+              f"sys.exit(run_trainer(Plan(), {str(tmp_path / 'logs')!r}))\n")
+    proc = subprocess.Popen([sys.executable, "-c", runner], stdout=subprocess.DEVNULL)
+    try:
+        seen = False
+        for _ in range(200):
+            logs = list((tmp_path / "logs").glob("train-*.log"))
+            if logs and "step:3 - critic/score/mean:0.5" in logs[0].read_text():
+                seen = True
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the stand-in trainer must still be running while the log is read"
+        assert seen, "the step line was not in the log while the trainer ran"
+    finally:
+        release.touch()
+        proc.wait(timeout=30)
+    assert proc.returncode == 0

@@ -154,7 +154,9 @@ def run_trainer(run: RunPlan, logs: str) -> int:
     env = {**os.environ, **run.env, "PYTHONUNBUFFERED": "1"}
     overrides = [*run.overrides, f"hydra.run.dir={log_dir.absolute()}/hydra/{time.strftime('%Y%m%d-%H%M%S')}"]
     print(f"[verl-p40] logging to {log_path}", flush=True)
-    with open(log_path, "a", encoding="utf-8") as log:
+    # line-buffered: whoever follows the log (tail -f, a bench that stops the run at a step) sees each line as
+    # verl prints it, not 8 KB later
+    with open(log_path, "a", encoding="utf-8", buffering=1) as log:
         log.write("$ " + shlex.join(run.command()) + "\n")
         child = subprocess.Popen(
             [*run.command()[:3], *overrides], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -172,6 +174,7 @@ def run_trainer(run: RunPlan, logs: str) -> int:
             assert child.stdout is not None
             for line in child.stdout:
                 sys.stdout.write(line)
+                sys.stdout.flush()
                 log.write(line)
             return child.wait()
         finally:
