@@ -1,13 +1,22 @@
 """GPU bench (real weights): does PPO under the p40 profile improve GSM8K accuracy, across a kill and resume?
 
 The lent GPU machine runs one command for at most 10 minutes and keeps /tmp only while it stays warm, so the
-bench is cut into phases, each one device call, state kept under --work (/tmp/real). After staging the GGUF
-(bench/results/README.md, "Real weights") and `bash .gpu-bundle/install.sh && source bench/gpu_setup.sh`:
+bench is cut into phases, state kept under --work (/tmp/real). After staging the GGUF (bench/results/README.md,
+"Real weights") and `bash .gpu-bundle/install.sh && source bench/gpu_setup.sh`, either one device call per phase:
 
     python3 bench/real_weights.py prepare --gguf /tmp/model.gguf --out $OUT
     python3 bench/real_weights.py train --out $OUT --kill-after 7 --budget-s 400   # killed mid-run
     python3 bench/real_weights.py train --out $OUT --budget-s 540                  # same trainer command: resumes
     python3 bench/real_weights.py final --out $OUT
+
+or, since a process that starts its own session (setsid) outlives the call that started it, the training part
+as one detached `session` (one trainer start fewer per 10 minutes) followed by `wait` in the later calls:
+
+    python3 bench/real_weights.py prepare --out $OUT
+    setsid python3 bench/real_weights.py session --out /tmp/real/out --kill-after 12 --budget-s 1320 \
+        > /tmp/real/session.log 2>&1 < /dev/null &
+    python3 bench/real_weights.py wait --out /tmp/real/out --timeout-s 580         # in each later call
+    python3 bench/real_weights.py final --out $OUT                                 # after `wait` says it ended
 
 All through the product's CLI:
 - prepare: bench/gguf_to_hf.py (the GGUF as a Hugging Face folder of Qwen2.5-0.5B-Instruct's shape: tied, Qwen2.5
@@ -15,14 +24,17 @@ All through the product's CLI:
   while training), validation = rows 256..383 (the trainer's own validation curve); `verl-p40 eval` of the base
   model on the held-out slice.
 - train: `verl-p40 train --profile p40 --gpu-memory-cap-gb 24 --reward-method flexible --format-bonus 0.1`
-  (checkpoint every --save-freq steps) beside `verl-p40 monitor`. With --kill-after K it is sent SIGTERM once
+  (checkpoint every --save-freq steps; `trainer.critic_warmup` from --critic-warmup: the critic's value head
+  starts random, and until it fits, the advantages are mostly its noise) beside `verl-p40 monitor`. With --kill-after K it is sent SIGTERM once
   step K is logged (the stop-and-resume test); otherwise, when --budget-s would run out before the next
   checkpoint, it is stopped right after one (nothing lost). The trainer command is the same every time, so a
   later `train` resumes from the last checkpoint (verl's resume_mode auto).
-- final: `verl-p40 eval --model BASE --compare latest` on the held-out slice (answers side by side), then report.
+- session: `train --kill-after K`, then `train` again until --budget-s (from the session's start) runs out.
+- final: `verl-p40 eval --model BASE --compare latest` on the held-out slice (answers side by side), then report,
+  and real-weights-work.tgz (state, logs, evals: `report --work` rebuilds everything from it).
 - report (no GPU needed; rebuilds the summary from returned files too): real-weights-<date>.json (commands,
   accuracies, difference, paired sign test, resume evidence, step time, peak memory) and real-weights-<date>.png
-  (training reward and validation reward over steps).
+  (training reward, validation reward, and the critic's explained variance beside the actor's entropy over steps).
 """
 
 from __future__ import annotations
@@ -30,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import shlex
 import shutil
@@ -37,6 +50,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -111,21 +125,23 @@ def train_command(args: argparse.Namespace, work: Path) -> list[str]:
                f"data.val_files={work / 'gsm8k' / 'val-128.parquet'}", "trainer.val_before_train=true",
                f"trainer.test_freq={args.test_freq}", f"trainer.save_freq={args.save_freq}",
                f"trainer.total_training_steps={args.steps}", f"data.max_response_length={args.max_new_tokens}",
-               f"actor_rollout_ref.actor.optim.lr={args.actor_lr}")
+               f"actor_rollout_ref.actor.optim.lr={args.actor_lr}", f"trainer.critic_warmup={args.critic_warmup}")
 
 
-def should_stop(step: int, step_times: list[float], elapsed: float, args: argparse.Namespace) -> str | None:
-    """Why to stop the trainer after `step` was logged, or None to let it go on.
+def should_stop(step: int, previous: int, step_times: list[float], elapsed: float,
+                args: argparse.Namespace) -> str | None:
+    """Why to stop the trainer now that `step` is the last step logged (`previous` before it), or None.
 
     step_times: seconds between consecutive step lines of this run (validation and saving included)."""
     if args.kill_after is not None and step >= args.kill_after:
         return f"killed after step {step} (--kill-after {args.kill_after})"
-    if args.budget_s is None or step % args.save_freq or not step_times:
+    checkpointed = step // args.save_freq > previous // args.save_freq  # a checkpoint step was reached or passed
+    if args.budget_s is None or not checkpointed or not step_times:
         return None
     per_step = statistics.median(step_times[-args.save_freq:])
     # the next checkpoint needs save_freq more steps, one of them carrying validation and the save
     if elapsed + per_step * (args.save_freq + 2) + args.teardown_s > args.budget_s:
-        return f"stopped after the checkpoint of step {step}: the next one would not fit in --budget-s"
+        return f"stopped after the checkpoint of step {step - step % args.save_freq}: the next one would not fit"
     return None
 
 
@@ -161,9 +177,9 @@ def train(args: argparse.Namespace, work: Path, out: Path, state: State) -> None
         new = sorted(set(logs.glob("train-*.log")) - before)
         steps = read_steps(new[-1]) if new else []
         if steps and int(steps[-1]["step"]) > seen:
-            seen = int(steps[-1]["step"])
+            previous, seen = seen, int(steps[-1]["step"])
             stamps.append(elapsed)
-            reason = should_stop(seen, [b - a for a, b in zip(stamps, stamps[1:])], elapsed, args)
+            reason = should_stop(seen, previous, [b - a for a, b in zip(stamps, stamps[1:])], elapsed, args)
         if reason is None and args.budget_s is not None and elapsed > args.budget_s - args.teardown_s:
             reason = "hard stop: --budget-s reached"
         if reason:
@@ -191,6 +207,51 @@ def train(args: argparse.Namespace, work: Path, out: Path, state: State) -> None
     })
     shutil.copy(log, out / f"real-weights-{log.name}")
     shutil.copytree(logs / "gpu", out / "real-weights-gpu", dirs_exist_ok=True)
+
+
+def session(args: argparse.Namespace, work: Path, out: Path, state: State) -> None:
+    """The whole training part in one process, meant to outlive the device call that starts it (setsid):
+    `train --kill-after K`, then the same trainer command again (it resumes) until --budget-s, counted from the
+    start of the session, runs out. `wait` follows it from later calls."""
+    pid_file = work / "session.pid"
+    pid_file.write_text(str(os.getpid()))
+    started = time.time()
+    try:
+        if args.kill_after is not None:
+            train(argparse.Namespace(**{**vars(args), "budget_s": None}), work, out, state)
+            state.save(out)
+        budget = None if args.budget_s is None else args.budget_s - (time.time() - started)
+        train(argparse.Namespace(**{**vars(args), "kill_after": None, "budget_s": budget}), work, out, state)
+    finally:
+        pid_file.unlink(missing_ok=True)
+
+
+def session_alive(work: Path) -> bool:
+    pid_file = work / "session.pid"
+    if not pid_file.exists():
+        return False
+    try:
+        os.kill(int(pid_file.read_text()), 0)
+    except (ProcessLookupError, ValueError):
+        return False
+    return True
+
+
+def wait(args: argparse.Namespace, work: Path) -> None:
+    """Follow a detached `session` for at most --timeout-s: print each new step's reward, return when it ends."""
+    deadline, seen = time.time() + args.timeout_s, None
+    while True:
+        alive = session_alive(work)
+        logs = sorted((work / "logs").glob("train-*.log"))
+        steps = read_steps(logs[-1]) if logs else []
+        if steps and steps[-1]["step"] != seen:
+            seen = steps[-1]["step"]
+            print(f"[wait] {logs[-1].name} step {int(seen)}: training reward "
+                  f"{steps[-1].get('critic/score/mean', float('nan')):.3f}", flush=True)
+        if not alive or time.time() > deadline:
+            print(f"[wait] session {'still running' if alive else 'ended'}", flush=True)
+            return
+        time.sleep(5)
 
 
 # --------------------------------------------------------------------------------------------------- final
@@ -233,7 +294,19 @@ def final(args: argparse.Namespace, work: Path, out: Path, state: State) -> dict
                   *eval_args(args, work))
     run(command)
     state.data["final_eval_command"] = "verl-p40 " + shlex.join(command[3:])
-    return report(args, work, out, state)
+    state.save(out)
+    result = report(args, work, out, state)
+    bundle(work, out / "real-weights-work.tgz")
+    return result
+
+
+def bundle(work: Path, path: Path) -> None:
+    """Everything `report` needs, in one file (the device returns few files per call): rebuild the summary
+    anywhere with `report --work <unpacked>`."""
+    with tarfile.open(path, "w:gz") as tar:
+        for name in ("state.json", "logs", "eval-base", "eval-final"):
+            if (work / name).exists():
+                tar.add(work / name, arcname=name)
 
 
 def effective_steps(runs: list[dict], logs: Path) -> list[dict]:
@@ -300,43 +373,65 @@ def report(args: argparse.Namespace, work: Path, out: Path, state: State) -> dic
     stem = out / f"real-weights-{time.strftime('%Y-%m-%d')}"
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     copy_out(work / "eval-final", out, "real-weights-eval-")
-    plot(steps, stem.with_suffix(".png"), result["resume"])
+    plot(steps, stem.with_suffix(".png"), result["resume"], critic_warmup(state.data.get("train_command")))
     return result
 
 
-def plot(steps: list[dict], path: Path, resume: dict) -> None:
+def critic_warmup(command: str | None) -> int:
+    found = re.search(r"trainer\.critic_warmup=(\d+)", command or "")
+    return int(found.group(1)) if found else 0
+
+
+def plot(steps: list[dict], path: Path, resume: dict, warmup: int = 0) -> None:
+    """Training reward, validation reward, and the critic's fit beside the actor's entropy (what explains them)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4))
-    train = [(s["step"], s["critic/score/mean"]) for s in steps if "critic/score/mean" in s]
-    ax1.plot([t[0] for t in train], [t[1] for t in train], marker=".", label="per step")
-    if len(train) >= 5:
-        window = [sum(v for _, v in train[max(0, i - 4):i + 1]) / len(train[max(0, i - 4):i + 1])
-                  for i in range(len(train))]
-        ax1.plot([t[0] for t in train], window, label="mean of last 5")
+    def series(key: str) -> tuple[list[float], list[float]]:
+        pairs = [(s["step"], s[key]) for s in steps if key in s]
+        return [p[0] for p in pairs], [p[1] for p in pairs]
+
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(17, 4.2))
+    x, y = series("critic/score/mean")
+    ax1.plot(x, y, marker=".", label="per step")
+    if len(y) >= 5:
+        ax1.plot(x, [statistics.mean(y[max(0, i - 4):i + 1]) for i in range(len(y))], label="mean of last 5")
     ax1.set_title("training reward (flexible + 0.1 format bonus), batch 64")
-    ax1.set_xlabel("PPO step")
     val = sorted({(s["step"], v) for s in steps for k, v in s.items() if k.startswith("val-core/")})
     if val:
         ax2.plot([v[0] for v in val], [v[1] for v in val], marker="o")
     ax2.set_title("validation reward, greedy (test rows 256..383)")
-    ax2.set_xlabel("PPO step")
-    if resume.get("killed_after_step") is not None:
-        for ax in (ax1, ax2):
+    x, y = series("critic/vf_explained_var")
+    ax3.plot(x, [max(v, -5.0) for v in y], marker=".", color="tab:purple", label="critic explained variance (floor -5)")
+    ax3.axhline(0, color="grey", linewidth=0.6)
+    ax3.set_ylabel("explained variance")
+    entropy = ax3.twinx()
+    x, y = series("actor/entropy")
+    entropy.plot(x, y, marker=".", color="tab:green", label="actor entropy")
+    entropy.set_ylabel("entropy")
+    ax3.set_title("critic fit and actor entropy")
+    handles = ax3.get_legend_handles_labels()[0] + entropy.get_legend_handles_labels()[0]
+    ax3.legend(handles, [h.get_label() for h in handles], fontsize=8, loc="lower right")
+    for ax in (ax1, ax2, ax3):
+        ax.set_xlabel("PPO step")
+        if warmup > 1:
+            ax.axvspan(0.5, warmup - 0.5, color="grey", alpha=0.15,
+                       label=f"critic warm-up: actor frozen, steps 1..{warmup - 1}")
+        if resume.get("killed_after_step") is not None:
             ax.axvline(resume["killed_after_step"], color="red", linestyle=":",
                        label=f"killed after step {resume['killed_after_step']}, "
                        f"resumed from the step-{resume['resumed_from_checkpoint_step']} checkpoint")
-            ax.legend(fontsize=8)
+    for ax in (ax1, ax2):
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("phase", choices=("prepare", "train", "final", "report"))
+    parser.add_argument("phase", choices=("prepare", "train", "session", "wait", "final", "report"))
     parser.add_argument("--gguf", default="/tmp/model.gguf")
     parser.add_argument("--tokenizer", default=".gpu-shared/qwen2.5-0.5b-instruct")
     parser.add_argument("--gsm8k", default=".gpu-shared/gsm8k")
@@ -347,11 +442,17 @@ def main() -> None:
     parser.add_argument("--test-freq", type=int, default=5)
     parser.add_argument("--actor-lr", type=float, default=2e-6)
     parser.add_argument("--max-new-tokens", type=int, default=320)
+    parser.add_argument("--critic-warmup", type=int, default=8,
+                        help="trainer.critic_warmup: steps 1..N-1 update only the critic (its value head starts random)")
     parser.add_argument("--kill-after", type=int, help="train: SIGTERM once this step is logged")
     parser.add_argument("--budget-s", type=float, help="train: stop at the last checkpoint that fits this time")
     parser.add_argument("--teardown-s", type=float, default=45)
+    parser.add_argument("--timeout-s", type=float, default=580, help="wait: return after this long at most")
     args = parser.parse_args()
     work, out = Path(args.work), Path(args.out)
+    if args.phase == "wait":  # reads only: the session process owns state.json
+        wait(args, work)
+        return
     work.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     state = State(work)
@@ -360,6 +461,8 @@ def main() -> None:
             prepare(args, work, out, state)
         elif args.phase == "train":
             train(args, work, out, state)
+        elif args.phase == "session":
+            session(args, work, out, state)
         else:
             result = (final if args.phase == "final" else report)(args, work, out, state)
             print(json.dumps({k: result[k] for k in ("eval", "difference", "paired_sign_test", "resume")}, indent=1))
