@@ -93,9 +93,10 @@ def environment() -> dict:
 
     import verl
 
+    gpu = torch.cuda.is_available()
     return {
-        "gpu": torch.cuda.get_device_name(0),
-        "gpu_total_memory_gb": round(torch.cuda.get_device_properties(0).total_memory / 1e9, 2),
+        "gpu": torch.cuda.get_device_name(0) if gpu else "none (CPU rehearsal)",
+        "gpu_total_memory_gb": round(torch.cuda.get_device_properties(0).total_memory / 1e9, 2) if gpu else None,
         "torch": torch.__version__, "cuda": torch.version.cuda, "transformers": transformers.__version__,
         "verl": getattr(verl, "__version__", "0.5.0"), "python": sys.version.split()[0],
         "hostname_note": "lent NVIDIA H200; P40 emulated by the p40 profile plus --gpu-memory-cap-gb",

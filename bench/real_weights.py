@@ -125,7 +125,8 @@ def train_command(args: argparse.Namespace, work: Path) -> list[str]:
                f"data.val_files={work / 'gsm8k' / 'val-128.parquet'}", "trainer.val_before_train=true",
                f"trainer.test_freq={args.test_freq}", f"trainer.save_freq={args.save_freq}",
                f"trainer.total_training_steps={args.steps}", f"data.max_response_length={args.max_new_tokens}",
-               f"actor_rollout_ref.actor.optim.lr={args.actor_lr}", f"trainer.critic_warmup={args.critic_warmup}")
+               f"actor_rollout_ref.actor.optim.lr={args.actor_lr}", f"trainer.critic_warmup={args.critic_warmup}",
+               *args.override)
 
 
 def should_stop(step: int, previous: int, step_times: list[float], elapsed: float,
@@ -146,6 +147,9 @@ def should_stop(step: int, previous: int, step_times: list[float], elapsed: floa
 
 
 def ray_stop() -> None:
+    """Clear what a killed trainer's own Ray left behind; a cluster someone else started (RAY_ADDRESS) stays."""
+    if os.environ.get("RAY_ADDRESS"):
+        return
     subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "stop", "--force"], check=False,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -206,7 +210,8 @@ def train(args: argparse.Namespace, work: Path, out: Path, state: State) -> None
         "checkpoints_after": sorted(p.name for p in (work / "ckpt").rglob("global_step_*")),
     })
     shutil.copy(log, out / f"real-weights-{log.name}")
-    shutil.copytree(logs / "gpu", out / "real-weights-gpu", dirs_exist_ok=True)
+    if (logs / "gpu").is_dir():  # the monitor writes nothing without a GPU
+        shutil.copytree(logs / "gpu", out / "real-weights-gpu", dirs_exist_ok=True)
 
 
 def session(args: argparse.Namespace, work: Path, out: Path, state: State) -> None:
@@ -280,6 +285,8 @@ def monitor_peaks(folder: Path) -> dict:
     """Peaks over every train run from `verl-p40 monitor`'s CSVs (the whole GPU, and the largest process)."""
     from verl_p40.monitor import Summary, read_gpu_csv, read_process_csv
 
+    if not (folder / "gpu.csv").is_file():
+        return {"note": f"no GPU monitor samples in {folder}"}
     summary = Summary()
     summary.add(read_gpu_csv(folder / "gpu.csv"), read_process_csv(folder / "gpu-processes.csv"))
     peaks = summary.as_dict()
@@ -354,7 +361,7 @@ def report(args: argparse.Namespace, work: Path, out: Path, state: State) -> dic
                        for k in ("strict", "flexible")},
         "paired_sign_test": sign_test(records),
         "train_runs": runs,
-        "resume": {"save_freq": args.save_freq,
+        "resume": {"save_freq": command_setting(state.data.get("train_command"), "trainer.save_freq", args.save_freq),
                    "killed_run": killed + 1 if killed is not None else None,
                    "killed_after_step": runs[killed]["last_step"] if killed is not None else None,
                    "resumed_from_checkpoint_step": resumed["first_step"] if resumed else None,
@@ -373,13 +380,15 @@ def report(args: argparse.Namespace, work: Path, out: Path, state: State) -> dic
     stem = out / f"real-weights-{time.strftime('%Y-%m-%d')}"
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     copy_out(work / "eval-final", out, "real-weights-eval-")
-    plot(steps, stem.with_suffix(".png"), result["resume"], critic_warmup(state.data.get("train_command")))
+    plot(steps, stem.with_suffix(".png"), result["resume"], command_setting(state.data.get("train_command"), "trainer.critic_warmup"))
     return result
 
 
-def critic_warmup(command: str | None) -> int:
-    found = re.search(r"trainer\.critic_warmup=(\d+)", command or "")
-    return int(found.group(1)) if found else 0
+def command_setting(command: str | None, key: str, default: int = 0) -> int:
+    """An integer verl setting (`key=N`) as the recorded trainer command gave it: the report describes that run,
+    whatever the options of the `report` call."""
+    found = re.findall(rf"(?:^|\s){re.escape(key)}=(\d+)(?=\s|$)", command or "")
+    return int(found[-1]) if found else default
 
 
 def plot(steps: list[dict], path: Path, resume: dict, warmup: int = 0) -> None:
@@ -444,6 +453,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=320)
     parser.add_argument("--critic-warmup", type=int, default=8,
                         help="trainer.critic_warmup: steps 1..N-1 update only the critic (its value head starts random)")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="one more verl override for the trainer command (repeatable; later ones win)")
     parser.add_argument("--kill-after", type=int, help="train: SIGTERM once this step is logged")
     parser.add_argument("--budget-s", type=float, help="train: stop at the last checkpoint that fits this time")
     parser.add_argument("--teardown-s", type=float, default=45)

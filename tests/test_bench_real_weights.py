@@ -34,7 +34,10 @@ def test_kill_after_wins():
     assert "killed after step 7" in real_weights.should_stop(7, 6, [25], 10.0, options(kill_after=7, budget_s=None))
 
 
-def test_critic_warmup_read_back_from_the_recorded_command():
-    assert real_weights.critic_warmup("verl-p40 train trainer.save_freq=5 trainer.critic_warmup=8 x=1") == 8
-    assert real_weights.critic_warmup("verl-p40 train trainer.save_freq=5") == 0
-    assert real_weights.critic_warmup(None) == 0
+def test_settings_read_back_from_the_recorded_command():
+    command = "verl-p40 train trainer.save_freq=5 trainer.critic_warmup=8 x=1 trainer.save_freq=2"
+    assert real_weights.command_setting(command, "trainer.critic_warmup") == 8
+    assert real_weights.command_setting(command, "trainer.save_freq") == 2  # the later value wins, as in verl-p40
+    assert real_weights.command_setting("verl-p40 train trainer.save_freq=5", "trainer.critic_warmup") == 0
+    assert real_weights.command_setting("a.trainer.critic_warmup=3", "trainer.critic_warmup") == 0
+    assert real_weights.command_setting(None, "trainer.save_freq", 5) == 5
