@@ -25,10 +25,10 @@ All through the product's CLI:
   model on the held-out slice.
 - train: `verl-p40 train --profile p40 --gpu-memory-cap-gb 24 --reward-method flexible --format-bonus 0.1`
   (checkpoint every --save-freq steps; `trainer.critic_warmup` from --critic-warmup: the critic's value head
-  starts random, and until it fits, the advantages are mostly its noise) beside `verl-p40 monitor`. With --kill-after K it is sent SIGTERM once
-  step K is logged (the stop-and-resume test); otherwise, when --budget-s would run out before the next
-  checkpoint, it is stopped right after one (nothing lost). The trainer command is the same every time, so a
-  later `train` resumes from the last checkpoint (verl's resume_mode auto).
+  starts random, and until it fits, the advantages are mostly its noise) beside `verl-p40 monitor`. With
+  --kill-after K it is sent SIGTERM once step K is logged (the stop-and-resume test); otherwise, when --budget-s
+  would run out before the next checkpoint, it is stopped right after one (nothing lost). The trainer command is
+  the same every time, so a later `train` resumes from the last checkpoint (verl's resume_mode auto).
 - session: `train --kill-after K`, then `train` again until --budget-s (from the session's start) runs out.
 - final: `verl-p40 eval --model BASE --compare latest` on the held-out slice (answers side by side), then report,
   and real-weights-work.tgz (state, logs, evals: `report --work` rebuilds everything from it).
@@ -341,7 +341,7 @@ def report(args: argparse.Namespace, work: Path, out: Path, state: State) -> dic
     """real-weights-<date>.json and .png from the work folder (needs no GPU: rerun it on returned files)."""
     evaluation = json.loads((work / "eval-final" / "report.json").read_text())
     records = [json.loads(line) for line in (work / "eval-final" / "answers.jsonl").read_text().splitlines()]
-    runs = state.data["train_runs"]
+    runs, command = state.data["train_runs"], state.data.get("train_command")
     steps = effective_steps(runs, work / "logs")
     timed = [s["timing_s/step"] for s in steps if "timing_s/step" in s][1:]
     killed = next((i for i, r in enumerate(runs) if r["stop_reason"].startswith("killed")), None)
@@ -361,7 +361,7 @@ def report(args: argparse.Namespace, work: Path, out: Path, state: State) -> dic
                        for k in ("strict", "flexible")},
         "paired_sign_test": sign_test(records),
         "train_runs": runs,
-        "resume": {"save_freq": command_setting(state.data.get("train_command"), "trainer.save_freq", args.save_freq),
+        "resume": {"save_freq": command_setting(command, "trainer.save_freq", args.save_freq),
                    "killed_run": killed + 1 if killed is not None else None,
                    "killed_after_step": runs[killed]["last_step"] if killed is not None else None,
                    "resumed_from_checkpoint_step": resumed["first_step"] if resumed else None,
@@ -380,7 +380,7 @@ def report(args: argparse.Namespace, work: Path, out: Path, state: State) -> dic
     stem = out / f"real-weights-{time.strftime('%Y-%m-%d')}"
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     copy_out(work / "eval-final", out, "real-weights-eval-")
-    plot(steps, stem.with_suffix(".png"), result["resume"], command_setting(state.data.get("train_command"), "trainer.critic_warmup"))
+    plot(steps, stem.with_suffix(".png"), result["resume"], command_setting(command, "trainer.critic_warmup"))
     return result
 
 
@@ -413,7 +413,8 @@ def plot(steps: list[dict], path: Path, resume: dict, warmup: int = 0) -> None:
         ax2.plot([v[0] for v in val], [v[1] for v in val], marker="o")
     ax2.set_title("validation reward, greedy (test rows 256..383)")
     x, y = series("critic/vf_explained_var")
-    ax3.plot(x, [max(v, -5.0) for v in y], marker=".", color="tab:purple", label="critic explained variance (floor -5)")
+    ax3.plot(x, [max(v, -5.0) for v in y], marker=".", color="tab:purple",
+             label="critic explained variance (floor -5)")
     ax3.axhline(0, color="grey", linewidth=0.6)
     ax3.set_ylabel("explained variance")
     entropy = ax3.twinx()
@@ -452,7 +453,7 @@ def main() -> None:
     parser.add_argument("--actor-lr", type=float, default=2e-6)
     parser.add_argument("--max-new-tokens", type=int, default=320)
     parser.add_argument("--critic-warmup", type=int, default=8,
-                        help="trainer.critic_warmup: steps 1..N-1 update only the critic (its value head starts random)")
+                        help="trainer.critic_warmup: steps 1..N-1 train only the critic (its value head starts random)")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="one more verl override for the trainer command (repeatable; later ones win)")
     parser.add_argument("--kill-after", type=int, help="train: SIGTERM once this step is logged")
