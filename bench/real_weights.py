@@ -13,7 +13,7 @@ or, since a process that starts its own session (setsid) outlives the call that 
 as one detached `session` (one trainer start fewer per 10 minutes) followed by `wait` in the later calls:
 
     python3 bench/real_weights.py prepare --out $OUT
-    setsid python3 bench/real_weights.py session --out /tmp/real/out --kill-after 12 --budget-s 1320 \
+    setsid python3 bench/real_weights.py session --out /tmp/real/out --kill-after 11 --budget-s 1250 \
         > /tmp/real/session.log 2>&1 < /dev/null &
     python3 bench/real_weights.py wait --out /tmp/real/out --timeout-s 580         # in each later call
     python3 bench/real_weights.py final --out $OUT                                 # after `wait` says it ended
@@ -33,8 +33,10 @@ All through the product's CLI:
 - final: `verl-p40 eval --model BASE --compare latest` on the held-out slice (answers side by side), then report,
   and real-weights-work.tgz (state, logs, evals: `report --work` rebuilds everything from it).
 - report (no GPU needed; rebuilds the summary from returned files too): real-weights-<date>.json (commands,
-  accuracies, difference, paired sign test, resume evidence, step time, peak memory) and real-weights-<date>.png
-  (training reward, validation reward, and the critic's explained variance beside the actor's entropy over steps).
+  accuracies, difference, paired sign test, how far two evaluations of the base model differ, whether the training
+  reward rose from the base policy's warm-up rollouts, resume evidence, step time, peak memory) and
+  real-weights-<date>.png (training reward, validation reward, and the critic's explained variance beside the
+  actor's entropy over steps).
 """
 
 from __future__ import annotations
@@ -275,6 +277,51 @@ def sign_test(records: list[dict]) -> dict:
     return out
 
 
+def reward_rise(steps: list[dict], warmup: int, draws: int = 200_000) -> dict | None:
+    """Did the training reward rise? The rollouts of steps 1..W (W = trainer.critic_warmup) all come from the base
+    policy: verl updates the actor for the first time in step W, after that step's rollout. So those steps' rewards
+    are the base policy's, and every later step's come from a trained actor. One-sided permutation test of the
+    step means (is the later mean higher than chance splits of the same steps give?): exact when the splits are
+    few enough, else `draws` random splits with a fixed seed. None without at least two steps on each side."""
+    import itertools
+    import random
+
+    scores = [(int(s["step"]), float(s["critic/score/mean"])) for s in steps if "critic/score/mean" in s]
+    base = [v for k, v in scores if 1 <= k <= warmup]
+    trained = [v for k, v in scores if k > warmup]
+    if len(base) < 2 or len(trained) < 2:
+        return None
+    values, k = [v for _, v in scores if _ >= 1], len(base)
+    observed = sum(base)
+    splits = math.comb(len(values), k)
+    if splits <= 2 * draws:
+        hits = sum(sum(c) <= observed + 1e-12 for c in itertools.combinations(values, k))
+        method, p = "exact", hits / splits
+    else:
+        rng = random.Random(0)
+        hits = sum(sum(rng.sample(values, k)) <= observed + 1e-12 for _ in range(draws))
+        method, p = f"{draws} random splits", (hits + 1) / (draws + 1)
+    return {"base_policy_steps": [1, warmup], "base_policy_mean": round(statistics.mean(base), 4),
+            "trained_steps": [warmup + 1, max(k for k, _ in scores)],
+            "trained_mean": round(statistics.mean(trained), 4),
+            "rise": round(statistics.mean(trained) - statistics.mean(base), 4),
+            "p_value_one_sided": p, "test": f"permutation of step means ({method})"}
+
+
+def repeat_eval(first: list[dict], second: list[dict], model: str = "base") -> dict:
+    """The same model evaluated twice on the same questions (alone in `prepare`, beside the trained one in
+    `final`): how far greedy evaluation itself moves (bf16 kernels on Ampere and newer need not repeat exactly)."""
+    pairs = list(zip(first, second, strict=True))
+    out: dict = {"questions": len(pairs),
+                 "answers_differing": sum(a["models"][model]["answer"] != b["models"][model]["answer"]
+                                          for a, b in pairs)}
+    for kind in ("strict", "flexible"):
+        out[kind] = {"first": round(statistics.mean(a["models"][model][kind] for a, _ in pairs), 4),
+                     "second": round(statistics.mean(b["models"][model][kind] for _, b in pairs), 4),
+                     "scores_differing": sum(a["models"][model][kind] != b["models"][model][kind] for a, b in pairs)}
+    return out
+
+
 def copy_out(folder: Path, out: Path, prefix: str) -> None:
     for name in ("report.md", "report.json", "answers.jsonl", "curves.png"):
         if (folder / name).exists():
@@ -341,7 +388,10 @@ def report(args: argparse.Namespace, work: Path, out: Path, state: State) -> dic
     """real-weights-<date>.json and .png from the work folder (needs no GPU: rerun it on returned files)."""
     evaluation = json.loads((work / "eval-final" / "report.json").read_text())
     records = [json.loads(line) for line in (work / "eval-final" / "answers.jsonl").read_text().splitlines()]
+    base_file = work / "eval-base" / "answers.jsonl"
+    base_records = [json.loads(line) for line in base_file.read_text().splitlines()] if base_file.is_file() else []
     runs, command = state.data["train_runs"], state.data.get("train_command")
+    warmup = command_setting(command, "trainer.critic_warmup")
     steps = effective_steps(runs, work / "logs")
     timed = [s["timing_s/step"] for s in steps if "timing_s/step" in s][1:]
     killed = next((i for i, r in enumerate(runs) if r["stop_reason"].startswith("killed")), None)
@@ -360,6 +410,8 @@ def report(args: argparse.Namespace, work: Path, out: Path, state: State) -> dic
         "difference": {k: round(models["trained"][f"accuracy_{k}"] - models["base"][f"accuracy_{k}"], 4)
                        for k in ("strict", "flexible")},
         "paired_sign_test": sign_test(records),
+        "base_evaluated_twice": repeat_eval(base_records, records) if base_records else None,
+        "training_reward_rise": reward_rise(steps, warmup),
         "train_runs": runs,
         "resume": {"save_freq": command_setting(command, "trainer.save_freq", args.save_freq),
                    "killed_run": killed + 1 if killed is not None else None,
@@ -380,7 +432,7 @@ def report(args: argparse.Namespace, work: Path, out: Path, state: State) -> dic
     stem = out / f"real-weights-{time.strftime('%Y-%m-%d')}"
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     copy_out(work / "eval-final", out, "real-weights-eval-")
-    plot(steps, stem.with_suffix(".png"), result["resume"], command_setting(command, "trainer.critic_warmup"))
+    plot(steps, stem.with_suffix(".png"), result["resume"], warmup, result["training_reward_rise"])
     return result
 
 
@@ -391,8 +443,9 @@ def command_setting(command: str | None, key: str, default: int = 0) -> int:
     return int(found[-1]) if found else default
 
 
-def plot(steps: list[dict], path: Path, resume: dict, warmup: int = 0) -> None:
-    """Training reward, validation reward, and the critic's fit beside the actor's entropy (what explains them)."""
+def plot(steps: list[dict], path: Path, resume: dict, warmup: int = 0, rise: dict | None = None) -> None:
+    """Training reward (with the base policy's and the trained actor's means), validation reward (with its standard
+    error), and the critic's fit beside the actor's entropy (what explains them)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -407,10 +460,21 @@ def plot(steps: list[dict], path: Path, resume: dict, warmup: int = 0) -> None:
     ax1.plot(x, y, marker=".", label="per step")
     if len(y) >= 5:
         ax1.plot(x, [statistics.mean(y[max(0, i - 4):i + 1]) for i in range(len(y))], label="mean of last 5")
+    if rise:
+        for (first, last), mean, label in ((rise["base_policy_steps"], rise["base_policy_mean"], "base policy"),
+                                           (rise["trained_steps"], rise["trained_mean"], "trained actor")):
+            ax1.hlines(mean, first, last, colors="black", linestyles="--", linewidth=1)
+            ax1.annotate(f"{label}: {mean:.3f}", (first, mean), textcoords="offset points", xytext=(0, 4),
+                         fontsize=8)
+        ax1.text(0.99, 0.02, f"rise {rise['rise']:+.3f}, one-sided p = {rise['p_value_one_sided']:.2g}",
+                 transform=ax1.transAxes, ha="right", fontsize=8)
     ax1.set_title("training reward (flexible + 0.1 format bonus), batch 64")
     val = sorted({(s["step"], v) for s in steps for k, v in s.items() if k.startswith("val-core/")})
     if val:
-        ax2.plot([v[0] for v in val], [v[1] for v in val], marker="o")
+        # binomial standard error of an accuracy on VAL_ROWS[1] questions (the format bonus adds a little)
+        error = [math.sqrt(max(v[1], 0.0) * max(1 - v[1], 0.0) / VAL_ROWS[1]) for v in val]
+        ax2.errorbar([v[0] for v in val], [v[1] for v in val], yerr=error, marker="o", capsize=3,
+                     label=f"\u00b11 standard error ({VAL_ROWS[1]} questions)")
     ax2.set_title("validation reward, greedy (test rows 256..383)")
     x, y = series("critic/vf_explained_var")
     ax3.plot(x, [max(v, -5.0) for v in y], marker=".", color="tab:purple",
@@ -426,15 +490,15 @@ def plot(steps: list[dict], path: Path, resume: dict, warmup: int = 0) -> None:
     ax3.legend(handles, [h.get_label() for h in handles], fontsize=8, loc="lower right")
     for ax in (ax1, ax2, ax3):
         ax.set_xlabel("PPO step")
-        if warmup > 1:
-            ax.axvspan(0.5, warmup - 0.5, color="grey", alpha=0.15,
-                       label=f"critic warm-up: actor frozen, steps 1..{warmup - 1}")
+        if warmup > 1:  # verl first updates the actor in step `warmup`, after that step's rollout
+            ax.axvspan(0.5, warmup + 0.5, color="grey", alpha=0.15,
+                       label=f"critic warm-up: steps 1..{warmup} roll out the base policy")
         if resume.get("killed_after_step") is not None:
             ax.axvline(resume["killed_after_step"], color="red", linestyle=":",
                        label=f"killed after step {resume['killed_after_step']}, "
                        f"resumed from the step-{resume['resumed_from_checkpoint_step']} checkpoint")
-    for ax in (ax1, ax2):
-        ax.legend(fontsize=8)
+    ax1.legend(fontsize=7, loc="upper left")
+    ax2.legend(fontsize=7, loc="lower left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
