@@ -286,23 +286,22 @@ def reward_rise(steps: list[dict], warmup: int, draws: int = 200_000) -> dict | 
     import itertools
     import random
 
-    scores = [(int(s["step"]), float(s["critic/score/mean"])) for s in steps if "critic/score/mean" in s]
-    base = [v for k, v in scores if 1 <= k <= warmup]
-    trained = [v for k, v in scores if k > warmup]
+    scores = {int(s["step"]): float(s["critic/score/mean"]) for s in steps if "critic/score/mean" in s}
+    base = [score for step, score in scores.items() if 1 <= step <= warmup]
+    trained = [score for step, score in scores.items() if step > warmup]
     if len(base) < 2 or len(trained) < 2:
         return None
-    values, k = [v for _, v in scores if _ >= 1], len(base)
-    observed = sum(base)
-    splits = math.comb(len(values), k)
+    values, observed = base + trained, sum(base)
+    splits = math.comb(len(values), len(base))
     if splits <= 2 * draws:
-        hits = sum(sum(c) <= observed + 1e-12 for c in itertools.combinations(values, k))
+        hits = sum(sum(group) <= observed + 1e-12 for group in itertools.combinations(values, len(base)))
         method, p = "exact", hits / splits
     else:
         rng = random.Random(0)
-        hits = sum(sum(rng.sample(values, k)) <= observed + 1e-12 for _ in range(draws))
+        hits = sum(sum(rng.sample(values, len(base))) <= observed + 1e-12 for _ in range(draws))
         method, p = f"{draws} random splits", (hits + 1) / (draws + 1)
     return {"base_policy_steps": [1, warmup], "base_policy_mean": round(statistics.mean(base), 4),
-            "trained_steps": [warmup + 1, max(k for k, _ in scores)],
+            "trained_steps": [warmup + 1, max(scores)],
             "trained_mean": round(statistics.mean(trained), 4),
             "rise": round(statistics.mean(trained) - statistics.mean(base), 4),
             "p_value_one_sided": p, "test": f"permutation of step means ({method})"}
