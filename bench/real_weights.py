@@ -56,6 +56,7 @@ import tarfile
 import time
 from pathlib import Path
 
+from verl_p40.evaluate import discordant
 from verl_p40.metrics import read_steps
 
 HERE = Path(__file__).resolve().parent
@@ -268,8 +269,7 @@ def sign_test(records: list[dict]) -> dict:
     """Paired comparison on the same questions: questions only the trained model gets right vs only the base."""
     out = {}
     for kind in ("strict", "flexible"):
-        better = sum(r["models"]["trained"][kind] > r["models"]["base"][kind] for r in records)
-        worse = sum(r["models"]["trained"][kind] < r["models"]["base"][kind] for r in records)
+        better, worse = discordant(((r["models"]["base"], r["models"]["trained"]) for r in records), kind)
         n = better + worse
         # two-sided exact binomial test of better vs worse under p = 0.5
         tail = sum(math.comb(n, k) for k in range(0, min(better, worse) + 1)) / 2**n if n else 1.0
@@ -310,14 +310,12 @@ def reward_rise(steps: list[dict], warmup: int, draws: int = 200_000) -> dict | 
 def repeat_eval(first: list[dict], second: list[dict], model: str = "base") -> dict:
     """The same model evaluated twice on the same questions (alone in `prepare`, beside the trained one in
     `final`): how far greedy evaluation itself moves (bf16 kernels on Ampere and newer need not repeat exactly)."""
-    pairs = list(zip(first, second, strict=True))
-    out: dict = {"questions": len(pairs),
-                 "answers_differing": sum(a["models"][model]["answer"] != b["models"][model]["answer"]
-                                          for a, b in pairs)}
+    pairs = [(a["models"][model], b["models"][model]) for a, b in zip(first, second, strict=True)]
+    out: dict = {"questions": len(pairs), "answers_differing": sum(a["answer"] != b["answer"] for a, b in pairs)}
     for kind in ("strict", "flexible"):
-        out[kind] = {"first": round(statistics.mean(a["models"][model][kind] for a, _ in pairs), 4),
-                     "second": round(statistics.mean(b["models"][model][kind] for _, b in pairs), 4),
-                     "scores_differing": sum(a["models"][model][kind] != b["models"][model][kind] for a, b in pairs)}
+        out[kind] = {"first": round(statistics.mean(a[kind] for a, _ in pairs), 4),
+                     "second": round(statistics.mean(b[kind] for _, b in pairs), 4),
+                     "scores_differing": sum(discordant(pairs, kind))}
     return out
 
 

@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -268,6 +268,15 @@ def summarise(records: list[dict], labels: list[str]) -> dict:
     return out
 
 
+def discordant(pairs: Iterable[tuple[dict, dict]], kind: str) -> tuple[int, int]:
+    """Over (first, second) scores of the same questions: how often only the second is right, and only the first."""
+    better = worse = 0
+    for first, second in pairs:
+        better += second[kind] > first[kind]
+        worse += second[kind] < first[kind]
+    return better, worse
+
+
 def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", "<br>")
 
@@ -285,8 +294,7 @@ def markdown(summary: dict, records: list[dict], labels: list[str], examples: in
         a, b = labels
         diff = [r for r in records if r["models"][a]["flexible"] != r["models"][b]["flexible"]
                 or r["models"][a]["strict"] != r["models"][b]["strict"]]
-        better = sum(r["models"][b]["flexible"] > r["models"][a]["flexible"] for r in diff)
-        worse = sum(r["models"][b]["flexible"] < r["models"][a]["flexible"] for r in diff)
+        better, worse = discordant(((r["models"][a], r["models"][b]) for r in diff), "flexible")
         lines += ["", f"The models' scores differ on {len(diff)} questions: {b} is right where {a} is wrong on "
                   f"{better}, wrong where {a} is right on {worse} (flexible scoring).", ""]
         if diff:
