@@ -1,103 +1,107 @@
-# syntax=docker/dockerfile:1.7
-# verl-p40: PPO post-training with verl 0.5.0 on old and small NVIDIA GPUs (Tesla P40 first).
-# Stages: python-base (CUDA 11.8 devel + Python 3.10 + torch cu118) -> apex (wheel) and verl (patched wheel)
-#         -> runtime (CUDA 11.8 runtime, wheels only, non-root).
-# Build:  docker build -t ghcr.io/OWNER/verl-p40:0.1.0 .      (build args below; mirrors for users in China)
+# verl-p40: PPO/GRPO post-training with verl 0.5.0 on old and small NVIDIA GPUs (Tesla P40 first).
+#
+# Stages: python-base (Debian 12, Python 3.11, torch 2.6.0+cu118 with its own CUDA libraries)
+#         -> apex (builder: Debian's CUDA 11.8 toolkit, one Apex wheel)
+#         -> runtime (python-base + the pinned lock + Apex + verl 0.5.0 patched + verl-p40; non-root).
+# The runtime needs nothing from the host but the NVIDIA driver (>= 450.80.02; CUDA 11.8 minor-version
+# compatibility): torch's cu118 wheels carry the CUDA runtime, cuBLAS and cuDNN.
+#
+# Build:  docker build -t ghcr.io/OWNER/verl-p40:0.1.0 .
+# Behind a firewall or a TLS-inspecting proxy, every source has a build argument (README, "Building the image"):
+#   BASE_IMAGE, APT_MIRROR, PIP_INDEX_URL, TORCH_INDEX_URL, APEX_URL; CA certificates dropped into docker/certs/.
 
-ARG CUDA_DEVEL_IMAGE=nvidia/cuda:11.8.0-cudnn8-devel-ubuntu22.04
-ARG CUDA_RUNTIME_IMAGE=nvidia/cuda:11.8.0-cudnn8-runtime-ubuntu22.04
+ARG BASE_IMAGE=docker.io/library/debian:12.8-slim
 
 # ------------------------------------------------------------------------------------------ python-base
-FROM ${CUDA_DEVEL_IMAGE} AS python-base
-ARG APT_MIRROR=""
+FROM ${BASE_IMAGE} AS python-base
+ARG APT_MIRROR=http://deb.debian.org
 ARG PIP_INDEX_URL=https://pypi.org/simple
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu118
-ENV DEBIAN_FRONTEND=noninteractive PIP_INDEX_URL=${PIP_INDEX_URL} PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
+ARG TORCH_VERSION=2.6.0+cu118
+ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 \
+    PIP_INDEX_URL=${PIP_INDEX_URL} PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_CONSTRAINT=/etc/verl-p40/constraints.txt \
+    PIP_CERT=/etc/ssl/certs/ca-certificates.crt SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
+    REQUESTS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt \
+    VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-RUN if [ -n "$APT_MIRROR" ]; then sed -i "s|http://archive.ubuntu.com|$APT_MIRROR|g" /etc/apt/sources.list; fi \
+# Extra CA certificates (a TLS-inspecting proxy's): *.crt files in docker/certs/ join the system bundle, which
+# pip, curl and huggingface_hub (REQUESTS_CA_BUNDLE) then use.
+COPY docker/certs/ /usr/local/share/ca-certificates/verl-p40/
+COPY docker/debian.sources /etc/apt/sources.list.d/debian.sources
+# torch is pinned once, here: PIP_CONSTRAINT holds every later pip call of every stage to this build.
+RUN rm -f /etc/apt/sources.list \
+ && sed -i "s|@APT_MIRROR@|${APT_MIRROR}|g" /etc/apt/sources.list.d/debian.sources \
  && apt-get update \
- && apt-get install -y --no-install-recommends python3.10 python3.10-venv python3.10-dev git ca-certificates \
-      build-essential ninja-build \
+ && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates curl \
  && rm -rf /var/lib/apt/lists/* \
- && python3.10 -m venv /opt/venv \
- && pip install --upgrade "pip==25.1.1" "setuptools==80.9.0" "wheel==0.45.1" \
- && pip install --index-url "${TORCH_INDEX_URL}" \
-      "torch==2.6.0+cu118" "torchvision==0.21.0+cu118" "torchaudio==2.6.0+cu118"
+ && update-ca-certificates \
+ && mkdir -p /etc/verl-p40 \
+ && echo "torch==${TORCH_VERSION}" > /etc/verl-p40/constraints.txt \
+ && python3 -m venv /opt/venv \
+ && pip install "pip==25.1.1" "setuptools==80.9.0" "wheel==0.45.1" \
+ && pip install --index-url "${TORCH_INDEX_URL}" --extra-index-url "${PIP_INDEX_URL}" "torch==${TORCH_VERSION}"
 
-# ------------------------------------------------------------------------------------------ apex (wheel)
+# ------------------------------------------------------------------------------------------ apex (builder)
+# Apex is used by verl's Megatron backend only (the default trainer is FSDP); it is built for every
+# architecture from Pascal (sm_60) to Hopper (sm_90). 25.01 is the first tag that compiles against torch 2.6
+# (apex e552ad99: Tensor.type() -> scalar_type() in csrc/mlp.cpp, NVIDIA/apex#1898).
 FROM python-base AS apex
-ARG APEX_REF=24.04.01
+ARG APEX_URL=https://github.com/NVIDIA/apex/archive/refs/tags/25.01.tar.gz
 ARG TORCH_CUDA_ARCH_LIST="6.0;6.1;7.0;7.5;8.0;8.6;9.0"
 ARG MAX_JOBS=4
-ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} MAX_JOBS=${MAX_JOBS}
-WORKDIR /build
-RUN git clone --depth 1 --branch "${APEX_REF}" https://github.com/NVIDIA/apex.git \
- && pip install "packaging==25.0" \
- && pip wheel --no-deps --no-build-isolation -w /wheels \
-      --config-settings "--build-option=--cpp_ext" --config-settings "--build-option=--cuda_ext" ./apex
-
-# ------------------------------------------------------------------------------------------ verl (patched wheel)
-FROM python-base AS verl
-ARG VERL_REF=v0.5.0
-WORKDIR /build
-RUN git clone --depth 1 --branch "${VERL_REF}" https://github.com/volcengine/verl.git
-COPY pyproject.toml README.md ./app-src/
-COPY app ./app-src/app
-COPY config ./app-src/config
-# The patch set is applied by the product's own CLI; `--check` fails the build if any patch is missing.
-RUN pip install "pyyaml==6.0.2" "omegaconf==2.3.0" "hydra-core==1.3.2" "pandas==2.2.3" "pyarrow==19.0.1" "tqdm==4.67.1" \
- && pip wheel --no-deps -w /wheels ./app-src \
- && pip install --no-deps /wheels/verl_p40-*.whl \
- && verl-p40 patch-verl /build/verl/verl \
- && verl-p40 patch-verl --check /build/verl/verl \
- && pip wheel --no-deps -w /wheels ./verl
+ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} MAX_JOBS=${MAX_JOBS} CUDA_HOME=/usr
+# Debian 12's non-free CUDA 11.8.89 toolkit (nvcc, headers) with the GCC 11 it supports.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends nvidia-cuda-toolkit g++-11 \
+ && rm -rf /var/lib/apt/lists/* \
+ && nvcc --version
+WORKDIR /build/apex
+RUN curl -fsSL -o /tmp/apex.tar.gz "${APEX_URL}" \
+ && tar -xzf /tmp/apex.tar.gz --strip-components=1 \
+ && rm /tmp/apex.tar.gz \
+ && pip install "packaging==25.0" "ninja==1.11.1.4" \
+ && CC=gcc-11 CXX=g++-11 pip wheel --no-deps --no-build-isolation -v -w /wheels \
+      --config-settings "--build-option=--cpp_ext" --config-settings "--build-option=--cuda_ext" . \
+ && ls -l /wheels
 
 # ------------------------------------------------------------------------------------------ runtime
-FROM ${CUDA_RUNTIME_IMAGE} AS runtime
-ARG APT_MIRROR=""
-ARG PIP_INDEX_URL=https://pypi.org/simple
-ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu118
-ARG HF_ENDPOINT=https://huggingface.co
-ARG INSTALL_VLLM=0
+FROM python-base AS runtime
+ARG VERL_VERSION=0.5.0
 ARG VERSION=0.1.0
 ARG UID=1000
-ENV DEBIAN_FRONTEND=noninteractive PIP_INDEX_URL=${PIP_INDEX_URL} PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH \
-    PYTHONUNBUFFERED=1 HF_ENDPOINT=${HF_ENDPOINT} HF_HOME=/home/verl/.cache/huggingface \
+# Checks that `verl-p40 doctor` may skip at build time, by name (a stand-in build whose torch CUDA differs from
+# the toolkit's skips apex; see docker/standin/).
+ARG BUILD_CHECK_SKIP=""
+ENV PYTHONUNBUFFERED=1 HF_HOME=/home/verl/.cache/huggingface \
     VERL_P40_MODEL=/models/Qwen2.5-0.5B-Instruct VERL_P40_DATA=/data/gsm8k \
     VERL_P40_CHECKPOINTS=/checkpoints VERL_P40_LOGS=/logs RAY_USAGE_STATS_ENABLED=0
-SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 LABEL org.opencontainers.image.title="verl-p40" \
       org.opencontainers.image.description="PPO post-training with verl 0.5.0 on Tesla P40 and other old/small NVIDIA GPUs" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.source="https://github.com/verl-p40/verl-p40" \
       org.opencontainers.image.licenses="Apache-2.0" \
-      io.verl-p40.cuda="11.8" io.verl-p40.torch="2.6.0+cu118" io.verl-p40.verl="0.5.0"
-RUN if [ -n "$APT_MIRROR" ]; then sed -i "s|http://archive.ubuntu.com|$APT_MIRROR|g" /etc/apt/sources.list; fi \
- && apt-get update \
- && apt-get install -y --no-install-recommends python3.10 python3.10-venv ca-certificates curl \
- && rm -rf /var/lib/apt/lists/* \
- && python3.10 -m venv /opt/venv \
- && pip install --upgrade "pip==25.1.1" \
- && pip install --index-url "${TORCH_INDEX_URL}" \
-      "torch==2.6.0+cu118" "torchvision==0.21.0+cu118" "torchaudio==2.6.0+cu118"
-COPY docker/requirements.txt /tmp/requirements.txt
-RUN pip install -r /tmp/requirements.txt
-COPY --from=apex /wheels/ /tmp/wheels/
-COPY --from=verl /wheels/ /tmp/wheels/
-# vLLM 0.8.5 (sm_70+) is off by default: its PyPI wheels are built for CUDA 12 and do not load beside
-# torch 2.6.0+cu118. The P40 path never uses it (rollout name hf).
-RUN pip install --no-deps /tmp/wheels/*.whl \
- && if [ "$INSTALL_VLLM" = "1" ]; then pip install "vllm==0.8.5"; fi \
- && rm -rf /tmp/wheels /tmp/requirements.txt \
- && verl-p40 patch-verl --check
+      io.verl-p40.cuda="11.8" io.verl-p40.verl="${VERL_VERSION}"
+# The full lock (every transitive dependency pinned) installs without resolution, so nothing can replace torch.
+COPY docker/requirements.txt /etc/verl-p40/requirements.txt
+RUN pip install --no-deps -r /etc/verl-p40/requirements.txt
+RUN --mount=type=bind,from=apex,source=/wheels,target=/tmp/apex-wheels \
+    pip install --no-deps /tmp/apex-wheels/*.whl "verl==${VERL_VERSION}"
+COPY pyproject.toml README.md /opt/verl-p40/src/
+COPY app /opt/verl-p40/src/app
+COPY config /opt/verl-p40/src/config
 COPY entrypoints/ /opt/verl-p40/entrypoints/
-RUN useradd --create-home --uid "${UID}" --user-group verl \
- && mkdir -p /models /data /checkpoints /logs \
- && chown "${UID}:${UID}" /models /data /checkpoints /logs
+# Every folder compose mounts a volume on exists here, owned by the runtime user: a new named volume copies
+# the ownership of the image's folder (otherwise it is root-owned and the services cannot write to it).
+RUN pip install --no-deps --no-build-isolation /opt/verl-p40/src \
+ && pip check \
+ && verl-p40 patch-verl \
+ && VERL_P40_DOCTOR_SKIP="${BUILD_CHECK_SKIP}" verl-p40 doctor --only torch-build,apex,verl \
+ && useradd --create-home --uid "${UID}" --user-group verl \
+ && mkdir -p /models /data /checkpoints /logs /home/verl/.cache/huggingface \
+ && chown -R "${UID}:${UID}" /models /data /checkpoints /logs /home/verl
 USER ${UID}:${UID}
 WORKDIR /home/verl
-VOLUME ["/models", "/data", "/checkpoints", "/logs"]
+VOLUME ["/models", "/data", "/checkpoints", "/logs", "/home/verl/.cache/huggingface"]
 ENTRYPOINT ["verl-p40"]
 CMD ["--help"]

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -36,34 +37,71 @@ def compose() -> dict:
 
 def test_compose_services_volumes_and_wiring(compose):
     services = compose["services"]
-    assert set(services) == {"model-fetch", "data-prep", "trainer", "gpu-monitor", "eval"}
-    assert set(compose["volumes"]) >= {"models", "data", "checkpoints", "logs"}
-    trainer = services["trainer"]
-    assert trainer["depends_on"] == {
+    assert set(services) == {"model-fetch", "data-prep", "doctor", "trainer", "gpu-monitor", "eval"}
+    assert set(compose["volumes"]) >= {"models", "data", "checkpoints", "logs", "hf-cache"}
+    trainer, doctor = services["trainer"], services["doctor"]
+    # the preflight runs once after the one-offs, and the trainer only after it passed
+    assert doctor["depends_on"] == {
         "model-fetch": {"condition": "service_completed_successfully", "required": True},
         "data-prep": {"condition": "service_completed_successfully", "required": True},
     }
-    (device,) = trainer["deploy"]["resources"]["reservations"]["devices"]
-    assert device["capabilities"] == ["gpu"] and device["device_ids"] == ["0"]
-    assert int(trainer["shm_size"]) >= 8 * 2**30 and trainer["restart"].startswith("on-failure")
+    assert trainer["depends_on"] == {"doctor": {"condition": "service_completed_successfully", "required": True}}
+    for gpu_service in (trainer, doctor, services["gpu-monitor"], services["eval"]):
+        (device,) = gpu_service["deploy"]["resources"]["reservations"]["devices"]
+        assert device["capabilities"] == ["gpu"] and device["device_ids"] == ["0"]
+    assert int(trainer["shm_size"]) >= 8 * 2**30 and int(doctor["shm_size"]) == int(trainer["shm_size"])
+    # a deterministic failure must not repeat: no restart policy; PID 1 reaps what Ray leaves behind
+    assert trainer["restart"] == "no" and trainer["init"] is True
     mounts = {v["target"]: v["source"] for v in trainer["volumes"]}
-    assert mounts == {"/models": "models", "/data": "data", "/checkpoints": "checkpoints", "/logs": "logs"}
-    assert trainer["environment"]["VERL_P40_PROFILE"] == "auto"
+    assert mounts == {"/models": "models", "/data": "data", "/checkpoints": "checkpoints", "/logs": "logs",
+                      "/home/verl/.cache/huggingface": "hf-cache"}
+    assert {v["target"]: v["source"] for v in doctor["volumes"]} == mounts
+    assert trainer["environment"]["VERL_P40_PROFILE"] == "auto" == doctor["environment"]["VERL_P40_PROFILE"]
     monitor = services["gpu-monitor"]
     assert [(p["host_ip"], p["target"]) for p in monitor["ports"]] == [("127.0.0.1", 9400)]
-    assert "devices" in monitor["deploy"]["resources"]["reservations"]
     assert services["eval"]["profiles"] == ["eval"]
+    # a local GSM8K folder reaches data-prep through a read-only bind mount
+    (source,) = [v for v in services["data-prep"]["volumes"] if v["target"] == "/source"]
+    assert source["type"] == "bind" and source["read_only"] is True and source["source"] == str(REPO / "data" / "source")
     for name, service in services.items():
         assert service["image"].startswith("ghcr.io/") and ":" in service["image"].rsplit("/", 1)[1], name
         assert service["build"]["context"] == str(REPO), name
         assert service["entrypoint"] == [f"/opt/verl-p40/entrypoints/{name}.sh"], name
-    for one_off in ("model-fetch", "data-prep", "eval"):
+        assert service["pull_policy"] == "missing", name
+    for one_off in ("model-fetch", "data-prep", "doctor", "eval"):
         assert services[one_off]["restart"] == "no"
+
+
+def test_every_compose_mount_point_is_made_and_owned_by_the_runtime_user(compose):
+    """A new named volume copies the ownership of the image's folder only when that folder exists in the image;
+    otherwise it is root-owned and the uid-1000 services cannot write to it."""
+    dockerfile = (REPO / "Dockerfile").read_text()
+    runtime = dockerfile[dockerfile.index("AS runtime"):]
+    made = set(re.search(r"mkdir -p ([^\\&]+)", runtime).group(1).split())
+    owned = set(re.search(r'chown -R "\$\{UID\}:\$\{UID\}" ([^\\&]+)', runtime).group(1).split())
+    declared = set(json.loads(re.search(r"^VOLUME (\[.*\])$", runtime, re.M).group(1)))
+    for service in compose["services"].values():
+        for volume in service.get("volumes", []):
+            if volume["type"] == "volume":
+                target = volume["target"]
+                assert target in made and target in declared, target
+                assert any(target == o or target.startswith(o + "/") for o in owned), target
+
+
+def test_the_image_constrains_torch_in_every_pip_call():
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert "PIP_CONSTRAINT=/etc/verl-p40/constraints.txt" in dockerfile
+    assert 'echo "torch==${TORCH_VERSION}" > /etc/verl-p40/constraints.txt' in dockerfile
+    assert "pip install --no-deps -r /etc/verl-p40/requirements.txt" in dockerfile
+    lock = (REPO / "docker" / "requirements.txt").read_text().splitlines()
+    pins = [ln for ln in lock if ln and not ln.startswith("#")]
+    assert pins and all("==" in ln for ln in pins), [ln for ln in pins if "==" not in ln]
+    assert not [ln for ln in pins if ln.split("==")[0].lower() in ("torch", "verl")]
 
 
 def test_entrypoints_only_exec_the_cli():
     scripts = sorted((REPO / "entrypoints").glob("*.sh"))
-    assert {s.stem for s in scripts} == {"model-fetch", "data-prep", "trainer", "gpu-monitor", "eval"}
+    assert {s.stem for s in scripts} == {"model-fetch", "data-prep", "doctor", "trainer", "gpu-monitor", "eval"}
     for script in scripts:
         code = [ln for ln in script.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
         assert len(code) == 1 and code[0].startswith("exec verl-p40 ") and code[0].endswith('"$@"'), script
@@ -119,6 +157,17 @@ def test_trainer_entrypoint_dry_run_reads_the_profile_from_the_environment(tmp_p
     assert "verl.trainer.main_ppo" in result.stdout and "VERL_P40_GPU_MEMORY_CAP_GB=24" in result.stdout
     assert "actor_rollout_ref.model.path=/models/Qwen2.5-0.5B-Instruct" in result.stdout
     assert "trainer.total_training_steps=3" in result.stdout
+
+
+def test_doctor_entrypoint_reports_every_check(tmp_path):
+    result = _run_entrypoint("doctor", env={"VERL_P40_PROFILE": "p40", "VERL_P40_MODEL": str(tmp_path / "m"),
+                                            "VERL_P40_DATA": str(tmp_path / "d"), "VERL_P40_CHECKPOINTS": str(tmp_path),
+                                            "VERL_P40_LOGS": str(tmp_path)})
+    assert result.returncode == 2
+    lines = result.stdout.splitlines()
+    assert [ln.split()[1] for ln in lines[:-1]] == ["gpu", "kernels", "compute", "verl", "model", "data", "writable",
+                                                     "disk", "shm", "ram"]
+    assert lines[0].startswith("FAIL  gpu") and lines[-1].startswith("doctor: ")
 
 
 def test_trainer_entrypoint_auto_profile_without_gpu_fails_clearly():

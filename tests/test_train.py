@@ -27,12 +27,14 @@ def test_later_values_win_and_reward_options_pass_through():
 
 
 def test_train_refuses_missing_model_before_starting_ray(tmp_path):
-    result = cli("train", "--profile", "p40", "--model", str(tmp_path / "none"), "--data", str(tmp_path))
+    result = cli("train", "--profile", "p40", "--model", str(tmp_path / "none"), "--data", str(tmp_path),
+                 "--skip-check", "gpu,kernels,compute")
     assert result.returncode == 2 and "no model here" in result.stderr and "fetch-model" in result.stderr
 
 
 def test_train_refuses_missing_data(tmp_path, tokenizer_dir):
-    result = cli("train", "--profile", "p40", "--model", str(tokenizer_dir), "--data", str(tmp_path / "nodata"))
+    result = cli("train", "--profile", "p40", "--model", str(tokenizer_dir), "--data", str(tmp_path / "nodata"),
+                 "--skip-check", "gpu,kernels,compute,model")
     assert result.returncode == 2 and "train.parquet: missing" in result.stderr
 
 

@@ -107,16 +107,39 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from verl_p40 import doctor
     from verl_p40.train import plan, preflight, run_trainer
 
     options = _run_options(args)
+    skip = doctor.skips(args.skip_check)
     run = plan(options)
     _print_notes(run.notes)
     if args.dry_run:
         print(run.shell())
         return 0
-    preflight(options, run)
+    preflight(options, skip)
     return run_trainer(run, options.logs)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from verl_p40 import benchmark, doctor
+
+    out = Path(args.out)
+    result = benchmark.run(_run_options(args), args.steps, out, doctor.skips(args.skip_check),
+                           keep=Path(args.keep_model) if args.keep_model else None)
+    for line in benchmark.lines(result):
+        print(line)
+    print(f"wrote {out}")
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from verl_p40 import doctor
+
+    only = doctor.parse_names(",".join(args.only or []), "--only") or None
+    results = doctor.run_checks(doctor.Context(_run_options(args)), only=only, skip=doctor.skips(args.skip_check))
+    print(doctor.report(results, as_json=args.json))
+    return 2 if any(r.status == doctor.FAIL for r in results) else 0
 
 
 # ---------------------------------------------------------------------------------------------- patch-verl / profiles
@@ -185,6 +208,19 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    help="reward added when the answer uses the '#### N' format [%(default)s]")
 
 
+def _add_gpu_memory_cap(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gpu-memory-cap-gb", type=float, default=(float(os.environ["VERL_P40_GPU_MEMORY_CAP_GB"])
+                   if os.environ.get("VERL_P40_GPU_MEMORY_CAP_GB") else None),
+                   help="cap PyTorch's memory per GPU process at N*10^9 bytes (size a run for a smaller card)")
+
+
+def _add_skip_check(p: argparse.ArgumentParser) -> None:
+    from verl_p40.doctor import SKIP_ENV, names_help
+
+    p.add_argument("--skip-check", action="append", metavar="NAME[,NAME]",
+                   help=f"skip a preflight check by name (also ${SKIP_ENV}); checks: {names_help()}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="verl-p40", description=f"PPO post-training with verl {VERL_VERSION} on old and small NVIDIA GPUs"
@@ -221,11 +257,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("train", cmd_train, "run verl's PPO trainer (python -m verl.trainer.main_ppo) with the profile")
     _add_run_options(p)
-    p.add_argument("--gpu-memory-cap-gb", type=float, default=(float(os.environ["VERL_P40_GPU_MEMORY_CAP_GB"])
-                   if os.environ.get("VERL_P40_GPU_MEMORY_CAP_GB") else None),
-                   help="cap PyTorch's memory per GPU process at N*10^9 bytes (size a run for a smaller card)")
+    _add_gpu_memory_cap(p)
     p.add_argument("--dry-run", action="store_true", help="print the trainer command and exit")
+    _add_skip_check(p)
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="verl config values, as with --set")
+
+    p = add("bench", cmd_bench, "a few training steps on random weights of the model's shape: s/step, peak memory and "
+            "the P40 projection, as a shareable JSON")
+    _add_run_options(p)
+    _add_gpu_memory_cap(p)
+    _add_skip_check(p)
+    p.add_argument("--steps", type=int, default=4, help="training steps; the first is warm-up [%(default)s]")
+    p.add_argument("--out", default=os.path.join(_env("VERL_P40_LOGS", "logs"), "bench.json"), help="[%(default)s]")
+    p.add_argument("--keep-model", metavar="DIR", help="build the random-weight model here once and reuse it")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="verl config values, as with train")
+
+    p = add("doctor", cmd_doctor, "preflight checks, one line each: driver, kernels, GPU compute, verl, model, data, "
+            "disk, memory (train runs them too)")
+    _add_run_options(p)
+    _add_skip_check(p)
+    p.add_argument("--only", action="append", metavar="NAME[,NAME]", help="run only these checks")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="verl config values, as with train")
 
     p = add("patch-verl", cmd_patch_verl, f"apply (or --check) the verl {VERL_VERSION} patch set")
     p.add_argument("verl_dir", nargs="?", help="verl package folder [the installed verl]")

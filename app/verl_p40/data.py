@@ -213,6 +213,35 @@ def write_parquets(results: dict[str, SplitResult], out_dir: Path) -> dict[str, 
     return targets
 
 
+REQUIRED_COLUMNS = ("data_source", "prompt", "ability", "reward_model", "extra_info")
+
+
+def folder_problems(folder: Path) -> tuple[list[str], dict[str, int]]:
+    """(problems, {split: rows}) of a prepared data folder: each split's parquet readable, in verl's RL schema, not
+    empty. Reads only the parquet footers."""
+    import pyarrow.parquet as pq
+
+    problems, rows = [], {}
+    for split in SPLITS:
+        path = Path(folder) / f"{split}.parquet"
+        if not path.is_file():
+            problems.append(f"{path.name}: missing")
+            continue
+        try:
+            meta = pq.ParquetFile(path)
+        except Exception as exc:  # pyarrow raises several types for unreadable files
+            problems.append(f"{path.name}: not a readable parquet file ({str(exc).splitlines()[0]})")
+            continue
+        missing = [c for c in REQUIRED_COLUMNS if c not in meta.schema_arrow.names]
+        if missing:
+            problems.append(f"{path.name}: not in verl's RL schema (no column {', '.join(missing)})")
+        elif meta.metadata.num_rows == 0:
+            problems.append(f"{path.name}: no rows")
+        else:
+            rows[split] = meta.metadata.num_rows
+    return problems, rows
+
+
 def prompt_token_stats(rows: list[dict], tokenizer_path: str) -> dict[str, float]:
     """Prompt length in tokens after the model's chat template, as verl's RLHFDataset counts it."""
     try:

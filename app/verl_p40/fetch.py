@@ -57,6 +57,32 @@ def verify(folder: Path, expected: dict[str, int]) -> list[str]:
     return problems
 
 
+def local_problems(folder: Path) -> list[str]:
+    """What stops `folder` from being a usable model folder, checked without the network; empty when usable.
+
+    Against the manifest fetch-model wrote when there is one (every file, its size), else the files a Qwen2.5
+    folder needs, weights included (a hand-copied folder)."""
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        return ["no model here (config.json missing)"]
+    manifest = _manifest(folder)
+    if manifest and manifest.get("files"):
+        return verify(folder, manifest["files"])
+    problems = [f"{name}: missing" for name in REQUIRED if not (folder / name).is_file()]
+    weights = sorted(folder.glob("*.safetensors"))
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = set(json.loads(index.read_text())["weight_map"].values())
+        except (OSError, ValueError, KeyError):
+            return problems + [f"{index.name}: not a safetensors index"]
+        problems += [f"{name}: missing (listed in {index.name})" for name in sorted(shards) if not (folder / name).is_file()]
+    elif not weights:
+        problems.append("no weights (*.safetensors)")
+    problems += [f"{w.name}: empty" for w in weights if w.stat().st_size == 0]
+    return problems
+
+
 def complete(folder: Path, repo: str) -> dict[str, int] | None:
     manifest = _manifest(folder)
     if not manifest or manifest.get("repo") != repo:

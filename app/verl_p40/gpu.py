@@ -52,6 +52,17 @@ def nvml():
     return pynvml
 
 
+def driver_versions() -> tuple[str, tuple[int, int]]:
+    """(driver version, the newest CUDA version it supports as (major, minor)); raises NoGPU without a driver."""
+    pynvml = nvml()
+    try:
+        driver = _decode(pynvml.nvmlSystemGetDriverVersion())
+        cuda = int(pynvml.nvmlSystemGetCudaDriverVersion())
+    finally:
+        pynvml.nvmlShutdown()
+    return driver, (cuda // 1000, (cuda % 1000) // 10)
+
+
 def detect() -> list[GPUInfo]:
     """All GPUs the driver reports; raises NoGPU when there is no driver or no GPU."""
     pynvml = nvml()

@@ -6,6 +6,7 @@ We do not wrap verl's trainer: we compute Hydra overrides, check them against ve
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import shlex
@@ -16,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from verl_p40 import UserError, memcap, reward
+from verl_p40 import UserError, engines, memcap, reward
 from verl_p40 import profiles as profiles_mod
 from verl_p40.verlconfig import Override, compose, hydra_value, parse_set, profile_overrides, to_hydra
 
@@ -46,6 +47,10 @@ class RunPlan:
     overrides: list[str]  # Hydra override strings, validated against verl's config
     env: dict[str, str]  # extra environment for the trainer process
 
+    def config(self):
+        """verl's composed config for this plan (OmegaConf)."""
+        return compose(self.overrides)
+
     def command(self) -> list[str]:
         return [sys.executable, "-m", "verl.trainer.main_ppo", *self.overrides]
 
@@ -55,16 +60,23 @@ class RunPlan:
         return f"{env} {cmd}" if env else cmd
 
 
-def resolve_profile(name: str) -> tuple[profiles_mod.Profile, list[str]]:
-    if name != "auto":
-        return profiles_mod.load(name), [f"profile: {name} (chosen by name)"]
+def resolve_profile(name: str) -> tuple[profiles_mod.Profile, list[str], float | None]:
+    """The profile, notes on the choice, and the GPU's compute capability where NVML sees one (else None)."""
     from verl_p40.gpu import detect
 
+    if name != "auto":
+        try:
+            sm: float | None = detect()[0].sm
+        except UserError:
+            sm = None
+        return profiles_mod.load(name), [f"profile: {name} (chosen by name)"], sm
     try:
-        return profiles_mod.select(detect())
+        gpus = detect()
+        profile, notes = profiles_mod.select(gpus)
     except UserError as exc:
         raise UserError(f"--profile auto: {exc}; pass --profile NAME ({', '.join(profiles_mod.available())})",
                         exc.exit_code) from None
+    return profile, notes, gpus[0].sm
 
 
 def _tensorboard_available() -> bool:
@@ -72,7 +84,10 @@ def _tensorboard_available() -> bool:
 
 
 def plan(options: RunOptions) -> RunPlan:
-    profile, notes = resolve_profile(options.profile)
+    profile, notes, sm = resolve_profile(options.profile)
+    completed, choices = engines.complete(profile.verl, engines.here(sm))
+    profile = dataclasses.replace(profile, verl=completed)
+    notes += choices
     overrides: list[Override] = profile_overrides(profile)
     mine = "verl-p40 options"
     model = str(Path(options.model).expanduser())
@@ -125,25 +140,17 @@ def config_yaml(run: RunPlan) -> str:
     return OmegaConf.to_yaml(compose(run.overrides), resolve=True)
 
 
-def preflight(options: RunOptions, run: RunPlan) -> None:
-    """What must be true before spending a minute on Ray start-up."""
-    model = Path(options.model).expanduser()
-    if not (model / "config.json").is_file():
-        raise UserError(f"{model}: no model here (config.json missing); run `verl-p40 fetch-model` or pass --model")
-    for split in ("train", "test"):
-        path = Path(options.data).expanduser() / f"{split}.parquet"
-        if not path.is_file():
-            raise UserError(f"{path}: missing; run `verl-p40 prep --out {options.data}` first")
-    if importlib.util.find_spec("verl") is None:
-        raise UserError("verl is not installed in this environment")
-    if any("override_config.attn_implementation" in o for o in run.overrides):
-        from verl_p40.patches import check
+def preflight(options: RunOptions, skip: dict[str, str]) -> None:
+    """`verl-p40 doctor` before Ray starts: what must be true before spending a minute on Ray start-up."""
+    from verl_p40 import doctor
 
-        missing = [name for name, applied in check().items() if not applied]
-        if missing:
-            raise UserError(
-                f"the installed verl lacks the verl-p40 patches {', '.join(missing)}: run `verl-p40 patch-verl`"
-            )
+    results = doctor.run_checks(doctor.Context(options), skip=skip)
+    print(doctor.report(results), file=sys.stderr, flush=True)
+    failed = [r for r in results if r.status == doctor.FAIL]
+    if failed:
+        first = failed[0]
+        raise UserError(f"preflight: {first.name}: {first.detail}" + (f"; fix: {first.fix}" if first.fix else "")
+                        + (f" (and {len(failed) - 1} more failed checks above)" if len(failed) > 1 else ""))
 
 
 def run_trainer(run: RunPlan, logs: str) -> int:

@@ -1,0 +1,96 @@
+"""What a run will need besides the GPU: disk for its checkpoints and host memory for offloaded state.
+
+Estimates from the model's own config.json (its parameter count) and the run's verl config; `doctor` compares them
+with what the machine has. They are estimates of the large terms only (fp32 weights and Adam states), stated as such.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+FP32 = 4  # bytes per parameter
+ADAM_STATES = 2  # exp_avg and exp_avg_sq, fp32 each
+# Ray, the dataloader workers and the driver process: seen at 3-4 GB resident on the GPU machine.
+HOST_OVERHEAD_BYTES = 4 * 10**9
+
+
+def parameter_count(config: dict[str, Any]) -> int:
+    """Parameters of a decoder-only transformer (Qwen2/Llama layout) from its Hugging Face config."""
+    hidden = int(config["hidden_size"])
+    layers = int(config["num_hidden_layers"])
+    heads = int(config["num_attention_heads"])
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    head_dim = int(config.get("head_dim") or hidden // heads)
+    inter = int(config["intermediate_size"])
+    vocab = int(config["vocab_size"])
+    bias = 1 if config.get("model_type") == "qwen2" else 0  # Qwen2 has q/k/v biases
+    attention = hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim + heads * head_dim * hidden
+    attention += bias * (heads * head_dim + 2 * kv_heads * head_dim)
+    per_layer = attention + 3 * hidden * inter + 2 * hidden
+    embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings", False) else 2)
+    return layers * per_layer + embeddings + hidden
+
+
+def model_parameters(model_dir: str | Path) -> int:
+    return parameter_count(json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8")))
+
+
+@dataclass(frozen=True)
+class Needs:
+    checkpoint_bytes: int  # one global_step_N folder (actor + critic)
+    checkpoints_kept: int
+    disk_bytes: int  # free space the run needs under the checkpoint folder
+    host_bytes: int  # host memory for offloaded state plus Ray's own
+    notes: list[str]
+
+
+def _get(cfg: Any, dotted: str, default: Any = None) -> Any:
+    from omegaconf import OmegaConf
+
+    value = OmegaConf.select(cfg, dotted, default=default)
+    return default if value is None else value
+
+
+def needs(cfg: Any, parameters: int) -> Needs:
+    """Disk and host memory for a run of verl config `cfg` (the composed config) on a model of `parameters`."""
+    lora = int(_get(cfg, "actor_rollout_ref.model.lora_rank", 0) or 0) > 0
+    uses_critic = _get(cfg, "algorithm.adv_estimator", "gae") == "gae"
+    model_state = parameters * FP32
+    optim_state = parameters * FP32 * ADAM_STATES
+    actor = model_state + (0 if lora else optim_state)
+    critic = (model_state + optim_state) if uses_critic else 0
+    checkpoint = actor + critic
+    kept = _get(cfg, "trainer.max_actor_ckpt_to_keep", None)
+    save_freq = int(_get(cfg, "trainer.save_freq", -1))
+    notes = []
+    if save_freq <= 0:
+        kept_n = 0
+    elif kept is None:
+        steps = _get(cfg, "trainer.total_training_steps", None)
+        kept_n = max(1, int(steps) // save_freq) if steps else 10
+        notes.append("trainer.max_actor_ckpt_to_keep is unset: every checkpoint is kept")
+    else:
+        kept_n = int(kept)
+    # verl writes the new checkpoint before it removes the oldest: one more than kept, for a moment.
+    disk = checkpoint * (kept_n + 1) if kept_n else 0
+
+    host = HOST_OVERHEAD_BYTES
+    if _get(cfg, "actor_rollout_ref.actor.fsdp_config.param_offload", False):
+        host += model_state
+    if _get(cfg, "actor_rollout_ref.actor.fsdp_config.optimizer_offload", False) and not lora:
+        host += optim_state
+    if _get(cfg, "actor_rollout_ref.ref.fsdp_config.param_offload", False) and not lora:
+        host += model_state
+    if uses_critic:
+        if _get(cfg, "critic.model.fsdp_config.param_offload", False):
+            host += model_state
+        if _get(cfg, "critic.model.fsdp_config.optimizer_offload", False):
+            host += optim_state
+    return Needs(checkpoint, kept_n, disk, host, notes)
+
+
+def gb(n: int | float) -> str:
+    return f"{n / 1e9:.1f} GB"
