@@ -10,7 +10,7 @@ def _gpu(cc, mem, name="GPU"):
     return GPUInfo(index=0, name=name, compute_capability=cc, memory_total_gib=mem)
 
 
-@pytest.mark.parametrize("name", ["p40", "volta-turing", "ampere"])
+@pytest.mark.parametrize("name", ["p40", "pascal-16gb", "volta-turing", "ampere"])
 def test_every_profile_composes_against_verl_config(name):
     from verl_p40.verlconfig import compose
 
@@ -75,7 +75,8 @@ def test_auto_without_gpu_says_so_and_fails():
 
 @pytest.mark.parametrize(
     "cc, mem, expected",
-    [((6, 1), 22.4, "p40"), ((6, 0), 15.9, "p40"), ((7, 0), 31.7, "volta-turing"), ((7, 5), 14.6, "volta-turing"),
+    [((6, 1), 23.9, "p40"), ((6, 1), 22.4, "p40"), ((6, 0), 15.9, "pascal-16gb"), ((6, 1), 7.9, "pascal-16gb"),
+     ((7, 0), 31.7, "volta-turing"), ((7, 0), 15.8, "volta-turing"), ((7, 5), 14.6, "volta-turing"),
      ((8, 0), 79.2, "ampere"), ((8, 6), 23.6, "ampere"), ((9, 0), 139.8, "ampere")],
 )
 def test_auto_selection_from_nvml_facts(cc, mem, expected):
@@ -84,12 +85,32 @@ def test_auto_selection_from_nvml_facts(cc, mem, expected):
 
 
 def test_small_card_gets_a_warning_and_old_card_an_error():
-    _, notes = profiles.select([_gpu((6, 0), 15.9, "Tesla P100")])
-    assert any("sized for 24 GB" in n for n in notes)
+    _, notes = profiles.select([_gpu((6, 1), 7.9, "Tesla P4")])
+    assert any("sized for 16 GB" in n for n in notes)
     with pytest.raises(UserError, match="below 6.0"):
         profiles.select([_gpu((5, 2), 12.0, "Tesla M40")])
 
 
 def test_unknown_profile_lists_the_available_ones():
     result = cli("config", "--profile", "p4O")
-    assert result.returncode == 2 and "available: ampere, p40, volta-turing" in result.stderr
+    assert result.returncode == 2 and "available: ampere, p40, pascal-16gb, volta-turing" in result.stderr
+
+
+def test_profiles_extend_each_other_through_omegaconf(tmp_path, monkeypatch):
+    """A profile names its parent with `extends`; values merge base -> parent -> profile, the latest winning."""
+    p40, p16, volta = profiles.load("p40").verl, profiles.load("pascal-16gb").verl, profiles.load("volta-turing").verl
+    assert p16["data"]["train_batch_size"] == 32 and p40["data"]["train_batch_size"] == 64
+    assert p16["critic"]["model"]["fsdp_config"] == p40["critic"]["model"]["fsdp_config"]  # inherited
+    assert volta["actor_rollout_ref"]["rollout"]["name"] == "vllm" and volta["actor_rollout_ref"]["actor"][
+        "ppo_micro_batch_size_per_gpu"] == 2
+    assert p40["actor_rollout_ref"]["model"]["override_config"]["attn_implementation"] == "sdpa"  # from base.yaml
+    ampere = profiles.load("ampere").verl
+    assert ampere["actor_rollout_ref"]["actor"]["fsdp_config"]["mixed_precision"]["param_dtype"] == "bf16"
+    assert ampere["actor_rollout_ref"]["actor"]["fsdp_config"]["optimizer_offload"] is True
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    (folder / "a.yaml").write_text("extends: b\nverl: {}\n")
+    (folder / "b.yaml").write_text("extends: a\nverl: {}\n")
+    monkeypatch.setenv("VERL_P40_PROFILES_DIR", str(folder))
+    with pytest.raises(UserError, match="'extends' forms a loop"):
+        profiles.load("a")

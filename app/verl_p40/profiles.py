@@ -48,42 +48,50 @@ def _read(path: Path) -> dict:
     return data
 
 
-def deep_merge(base: dict, over: dict) -> dict:
-    out = dict(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
 def available() -> list[str]:
     return sorted(
         p.stem for p in profiles_dir().glob("*.yaml") if p.stem != BASE and _read(p).get("selectable", True)
     )
 
 
-def load(name: str) -> Profile:
-    folder = profiles_dir()
+def _chain(name: str, folder: Path, seen: tuple[str, ...] = ()) -> list[dict]:
+    """The profile's YAML and those it extends, base first."""
     path = folder / f"{name}.yaml"
     if name == BASE or not path.is_file():
         raise UserError(f"unknown profile {name!r}; available: {', '.join(available())} or auto")
     data = _read(path)
-    base_path = folder / f"{BASE}.yaml"
-    base = _read(base_path).get("verl", {}) if base_path.is_file() else {}
+    parent = data.get("extends", BASE)
+    if parent in seen:
+        raise UserError(f"{path}: 'extends' forms a loop ({' -> '.join((*seen, name, parent))})")
+    if parent == BASE:
+        base_path = folder / f"{BASE}.yaml"
+        return ([_read(base_path)] if base_path.is_file() else []) + [data]
+    return _chain(parent, folder, (*seen, name)) + [data]
+
+
+def load(name: str) -> Profile:
+    """A profile's verl settings: base.yaml, then each profile it extends, then its own, merged by OmegaConf."""
+    from omegaconf import OmegaConf
+
+    folder = profiles_dir()
+    chain = _chain(name, folder)
+    data = chain[-1]
+    merged = OmegaConf.merge(*(OmegaConf.create(part.get("verl") or {}) for part in chain))
     return Profile(
         name=name,
-        path=path,
+        path=folder / f"{name}.yaml",
         description=str(data.get("description", "")),
         match={k: float(v) for k, v in (data.get("match") or {}).items()},
-        verl=deep_merge(base, data.get("verl") or {}),
+        verl=OmegaConf.to_container(merged),
     )
 
 
 def select(gpus: list[GPUInfo]) -> tuple[Profile, list[str]]:
     """The profile for the first GPU, and notes worth printing (memory below what the profile was sized for,
-    mixed GPU models)."""
+    mixed GPU models).
+
+    Among the profiles whose compute-capability range holds the GPU, the narrowest range wins, then the largest
+    memory size (`match.memory_gib`) the GPU has (10 % tolerance: a 24 GB card reports 23.9 GiB)."""
     gpu = gpus[0]
     candidates = [load(name) for name in available()]
     matching = [p for p in candidates if p.fits(gpu)]
@@ -92,10 +100,14 @@ def select(gpus: list[GPUInfo]) -> tuple[Profile, list[str]]:
             f"no profile fits {gpu.describe()} (compute capability below 6.0 is not supported); "
             f"pick one with --profile ({', '.join(available())})"
         )
-    # The narrowest compute-capability range is the most specific profile.
-    profile = min(matching, key=lambda p: p.match.get("max_compute_capability", 99) - p.match.get("min_compute_capability", 0))
+    width = lambda p: p.match.get("max_compute_capability", 99) - p.match.get("min_compute_capability", 0)  # noqa: E731
+    narrowest = min(width(p) for p in matching)
+    matching = [p for p in matching if width(p) == narrowest]
+    memory = lambda p: p.match.get("memory_gib", 0.0)  # noqa: E731
+    fitting = [p for p in matching if memory(p) <= gpu.memory_total_gib * 1.1]
+    profile = max(fitting, key=memory) if fitting else min(matching, key=memory)
     notes = [f"auto profile: {profile.name} for {gpu.describe()}"]
-    sized_for = profile.match.get("memory_gib")
+    sized_for = memory(profile)
     if sized_for and gpu.memory_total_gib < sized_for * 0.95:
         notes.append(
             f"warning: profile {profile.name} is sized for {sized_for:.0f} GB and this GPU has "

@@ -1,0 +1,95 @@
+"""A profile completed against where the trainer runs: which rollout engine and whether torch.compile.
+
+A profile states what it prefers (the volta-turing and ampere profiles prefer verl's vLLM rollout). What runs depends
+on what is installed and on the GPU: the vLLM rollout only where vLLM imports and the GPU is sm_70 or newer (vLLM 0.8.5
+has no kernels below), verl's HF rollout otherwise, with the profile's rollout dtype; torch.compile only where Triton
+imports on an sm_70+ GPU and the profile turned it on after measuring it. Every change comes back as a note saying why.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import importlib.util
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+VLLM_MIN_SM = 7.0
+TRITON_MIN_SM = 7.0
+
+
+@dataclass(frozen=True)
+class Where:
+    """What the trainer's machine offers: the GPU's compute capability (None: unknown) and importable packages."""
+
+    sm: float | None
+    vllm: bool
+    triton: bool
+
+
+def _imports(module: str) -> bool:
+    """Whether `module` imports in a fresh interpreter (not just whether it is on the path: a vLLM built for another
+    CUDA is on the path and fails to import)."""
+    if importlib.util.find_spec(module) is None:
+        return False
+    probe = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, timeout=300)
+    return probe.returncode == 0
+
+
+@functools.cache
+def installed(module: str) -> bool:
+    return _imports(module)
+
+
+def here(sm: float | None) -> Where:
+    return Where(sm=sm, vllm=installed("vllm"), triton=installed("triton"))
+
+
+def _get(tree: dict, dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return None
+        tree = tree[part]
+    return tree
+
+
+def _set(tree: dict, dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    for part in parents:
+        tree = tree.setdefault(part, {})
+    tree[last] = value
+
+
+def complete(verl: dict, where: Where) -> tuple[dict, list[str]]:
+    """(the profile's verl settings completed for `where`, notes on every choice made)."""
+    verl = copy.deepcopy(verl)
+    notes = []
+    rollout = _get(verl, "actor_rollout_ref.rollout.name") or "vllm"  # verl's own default is vllm
+    if rollout == "vllm":
+        reason = None
+        if not where.vllm:
+            reason = "vLLM is not installed here (the default image has none; the -vllm image variant carries it)"
+        elif where.sm is not None and where.sm < VLLM_MIN_SM:
+            reason = f"vLLM needs sm_70 or newer, this GPU is sm_{where.sm * 10:.0f}"
+        if reason:
+            _set(verl, "actor_rollout_ref.rollout.name", "hf")
+            dtype = _get(verl, "actor_rollout_ref.rollout.dtype") or "bfloat16"
+            notes.append(f"rollout: hf ({dtype}) instead of the profile's vllm: {reason}")
+        else:
+            notes.append("rollout: vllm (installed, and the GPU is sm_70 or newer)")
+    else:
+        notes.append(f"rollout: {rollout} (the profile's)")
+    for key in ("actor_rollout_ref.actor.use_torch_compile", "actor_rollout_ref.ref.use_torch_compile"):
+        if _get(verl, key) is False:
+            continue
+        reason = None
+        if not where.triton:
+            reason = "Triton is not installed"
+        elif where.sm is not None and where.sm < TRITON_MIN_SM:
+            reason = f"Triton needs sm_70 or newer, this GPU is sm_{where.sm * 10:.0f}"
+        if reason:
+            _set(verl, key, False)
+            notes.append(f"{key}: false: {reason}")
+    return verl, notes

@@ -1,0 +1,151 @@
+"""Every GPU generation from the default image's stack (no vLLM), on the lent H200 under the Pascal mask: `verl-p40
+doctor` and `verl-p40 bench` as a P40, a 16 GB Pascal card (P100), a V100 (with the op audit), a T4, and unmasked
+(the ampere profile), each with `--profile auto` and the emulated card's memory as the cap.
+
+Run on the GPU machine after `bash .gpu-bundle/install.sh && source bench/gpu_setup.sh`, in two calls that each fit
+the device's 10 minutes:  python3 bench/generations.py a --out $OUT ;  python3 bench/generations.py b --out $OUT
+`report` rebuilds the summary table from the returned JSONs here: python3 bench/generations.py report --dir DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from collections import Counter
+from pathlib import Path
+
+MASK = str(Path(".gpu-shared/pascal-mask").absolute())
+WORK = Path("/tmp/generations")
+COMMON = ["--model", ".gpu-shared/qwen2.5-0.5b-instruct", "--keep-model", "/tmp/qwen-random", "--data", "/tmp/gsm8k"]
+# name: (mask capability or None for unmasked, memory cap GB, steps, audit)
+CARDS = {
+    "p40": ("6.1", 24, 4, False),
+    "v100": ("7.0", 16, 3, True),
+    "t4": ("7.5", 15, 3, False),
+    "p100": ("6.0", 16, 3, False),
+    "h200-unmasked": (None, 24, 4, False),
+}
+PHASES = {"a": ["doctor", "p40", "v100"], "b": ["t4", "p100", "h200-unmasked"]}
+
+
+def mask_env(cc: str | None, audit: Path | None = None) -> dict:
+    env = {**os.environ, "VERL_P40_DOCTOR_SKIP": ""}
+    if cc is None:
+        return env
+    # the GPU machine's torch has no sm_60/sm_70 kernels: the preflight's kernel check is skipped there, by name
+    env.update({"PYTHONPATH": f"{MASK}:{env.get('PYTHONPATH', '')}", "PASCAL_MASK": "1", "PASCAL_MASK_CC": cc,
+                "VERL_P40_DOCTOR_SKIP": "kernels"})
+    if audit:
+        env["PASCAL_MASK_AUDIT"] = str(audit)
+    return env
+
+
+def verl_p40(*args: str, env: dict, log: Path, timeout: float = 560) -> int:
+    cmd = [sys.executable, "-m", "verl_p40.cli", *args]
+    print(f"== {' '.join(cmd)}", flush=True)
+    with open(log, "a") as handle:
+        handle.write(f"$ {' '.join(cmd)}\n")
+        try:
+            return subprocess.run(cmd, env=env, stdout=handle, stderr=subprocess.STDOUT, timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            return 124
+
+
+def audit_summary(path: Path) -> dict:
+    entries = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    ops = [e for e in entries if "op" in e]
+    half = Counter(d for e in ops if e.get("half_precision") for d in e["dtypes"] if "16" in d)
+    return {"entries": len(entries), "masked_processes": sum(e.get("event") == "masked" for e in entries),
+            "half_precision_ops": sum(bool(e.get("half_precision")) for e in ops), "half_precision_dtypes": dict(half),
+            "bf16_ops": sum(any("bfloat16" in d for d in e["dtypes"]) for e in ops),
+            "sdpa_ops": sorted({f"{e['op']} {'/'.join(e['dtypes'])}" for e in ops if "attention" in e["op"]})}
+
+
+def doctor(out: Path) -> None:
+    log = WORK / "doctor.log"
+    args = ["doctor", "--profile", "auto", "--model", "/tmp/qwen-random", "--data", "/tmp/gsm8k",
+            "--checkpoints", str(WORK / "ckpt"), "--logs", str(WORK / "logs")]
+    env = mask_env("6.1")
+    env["VERL_P40_DOCTOR_SKIP"] = ""
+    results = {}
+    for label, extra in (("all-checks", []), ("skip-kernels", ["--skip-check", "kernels"])):
+        text = subprocess.run([sys.executable, "-m", "verl_p40.cli", *args, *extra], env=env, capture_output=True,
+                              text=True)
+        results[label] = {"command": "verl-p40 " + " ".join(args + extra), "exit_code": text.returncode,
+                          "stdout": text.stdout.splitlines(), "stderr_tail": text.stderr.splitlines()[-5:]}
+        log.open("a").write(text.stdout + text.stderr)
+        print(text.stdout, flush=True)
+    (out / "doctor-p40-mask.json").write_text(json.dumps(results, indent=2) + "\n")
+
+
+def bench(name: str, out: Path) -> None:
+    cc, cap, steps, audit = CARDS[name]
+    audit_file = WORK / f"audit-{name}.jsonl" if audit else None
+    target = WORK / f"bench-{name}.json"
+    started = time.time()
+    code = verl_p40("bench", "--profile", "auto", "--gpu-memory-cap-gb", str(cap), "--steps", str(steps),
+                    "--out", str(target), "--logs", str(WORK / f"logs-{name}"), *COMMON,
+                    env=mask_env(cc, audit_file), log=WORK / f"bench-{name}.log")
+    result = json.loads(target.read_text()) if target.exists() else {"error": f"exit code {code}"}
+    result["generations"] = {"card": name, "mask_cc": cc, "cap_gb": cap, "audit": audit, "exit_code": code,
+                             "wall_s": round(time.time() - started, 1)}
+    if audit_file:
+        result["generations"]["audit_summary"] = audit_summary(audit_file)
+    (out / f"bench-{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+
+
+def phase(which: str, out: Path) -> None:
+    WORK.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    for step in PHASES[which]:
+        doctor(out) if step == "doctor" else bench(step, out)
+    with tarfile.open(out / f"logs-{which}.tgz", "w:gz") as tar:
+        for path in sorted(WORK.iterdir()):
+            if path.suffix in (".log", ".jsonl") or path.name.startswith("bench-") and path.is_dir():
+                tar.add(path, arcname=path.name)
+            elif path.name.startswith("logs-") and path.is_dir():
+                for item in sorted(path.rglob("*")):
+                    if item.is_file() and (item.suffix in (".log", ".csv", ".json", ".png")):
+                        tar.add(item, arcname=str(item.relative_to(WORK)))
+
+
+def report(folder: Path) -> str:
+    rows = ["| card (mask) | profile | cap | batch | s/step | prompts/s | worker peak (NVML) | torch peak | "
+            "P40 projection | projection error here |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name in CARDS:
+        path = folder / f"bench-{name}.json"
+        if not path.exists():
+            continue
+        r = json.loads(path.read_text())
+        g = r["generations"]
+        if "seconds_per_step" not in r:
+            rows.append(f"| {name} | - | {g['cap_gb']} GB | - | failed (exit {g['exit_code']}) | | | | | |")
+            continue
+        p = r["projection"]
+        rows.append(f"| {name} ({g['mask_cc'] or 'unmasked'}) | {r['profile']} | {g['cap_gb']} GB | "
+                    f"{r['settings']['train_batch_size']} | {r['seconds_per_step']} | {r['prompts_per_s']} | "
+                    f"{r['memory']['nvml_peak_process_gb']} GB | {r['torch_max_allocated_gb']:.2f} GB | "
+                    f"{p['p40']['step']} s/step, {p['p40']['hours_per_gsm8k_epoch']} h/epoch | "
+                    f"{p['this_gpu']['error_pct_vs_measured']:+} % |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("phase", choices=["a", "b", "report"])
+    parser.add_argument("--out", type=Path, help="where the results go ($OUT)")
+    parser.add_argument("--dir", type=Path, help="report: the folder holding the returned JSONs")
+    args = parser.parse_args()
+    if args.phase == "report":
+        print(report(args.dir))
+    else:
+        phase(args.phase, args.out)
+
+
+if __name__ == "__main__":
+    main()

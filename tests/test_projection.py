@@ -1,0 +1,81 @@
+"""The P40 projection: FLOPs and bytes of each phase from the run's token counts, over a card's constants, and the
+summary `verl-p40 bench` writes (checked on a recorded verl log; the command itself needs a GPU)."""
+
+import json
+
+import pytest
+from conftest import cli
+
+from verl_p40 import benchmark, projection
+from verl_p40.train import RunOptions, plan
+
+
+@pytest.fixture(scope="module")
+def shape(tokenizer_dir):
+    return projection.Shape.from_config(json.loads((tokenizer_dir / "config.json").read_text()))
+
+
+def _run(profile="p40", *sets):
+    return projection.run_from_config(plan(RunOptions(profile=profile, sets=list(sets))).config(), generated=256)
+
+
+def test_shape_of_qwen25_05b(shape):
+    assert shape.parameters == 494_032_768  # the published count of Qwen2.5-0.5B
+    assert (shape.hidden, shape.layers, shape.kv_dim, shape.intermediate) == (896, 24, 128, 4864)
+
+
+def test_phase_costs_follow_the_settings(shape):
+    ppo = projection.phases(shape, _run())
+    assert set(ppo) == {"old_log_prob", "ref", "values", "update_actor", "update_critic"}
+    tokens = 64 * (320 + 256)  # padded: every sequence at the full prompt + response width
+    lm = shape.block_parameters + shape.vocab * shape.hidden
+    assert ppo["old_log_prob"]["flops"] == pytest.approx(2 * lm * tokens, rel=0.1)
+    assert ppo["update_actor"]["flops"] == 4 * ppo["old_log_prob"]["flops"]  # fwd + bwd + checkpoint recompute
+    assert ppo["values"]["flops"] < ppo["old_log_prob"]["flops"]  # the critic has no vocabulary projection
+    # the profile offloads the actor's optimizer and the critic: both cross PCIe each step
+    assert ppo["update_actor"]["host_bytes"] == 2 * 2 * 4 * shape.parameters
+    grpo = projection.phases(shape, _run("p40", "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=4",
+                                         "data.train_batch_size=16"))
+    assert "values" not in grpo and "update_critic" not in grpo
+
+
+def test_a_slower_card_takes_longer_and_generation_keeps_the_host_floor(shape):
+    run = _run()
+    fast = projection.Card("fast", 50.0, 4000.0, 50.0, "test")
+    host = 0.03
+    on_fast, on_p40 = projection.project(shape, run, fast, host), projection.project(shape, run, projection.P40, host)
+    assert on_p40["step"] > 3 * on_fast["step"]
+    prefill, _ = projection.generation_gpu_seconds(shape, run, fast)
+    assert on_fast["gen"] == pytest.approx(prefill + 256 * host, abs=1e-3)  # the host's per-token overhead dominates
+    assert on_p40["gen"] >= on_fast["gen"]
+    assert projection.epoch_hours(52.0, 64) == round(52.0 * 117 / 3600, 2)  # 7,473 prompts: 117 steps of 64
+
+
+def test_host_overhead_is_what_the_gpu_work_does_not_explain(shape):
+    run = _run()
+    card = projection.Card("fast", 50.0, 4000.0, 50.0, "test")
+    prefill, per_token = projection.generation_gpu_seconds(shape, run, card)
+    assert projection.host_overhead_per_token(prefill + 256 * 0.02, shape, run, card) == pytest.approx(0.02)
+    assert projection.host_overhead_per_token(0.0, shape, run, card) == per_token  # never below the GPU's own time
+
+
+def test_bench_summary_from_recorded_steps(shape):
+    steps = [{"step": i, "timing_s/step": 20.0 + (i == 1) * 30, "timing_s/gen": 8.0, "timing_s/update_actor": 4.2,
+              "timing_s/update_critic": 4.1, "timing_s/old_log_prob": 1.0, "timing_s/ref": 1.1, "timing_s/values": 1.0,
+              "response_length/max": 256.0, "perf/max_memory_allocated_gb": 14.8} for i in range(1, 5)]
+    cfg = plan(RunOptions(profile="p40")).config()
+    card = projection.Card("H200 (measured)", 45.0, 4000.0, 40.0, "test")
+    summary = benchmark.summarise(steps, cfg, shape, card)
+    assert summary["seconds_per_step"] == 20.0 and summary["prompts_per_s"] == 3.2  # warm-up step left out
+    assert summary["steps_timed"] == 3 and summary["torch_max_allocated_gb"] == 14.8
+    here, p40 = summary["projection"]["this_gpu"], summary["projection"]["p40"]
+    assert here["error_pct_vs_measured"] == round(100 * (here["step"] - 20.0) / 20.0, 1)
+    assert p40["step"] > here["step"] and p40["hours_per_gsm8k_epoch"] == projection.epoch_hours(p40["step"], 64)
+    assert "Tesla P4" in p40["card"]["source"]
+
+
+def test_bench_needs_a_gpu_and_says_so(tmp_path):
+    result = cli("bench", "--profile", "p40", "--model", str(tmp_path / "none"), "--out", str(tmp_path / "b.json"))
+    assert result.returncode == 2 and not (tmp_path / "b.json").exists()
+    assert result.stderr.strip().splitlines()[-1].startswith("verl-p40 bench: error: ")
+    assert "Traceback" not in result.stderr
