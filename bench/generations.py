@@ -3,7 +3,7 @@ doctor` and `verl-p40 bench` as a P40, a 16 GB Pascal card (P100), a V100 (with 
 (the ampere profile), each with `--profile auto` and the emulated card's memory as the cap.
 
 Run on the GPU machine after `bash .gpu-bundle/install.sh && source bench/gpu_setup.sh`, in two calls that each fit
-the device's 10 minutes:  python3 bench/generations.py a --out $OUT ;  python3 bench/generations.py b --out $OUT
+the device's 10 minutes:  python3 bench/generations.py a --out $OUT  (then b, then c)
 `report` rebuilds the summary table from the returned JSONs here: python3 bench/generations.py report --dir DIR
 """
 
@@ -30,7 +30,7 @@ CARDS = {
     "p100": ("6.0", 16, 3, False),
     "h200-unmasked": (None, 24, 4, False),
 }
-PHASES = {"a": ["doctor", "p40", "v100"], "b": ["t4", "p100", "h200-unmasked"]}
+PHASES = {"a": ["doctor", "p40"], "b": ["v100", "t4"], "c": ["p100", "h200-unmasked"]}
 
 
 def mask_env(cc: str | None, audit: Path | None = None) -> dict:
@@ -45,7 +45,7 @@ def mask_env(cc: str | None, audit: Path | None = None) -> dict:
     return env
 
 
-def verl_p40(*args: str, env: dict, log: Path, timeout: float = 560) -> int:
+def verl_p40(*args: str, env: dict, log: Path, timeout: float = 280) -> int:
     cmd = [sys.executable, "-m", "verl_p40.cli", *args]
     print(f"== {' '.join(cmd)}", flush=True)
     with open(log, "a") as handle:
@@ -137,7 +137,7 @@ def report(folder: Path) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("phase", choices=["a", "b", "report"])
+    parser.add_argument("phase", choices=[*PHASES, "report"])
     parser.add_argument("--out", type=Path, help="where the results go ($OUT)")
     parser.add_argument("--dir", type=Path, help="report: the folder holding the returned JSONs")
     args = parser.parse_args()
