@@ -68,7 +68,10 @@ def local_problems(folder: Path) -> list[str]:
     manifest = _manifest(folder)
     if manifest and manifest.get("files"):
         return verify(folder, manifest["files"])
-    problems = [f"{name}: missing" for name in REQUIRED if not (folder / name).is_file()]
+    have = lambda name: (folder / name).is_file()  # noqa: E731
+    problems = [f"{name}: missing" for name in ("config.json", "tokenizer_config.json") if not have(name)]
+    if not have("tokenizer.json") and not (have("vocab.json") and have("merges.txt")):
+        problems.append("no tokenizer (tokenizer.json, or vocab.json and merges.txt)")
     weights = sorted(folder.glob("*.safetensors"))
     index = folder / "model.safetensors.index.json"
     if index.is_file():
