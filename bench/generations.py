@@ -22,15 +22,17 @@ from pathlib import Path
 MASK = str(Path(".gpu-shared/pascal-mask").absolute())
 WORK = Path("/tmp/generations")
 COMMON = ["--model", ".gpu-shared/qwen2.5-0.5b-instruct", "--keep-model", "/tmp/qwen-random", "--data", "/tmp/gsm8k"]
-# name: (mask capability or None for unmasked, memory cap GB, steps, audit)
+# name: (mask capability or None for unmasked, memory cap GB, steps, audit, extra verl overrides)
 CARDS = {
-    "p40": ("6.1", 24, 4, False),
-    "v100": ("7.0", 16, 3, True),
-    "t4": ("7.5", 15, 3, False),
-    "p100": ("6.0", 16, 3, False),
-    "h200-unmasked": (None, 24, 4, False),
+    "p40": ("6.1", 24, 4, False, []),
+    "v100": ("7.0", 16, 3, True, []),
+    "t4": ("7.5", 15, 3, False, []),
+    "p100": ("6.0", 16, 3, False, []),
+    "h200-unmasked": (None, 24, 3, False, []),
+    # the first v100/t4 runs ran out of memory in update_actor; the same card with the HF rollout in fp32
+    "v100-rollout-fp32": ("7.0", 16, 2, False, ["actor_rollout_ref.rollout.dtype=float32"]),
 }
-PHASES = {"a": ["doctor", "p40"], "b": ["v100", "t4"], "c": ["p100", "h200-unmasked"]}
+PHASES = {"a": ["doctor", "p40"], "b": ["v100", "t4"], "c": ["p100", "v100-rollout-fp32", "h200-unmasked"]}
 
 
 def mask_env(cc: str | None, audit: Path | None = None) -> dict:
@@ -84,15 +86,16 @@ def doctor(out: Path) -> None:
 
 
 def bench(name: str, out: Path) -> None:
-    cc, cap, steps, audit = CARDS[name]
+    cc, cap, steps, audit, extra = CARDS[name]
     audit_file = WORK / f"audit-{name}.jsonl" if audit else None
     target = WORK / f"bench-{name}.json"
     started = time.time()
     code = verl_p40("bench", "--profile", "auto", "--gpu-memory-cap-gb", str(cap), "--steps", str(steps),
-                    "--out", str(target), "--logs", str(WORK / f"logs-{name}"), *COMMON,
-                    env=mask_env(cc, audit_file), log=WORK / f"bench-{name}.log")
+                    "--out", str(target), "--logs", str(WORK / f"logs-{name}"), *COMMON, *extra,
+                    env=mask_env(cc, audit_file), log=WORK / f"bench-{name}.log", timeout=200 + 45 * steps)
     result = json.loads(target.read_text()) if target.exists() else {"error": f"exit code {code}"}
-    result["generations"] = {"card": name, "mask_cc": cc, "cap_gb": cap, "audit": audit, "exit_code": code,
+    result["generations"] = {"card": name, "mask_cc": cc, "cap_gb": cap, "audit": audit, "overrides": extra,
+                             "exit_code": code,
                              "wall_s": round(time.time() - started, 1)}
     if audit_file:
         result["generations"]["audit_summary"] = audit_summary(audit_file)
