@@ -37,7 +37,7 @@ def test_rollout_and_compile_for_each_generation(profile, sm, vllm, triton, roll
 
 def test_the_reason_is_given():
     verl, notes = engines.complete(profiles.load("ampere").verl, Where(sm=H200, vllm=False, triton=True))
-    assert notes[0] == ("rollout: hf (bfloat16) instead of the profile's vllm: vLLM is not installed here (the default "
+    assert notes[0] == ("rollout: hf (float32) instead of the profile's vllm: vLLM is not installed here (the default "
                         "image has none; the -vllm image variant carries it)")
     verl, notes = engines.complete(profiles.load("volta-turing").verl, Where(sm=P40, vllm=True, triton=True))
     assert notes[0].endswith("vLLM needs sm_70 or newer, this GPU is sm_61")
@@ -57,7 +57,7 @@ def test_config_and_dry_run_show_the_choice():
     for command in (["config", "--profile", "ampere", "--overrides-only"], ["train", "--profile", "ampere", "--dry-run"]):
         result = cli(*command)
         assert result.returncode == 0, result.stderr
-        assert "[verl-p40] rollout: hf (bfloat16) instead of the profile's vllm: vLLM is not installed" in result.stderr
+        assert "[verl-p40] rollout: hf (float32) instead of the profile's vllm: vLLM is not installed" in result.stderr
         assert "actor_rollout_ref.rollout.name=hf" in result.stdout
 
 

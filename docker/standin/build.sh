@@ -28,13 +28,17 @@ if ! buildah "${store[@]}" inspect localhost/debian-bookworm >/dev/null 2>&1; th
 fi
 
 step "Apex source: $(basename "$apex_tarball"), served on 127.0.0.1 (the build argument APEX_URL, as a mirror would)"
-# Stand-in only: PyPI's torch 2.6.0 is the +cu124 build, while the toolkit is Debian's CUDA 11.8, and Apex's
-# setup.py refuses a toolkit whose version differs from torch.version.cuda. The real image pairs torch
-# 2.6.0+cu118 with that same nvcc 11.8, so the check passes there; here the served copy has it disabled.
+# Stand-in only: PyPI's torch 2.6.0 is the +cu124 build, while the toolkit is Debian's CUDA 11.8. Apex's setup.py
+# refuses a toolkit whose version differs from torch.version.cuda, and torch's cpp_extension refuses another major
+# version. The real image pairs torch 2.6.0+cu118 with that same nvcc 11.8, so both checks pass there; here the
+# served copy of setup.py disables both (the compile itself is the real one: nvcc 11.8 against torch 2.6's headers).
 rm -rf "$work/serve" && mkdir -p "$work/serve/src"
 tar -xzf "$apex_tarball" -C "$work/serve/src" --strip-components=1
 grep -n "if (bare_metal_version != torch_binary_version):" "$work/serve/src/setup.py"
 sed -i 's/    if (bare_metal_version != torch_binary_version):/    if False:  # verl-p40 stand-in: cu124 torch headers with nvcc 11.8/' "$work/serve/src/setup.py"
+grep -n "^import torch$" "$work/serve/src/setup.py"
+sed -i 's/^import torch$/import torch\nimport torch.utils.cpp_extension as _ext; _ext._check_cuda_version = lambda *a: None  # verl-p40 stand-in/' "$work/serve/src/setup.py"
+grep -n "verl-p40 stand-in" "$work/serve/src/setup.py"
 tar -czf "$work/serve/apex.tar.gz" -C "$work/serve" src && rm -rf "$work/serve/src"
 python3 -m http.server 18765 --bind 127.0.0.1 --directory "$work/serve" >/dev/null 2>&1 &
 server=$!
