@@ -51,9 +51,9 @@ ARG APEX_URL=https://github.com/NVIDIA/apex/archive/refs/tags/25.01.tar.gz
 ARG TORCH_CUDA_ARCH_LIST="6.0;6.1;7.0;7.5;8.0;8.6;9.0"
 ARG MAX_JOBS=4
 ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} MAX_JOBS=${MAX_JOBS} CUDA_HOME=/usr
-# Debian 12's non-free CUDA 11.8.89 toolkit (nvcc, headers) with the GCC 11 it supports.
+# Debian 12's non-free CUDA 11.8.89 toolkit (nvcc, headers) with the GCC 11 it supports, and Python's headers.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends nvidia-cuda-toolkit g++-11 \
+ && apt-get install -y --no-install-recommends nvidia-cuda-toolkit g++-11 python3-dev \
  && rm -rf /var/lib/apt/lists/* \
  && nvcc --version
 WORKDIR /build/apex

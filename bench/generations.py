@@ -31,6 +31,9 @@ CARDS = {
     "h200-unmasked": (None, 24, 3, False, []),
     # the first v100/t4 runs ran out of memory in update_actor; the same card with the HF rollout in fp32
     "v100-rollout-fp32": ("7.0", 16, 2, False, ["actor_rollout_ref.rollout.dtype=float32"]),
+    # then FSDP2 for the actor and reference model (now in the 16 GB profiles); run by hand, see the results README
+    "v100-fsdp2": ("7.0", 16, 3, False, ["actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.ref.strategy=fsdp2"]),
+    "t4-fsdp2": ("7.5", 15, 2, False, ["actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.ref.strategy=fsdp2"]),
 }
 PHASES = {"a": ["doctor", "p40"], "b": ["v100", "t4"], "c": ["p100", "v100-rollout-fp32", "h200-unmasked"]}
 
@@ -125,7 +128,8 @@ def report(folder: Path) -> str:
         if not path.exists():
             continue
         r = json.loads(path.read_text())
-        g = r["generations"]
+        cc, cap, *_ = CARDS[name]
+        g = r.get("generations") or {"mask_cc": cc, "cap_gb": cap, "exit_code": 0}
         if "seconds_per_step" not in r:
             rows.append(f"| {name} | - | {g['cap_gb']} GB | - | failed (exit {g['exit_code']}) | | | | | |")
             continue
