@@ -9,8 +9,16 @@
 # Build:  docker build -t ghcr.io/OWNER/verl-p40:0.1.0 .
 # Behind a firewall or a TLS-inspecting proxy, every source has a build argument (README, "Building the image"):
 #   BASE_IMAGE, APT_MIRROR, PIP_INDEX_URL, TORCH_INDEX_URL, APEX_URL; CA certificates dropped into docker/certs/.
+# The -vllm variant (sm_70+; vLLM 0.8.5 is built for PyPI's torch 2.6.0+cu124, which needs driver >= 525.60.13):
+#   docker build --build-arg TORCH_INDEX_URL=https://pypi.org/simple --build-arg TORCH_VERSION=2.6.0 \
+#     --build-arg LOCK=requirements-vllm.txt --build-arg APEX_STAGE=no-apex \
+#     --build-arg BUILD_CHECKS=torch-build,verl,vllm -t ghcr.io/OWNER/verl-p40:0.1.0-vllm .
+# (Apex is left out there: Debian 12 has no CUDA 12 toolkit to build it against cu124, and only verl's Megatron
+# backend uses it.)
 
 ARG BASE_IMAGE=docker.io/library/debian:12.8-slim
+# The stage whose /wheels hold Apex: apex (built here) or no-apex (none).
+ARG APEX_STAGE=apex
 
 # ------------------------------------------------------------------------------------------ python-base
 FROM ${BASE_IMAGE} AS python-base
@@ -65,9 +73,20 @@ RUN curl -fsSL -o /tmp/apex.tar.gz "${APEX_URL}" \
       --config-settings "--build-option=--cpp_ext" --config-settings "--build-option=--cuda_ext" . \
  && ls -l /wheels
 
+FROM python-base AS no-apex
+RUN mkdir -p /wheels
+
+FROM ${APEX_STAGE} AS apex-selected
+
 # ------------------------------------------------------------------------------------------ runtime
 FROM python-base AS runtime
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG VERL_VERSION=0.5.0
+ARG TORCH_VERSION=2.6.0+cu118
+# The full lock this image installs: requirements.txt (default) or requirements-vllm.txt (the -vllm variant).
+ARG LOCK=requirements.txt
+# The build-time checks `verl-p40 doctor` runs (the -vllm variant: torch-build,verl,vllm).
+ARG BUILD_CHECKS=torch-build,apex,verl
 ARG VERSION=0.1.0
 ARG UID=1000
 # Checks that `verl-p40 doctor` may skip at build time, by name (a stand-in build whose torch CUDA differs from
@@ -81,12 +100,13 @@ LABEL org.opencontainers.image.title="verl-p40" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.source="https://github.com/verl-p40/verl-p40" \
       org.opencontainers.image.licenses="Apache-2.0" \
-      io.verl-p40.cuda="11.8" io.verl-p40.verl="${VERL_VERSION}"
+      io.verl-p40.torch="${TORCH_VERSION}" io.verl-p40.verl="${VERL_VERSION}"
 # The full lock (every transitive dependency pinned) installs without resolution, so nothing can replace torch.
-COPY docker/requirements.txt /etc/verl-p40/requirements.txt
+COPY docker/${LOCK} /etc/verl-p40/requirements.txt
 RUN pip install --no-deps -r /etc/verl-p40/requirements.txt
-RUN --mount=type=bind,from=apex,source=/wheels,target=/tmp/apex-wheels \
-    pip install --no-deps /tmp/apex-wheels/*.whl "verl==${VERL_VERSION}"
+RUN --mount=type=bind,from=apex-selected,source=/wheels,target=/tmp/apex-wheels \
+    find /tmp/apex-wheels -name '*.whl' -print0 | xargs -0 -r pip install --no-deps \
+ && pip install --no-deps "verl==${VERL_VERSION}"
 COPY pyproject.toml README.md /opt/verl-p40/src/
 COPY app /opt/verl-p40/src/app
 COPY config /opt/verl-p40/src/config
@@ -96,7 +116,7 @@ COPY entrypoints/ /opt/verl-p40/entrypoints/
 RUN pip install --no-deps --no-build-isolation /opt/verl-p40/src \
  && pip check \
  && verl-p40 patch-verl \
- && VERL_P40_DOCTOR_SKIP="${BUILD_CHECK_SKIP}" verl-p40 doctor --only torch-build,apex,verl \
+ && VERL_P40_DOCTOR_SKIP="${BUILD_CHECK_SKIP}" verl-p40 doctor --only "${BUILD_CHECKS}" \
  && useradd --create-home --uid "${UID}" --user-group verl \
  && mkdir -p /models /data /checkpoints /logs /home/verl/.cache/huggingface \
  && chown -R "${UID}:${UID}" /models /data /checkpoints /logs /home/verl

@@ -1,34 +1,52 @@
 #!/usr/bin/env bash
-# The image's Python layer without the CUDA wheels, in a clean venv: torch 2.6.0 (PyPI's build, without its CUDA
-# wheels), the full lock with --no-deps as the Dockerfile installs it, verl 0.5.0, the app; then `pip check` (the
-# lock is complete and consistent), the lock agrees with docker/requirements.in, the patch set applies.
+# Each image lock installed the way the Dockerfile installs it, in a clean venv: torch 2.6.0
+# (PyPI's build, +cu124 with its CUDA wheels), the full lock with --no-deps, verl 0.5.0, the app; then `pip check` (the
+# lock is complete and consistent), the lock agrees with its requirements*.in, and the patch set applies.
+#   bash docker/check-lock.sh [requirements.txt requirements-vllm.txt ...]   (default: both locks)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-venv=$(mktemp -d)/venv
-python3 -m venv "$venv"
-. "$venv/bin/activate"
-python -m pip install -q "pip==25.1.1"
-python -m pip install -q --no-deps "torch==2.6.0"
-python -m pip install -q --no-deps -r docker/requirements.txt
-python -m pip install -q --no-deps verl==0.5.0
-python -m pip install -q --no-deps .
-# Left out on purpose: wandb (only verl's wandb logger imports it) and torch's CUDA wheels (the image takes
-# torch 2.6.0+cu118 with its own from the PyTorch index).
-problems=$(python -m pip check 2>&1 | grep -v -E "requires wandb, which is not installed|^torch 2\.6\.0 requires (nvidia-|triton)|^No broken requirements" || true)
-[ -z "$problems" ] || { echo "pip check: $problems" >&2; exit 1; }
-# Every top-level pin of requirements.in is in the lock at the same version.
-python - <<'PY'
+locks=("$@")
+[ ${#locks[@]} -gt 0 ] || locks=(requirements.txt requirements-vllm.txt)
+for lock in "${locks[@]}"; do
+  echo "== docker/$lock"
+  venv=$(mktemp -d)/venv
+  python3 -m venv "$venv"
+  # shellcheck disable=SC1091
+  . "$venv/bin/activate"
+  python -m pip install -q "pip==25.1.1"
+  python -m pip install -q "torch==2.6.0"  # with its CUDA wheels: torch will not import without them
+  python -m pip install -q --no-deps -r "docker/$lock"
+  python -m pip install -q --no-deps verl==0.5.0
+  python -m pip install -q --no-deps .
+  # Left out on purpose: wandb (only verl's wandb logger imports it) and torch's CUDA wheels (the default image takes
+  # torch 2.6.0+cu118 with its own from the PyTorch index; the -vllm variant PyPI's with its CUDA 12.4 wheels).
+  problems=$(python -m pip check 2>&1 | grep -v -E "requires wandb, which is not installed|^torch 2\.6\.0 requires (nvidia-|triton)|^No broken requirements" || true)
+  [ -z "$problems" ] || { echo "pip check: $problems" >&2; exit 1; }
+  # Every top-level pin of the lock's .in file (following -r includes) is in the lock at the same version.
+  python - "docker/${lock%.txt}.in" "docker/$lock" <<'PY'
 import re, sys
-pins = lambda path: {m.group(1).lower().replace("_", "-"): m.group(2) for m in
-                     (re.match(r"^([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?==(\S+)", line) for line in open(path)) if m}
-wanted, locked = pins("docker/requirements.in"), pins("docker/requirements.txt")
+from pathlib import Path
+
+def pins(path, follow=True):
+    out = {}
+    for line in Path(path).read_text().splitlines():
+        if follow and line.startswith("-r "):
+            out |= pins(Path(path).parent / line.split(maxsplit=1)[1])
+        m = re.match(r"^([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?==(\S+)", line)
+        if m:
+            out[m.group(1).lower().replace("_", "-")] = m.group(2)
+    return out
+
+wanted, locked = pins(sys.argv[1]), pins(sys.argv[2], follow=False)
 bad = {k: (v, locked.get(k)) for k, v in wanted.items() if locked.get(k) != v}
 if bad:
-    sys.exit(f"docker/requirements.txt disagrees with requirements.in (run docker/lock.sh): {bad}")
-print(f"lock: {len(locked)} pins, the {len(wanted)} of requirements.in among them")
+    sys.exit(f"{sys.argv[2]} disagrees with {sys.argv[1]} (run docker/lock.sh): {bad}")
+print(f"lock: {len(locked)} pins, the {len(wanted)} of {sys.argv[1]} among them")
 PY
-verl-p40 patch-verl
-verl-p40 patch-verl --check
-python -c "import verl_p40.cli, verl.workers.fsdp_workers; print('patched verl imports:', verl.workers.fsdp_workers.__file__)"
-rm -rf "$(dirname "$venv")"
+  verl-p40 patch-verl
+  verl-p40 patch-verl --check
+  python -c "import verl_p40.cli, verl.workers.fsdp_workers; print('patched verl imports:', verl.workers.fsdp_workers.__file__)"
+  deactivate
+  rm -rf "$(dirname "$venv")"
+done
 echo "lock check: OK"

@@ -103,9 +103,11 @@ def test_torch_build_check_wants_sm_60(monkeypatch, tmp_path):
     assert _one(_ctx(tmp_path), "torch-build").status == "PASS"
 
 
-def test_apex_check_when_apex_is_missing(tmp_path):
+def test_apex_and_vllm_checks_when_they_are_missing(tmp_path):
     result = _one(_ctx(tmp_path), "apex")
     assert result.status == "FAIL" and result.detail == "apex is not installed"
+    result = _one(_ctx(tmp_path), "vllm")
+    assert result.status == "FAIL" and result.detail == "vllm is not installed" and "-vllm image variant" in result.fix
 
 
 # ---------------------------------------------------------------------------------------------- verl, model, data

@@ -73,7 +73,7 @@ def test_repository_without_weights_is_refused_and_nothing_left(model_repo, tmp_
     with HubMirror(REPO_ID, partial) as hub:
         result = fetch(out, hub.endpoint)
     assert result.returncode == 2 and "no *.safetensors weights" in result.stderr
-    assert not out.exists() and list((tmp_path / "models").iterdir()) == []
+    assert not out.exists() and not (tmp_path / "models").exists()  # refused before anything was written
 
 
 def test_unreachable_hub_is_one_clear_line(tmp_path):
@@ -83,3 +83,44 @@ def test_unreachable_hub_is_one_clear_line(tmp_path):
     assert "HF_ENDPOINT" in result.stderr
     offline = fetch(tmp_path / "m", "http://127.0.0.1:9", offline="1")
     assert offline.returncode == 2 and "HF_HUB_OFFLINE is set" in offline.stderr
+
+
+def test_existing_files_in_the_folder_are_never_deleted(model_repo, tmp_path):
+    """--out . or a folder holding other work: the download adds the model's files and removes nothing."""
+    out = tmp_path / "work"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    (out / "sub").mkdir()
+    (out / "sub" / "data.bin").write_bytes(b"\x00" * 10)
+    with HubMirror(REPO_ID, model_repo) as hub:
+        result = fetch(out, hub.endpoint)
+        forced = fetch(out, hub.endpoint, "--force")
+    assert result.returncode == 0 and forced.returncode == 0, result.stderr + forced.stderr
+    assert (out / "notes.txt").read_text() == "mine" and (out / "sub" / "data.bin").read_bytes() == b"\x00" * 10
+    assert (out / "model.safetensors").read_bytes() == (model_repo / "model.safetensors").read_bytes()
+
+
+def test_a_folder_copied_by_hand_is_accepted_after_verification(model_repo, tmp_path):
+    out = tmp_path / "copied"
+    out.mkdir()
+    for path in model_repo.iterdir():  # the whole repository, as `git clone` or a USB stick would bring it
+        (out / path.name).write_bytes(path.read_bytes())
+    with HubMirror(REPO_ID, model_repo) as hub:
+        result = fetch(out, hub.endpoint)
+        assert not any(path.endswith("/model.safetensors") for _, path in hub.requests)  # nothing downloaded
+    assert result.returncode == 0 and "copied by hand; matches the hub's file list" in result.stdout
+    assert json.loads((out / MANIFEST).read_text())["files"]["model.safetensors"] > 0
+    offline = tmp_path / "offline"
+    offline.mkdir()
+    for name in (*REQUIRED, "model.safetensors"):
+        (offline / name).write_bytes((model_repo / name).read_bytes())
+    local = fetch(offline, "http://127.0.0.1:9", offline="1")
+    assert local.returncode == 0 and "checked locally only (HF_HUB_OFFLINE is set)" in local.stdout
+
+
+def test_out_that_is_a_file_is_refused(tmp_path):
+    target = tmp_path / "model"
+    target.write_text("not a folder")
+    result = fetch(target, "http://127.0.0.1:9")
+    assert result.returncode == 2 and result.stderr.strip() == f"verl-p40 fetch-model: error: --out {target}: is a file, not a folder"
+    assert target.read_text() == "not a folder"

@@ -66,7 +66,8 @@ def cmd_fetch_model(args: argparse.Namespace) -> int:
     result = fetch_model(args.repo, Path(args.out), revision=args.revision, force=args.force)
     size = sum(v or 0 for v in result.files.values()) / 1e6
     state = "already complete" if result.skipped else "downloaded"
-    print(f"{args.repo}: {state} in {result.path} ({len(result.files)} files, {size:.1f} MB, verified)")
+    note = result.note or "verified"
+    print(f"{args.repo}: {state} in {result.path} ({len(result.files)} files, {size:.1f} MB, {note})")
     return 0
 
 

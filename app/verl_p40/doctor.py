@@ -363,6 +363,18 @@ def check_ram(ctx: Context) -> str:
     return detail
 
 
+def check_vllm(ctx: Context) -> str:
+    """vLLM and verl's vLLM rollout import (the -vllm image variant), in a fresh interpreter."""
+    if importlib.util.find_spec("vllm") is None:
+        raise CheckFailed("vllm is not installed", "use the -vllm image variant (sm_70+), or the HF rollout")
+    probe = subprocess.run([sys.executable, "-c", "import vllm, verl.workers.rollout.vllm_rollout; print(vllm.__version__)"],
+                           capture_output=True, text=True, timeout=600)
+    if probe.returncode != 0:
+        tail = (probe.stderr.strip().splitlines() or ["no output"])[-1]
+        raise CheckFailed(f"vllm does not import: {tail}", "rebuild the -vllm variant against PyPI's torch 2.6.0")
+    return f"vllm {probe.stdout.strip().splitlines()[-1]} and verl's vLLM rollout import"
+
+
 @dataclass(frozen=True)
 class Check:
     name: str
@@ -383,9 +395,11 @@ CHECKS = [
     Check("ram", check_ram, "host memory for offloaded state and Ray"),
     Check("torch-build", check_torch_build, "the torch build has sm_60 kernels (image build check)"),
     Check("apex", check_apex, "Apex's CUDA extensions import (image build check)"),
+    Check("vllm", check_vllm, "vLLM and verl's vLLM rollout import (build check of the -vllm variant)"),
 ]
 BY_NAME = {c.name: c for c in CHECKS}
-DEFAULT = [c.name for c in CHECKS if c.name not in ("torch-build", "apex")]
+BUILD_ONLY = ("torch-build", "apex", "vllm")
+DEFAULT = [c.name for c in CHECKS if c.name not in BUILD_ONLY]
 
 
 def parse_names(text: str | None, origin: str) -> list[str]:

@@ -1,24 +1,24 @@
 """`verl-p40 fetch-model`: download a model from the Hugging Face hub (or a mirror) into a folder, verified.
 
-The hub is asked for the repository's file list and sizes (`HfApi.model_info(files_metadata=True)`), the files are
-downloaded with `snapshot_download` into a temporary folder beside the target, checked against that list, and the
-folder is renamed into place only when complete. A manifest (`.verl-p40-model.json`) records what was fetched, so
-a second run with everything in place skips the download and needs no network. `HF_ENDPOINT` (a mirror) and
-`HF_TOKEN` are honoured by huggingface_hub itself.
+The hub is asked for the repository's file list and sizes (`HfApi.model_info(files_metadata=True)`), and
+`huggingface_hub.snapshot_download(local_dir=...)` brings the files into the target folder itself: it resumes an
+interrupted download and skips complete files, and nothing in the folder is ever deleted. The folder is then checked
+against the list, and a manifest (`.verl-p40-model.json`, written last) records what was fetched, so a second run with
+everything in place skips the download and needs no network. A folder copied by hand is accepted once it matches the
+hub's list (or, offline, the local check `doctor` runs). `HF_ENDPOINT` (a mirror) and `HF_TOKEN` are honoured by
+huggingface_hub itself.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from verl_p40 import UserError
+from verl_p40.atomic import write_text
 
-DEFAULT_REPO = "Qwen/Qwen2.5-0.5B-Instruct"
 MANIFEST = ".verl-p40-model.json"
 # What a causal LM folder needs for verl: config, weights, tokenizer. (Not pytorch_model.bin / tokenizer.model:
 # Qwen2.5 ships safetensors and a BPE tokenizer.)
@@ -31,6 +31,7 @@ class FetchResult:
     path: Path
     files: dict[str, int]
     skipped: bool
+    note: str = ""
 
 
 def _manifest(folder: Path) -> dict | None:
@@ -40,14 +41,17 @@ def _manifest(folder: Path) -> dict | None:
         return None
 
 
-def verify(folder: Path, expected: dict[str, int]) -> list[str]:
-    """Problems with `folder` against the expected {file: size}; empty when complete."""
-    problems = []
-    for name in REQUIRED:
-        if name not in expected:
-            problems.append(f"{name}: not in the repository's file list")
+def listing_problems(expected: dict[str, int]) -> list[str]:
+    """What a repository's file list lacks for verl (config, tokenizer, safetensors weights)."""
+    problems = [f"{name}: not in the repository's file list" for name in REQUIRED if name not in expected]
     if not any(name.endswith(".safetensors") for name in expected):
         problems.append("no *.safetensors weights in the repository's file list")
+    return problems
+
+
+def verify(folder: Path, expected: dict[str, int]) -> list[str]:
+    """Problems with `folder` against the expected {file: size}; empty when complete."""
+    problems = listing_problems(expected)
     for name, size in sorted(expected.items()):
         path = folder / name
         if not path.is_file():
@@ -117,32 +121,54 @@ def remote_files(repo: str, revision: str | None) -> tuple[str, dict[str, int]]:
     return info.sha or "", files
 
 
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False")
+
+
+def _write_manifest(out: Path, repo: str, revision: str, files: dict[str, int]) -> None:
+    write_text(out / MANIFEST, json.dumps({"repo": repo, "revision": revision, "files": files}, indent=2) + "\n")
+
+
 def fetch_model(repo: str, out: Path, revision: str | None = None, force: bool = False) -> FetchResult:
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: is a file, not a folder")
     if not force:
         done = complete(out, repo)
         if done is not None:
             return FetchResult(out, done, skipped=True)
-    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False"):
-        raise UserError(f"{out}: no complete copy of {repo} here and HF_HUB_OFFLINE is set")
-    sha, files = remote_files(repo, revision)
-    from huggingface_hub import snapshot_download
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        try:
-            snapshot_download(repo, revision=sha or revision, local_dir=staging, allow_patterns=sorted(files))
-        except Exception as exc:
-            raise UserError(f"download of {repo} failed: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
-        shutil.rmtree(staging / ".cache", ignore_errors=True)  # huggingface_hub's local_dir bookkeeping
-        problems = verify(staging, files)
+    if _offline():
+        problems = local_problems(out)
         if problems:
-            raise UserError(f"{repo}: downloaded files do not match the hub's list: {'; '.join(problems)}")
-        (staging / MANIFEST).write_text(json.dumps({"repo": repo, "revision": sha, "files": files}, indent=2) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(staging, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+            raise UserError(f"{out}: no complete copy of {repo} here ({'; '.join(problems[:3])}) and HF_HUB_OFFLINE is set")
+        files = {p.name: p.stat().st_size for p in sorted(out.iterdir()) if p.is_file() and _wanted(p.name)}
+        return FetchResult(out, files, skipped=True, note="checked locally only (HF_HUB_OFFLINE is set)")
+    sha, files = remote_files(repo, revision)
+    unusable = listing_problems(files)
+    if unusable:  # refused before anything is written
+        raise UserError(f"{repo}: not a model verl can train: {'; '.join(unusable)}")
+    if not force and (out / "config.json").is_file() and not verify(out, files):  # copied by hand, and complete
+        _write_manifest(out, repo, sha, files)
+        return FetchResult(out, files, skipped=True, note="copied by hand; matches the hub's file list")
+    from huggingface_hub import hf_hub_download, snapshot_download
+
+    # snapshot_download trusts its own bookkeeping for files it fetched before: one whose size is wrong now (cut
+    # short, edited) is fetched again on purpose, and replaced only when the new copy is complete
+    wrong = [name for name, size in files.items()
+             if (out / name).is_file() and size is not None and (out / name).stat().st_size != size]
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        snapshot_download(repo, revision=sha or revision, local_dir=out, allow_patterns=sorted(files),
+                          force_download=force)
+        for name in wrong:
+            hf_hub_download(repo, name, revision=sha or revision, local_dir=out, force_download=True)
+    except OSError as exc:
+        raise UserError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
+    except Exception as exc:  # network, auth, the hub's own errors: all end the same way for the user
+        raise UserError(f"download of {repo} into {out} failed: {type(exc).__name__}: {str(exc).splitlines()[0]} "
+                        "(run the same command again to resume)") from None
+    problems = verify(out, files)
+    if problems:
+        raise UserError(f"{repo}: downloaded files do not match the hub's list: {'; '.join(problems)}")
+    _write_manifest(out, repo, sha, files)
     return FetchResult(out, files, skipped=False)

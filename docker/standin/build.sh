@@ -2,13 +2,15 @@
 # Stand-in build of the real Dockerfile on a machine without a Docker engine or registry access (buildah, a
 # debootstrap base, PyPI), then checks inside the built image as uid 1000. What it cannot cover is listed at the
 # end of its log. Usage (as root, from the repository root):
-#   bash docker/standin/build.sh APEX_TARBALL [LOG]
+#   bash docker/standin/build.sh APEX_TARBALL [LOG]          the default image
+#   VARIANT=vllm bash docker/standin/build.sh APEX_TARBALL [LOG]   the -vllm variant (no Apex; vLLM 0.8.5)
 # APEX_TARBALL: Apex 25.01's source as a .tar.gz (GitHub only serves it: e.g. `git archive` of a fetched copy),
 # kept in the ignored folder .standin/. The log goes to LOG (default docker/standin/results/build-<date>.log).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 apex_tarball=$(realpath "$1")
-log=${2:-docker/standin/results/build-$(date +%Y-%m-%d).log}
+variant=${VARIANT:-}
+log=${2:-docker/standin/results/build${variant:+-$variant}-$(date +%Y-%m-%d).log}
 work=$PWD/.standin
 mkdir -p "$work" "$(dirname "$log")"
 exec > >(tee "$log") 2>&1
@@ -57,13 +59,20 @@ args=(
   --build-arg MAX_JOBS=2
   --build-arg BUILD_CHECK_SKIP=apex                     # cu124 torch cannot load an extension built for CUDA 11.8
 )
+tag=localhost/verl-p40:standin
+if [ "$variant" = vllm ]; then  # the variant's real build arguments (its torch is PyPI's: no stand-in needed there)
+  args=(--build-arg BASE_IMAGE=localhost/debian-bookworm --build-arg TORCH_INDEX_URL=https://pypi.org/simple
+        --build-arg TORCH_VERSION=2.6.0 --build-arg LOCK=requirements-vllm.txt --build-arg APEX_STAGE=no-apex
+        --build-arg BUILD_CHECKS=torch-build,verl,vllm)
+  tag=localhost/verl-p40:standin-vllm
+fi
 started=$(date +%s)
-buildah "${store[@]}" bud --isolation chroot --layers --format docker "${args[@]}" -t localhost/verl-p40:standin .
+buildah "${store[@]}" bud --isolation chroot --layers --format docker "${args[@]}" -t "$tag" .
 echo "build took $(( $(date +%s) - started )) s"
-buildah "${store[@]}" images localhost/verl-p40:standin
+buildah "${store[@]}" images "$tag"
 
 step "checks inside the image, as uid 1000"
-c=$(buildah "${store[@]}" from localhost/verl-p40:standin)
+c=$(buildah "${store[@]}" from "$tag")
 trap 'kill $server 2>/dev/null || true; buildah "${store[@]}" rm "$c" >/dev/null 2>&1 || true' EXIT
 inside() { echo "\$ $*"; buildah "${store[@]}" run --isolation chroot --user 1000:1000 "$c" -- "$@"; }
 as_root() { buildah "${store[@]}" run --isolation chroot "$c" -- "$@"; }
@@ -86,6 +95,13 @@ set +e
 inside verl-p40 doctor --profile p40 --model /models/tiny-qwen
 echo "doctor exit code: $?"
 set -e
+if [ "$variant" = vllm ]; then
+  inside bash -c 'pip check; python -c "import vllm, verl.workers.rollout.vllm_rollout; print(\"vllm\", vllm.__version__, \"and verl.workers.rollout.vllm_rollout import\")"'
+  inside bash -c 'pip list 2>/dev/null | grep -i -E "^(torch|vllm|xformers|verl|verl-p40|transformers|ray) "'
+  printf '\n=== not covered by this stand-in\n- the real base image (a debootstrap of the same Debian 12 here)\n'
+  printf -- '- a GPU: vLLM never ran here (it cannot reach the GPU machine); a Docker engine\n'
+  exit 0
+fi
 echo "--- Apex's extensions: import with CUDA 11.8's runtime beside the cu124 torch (the real image's torch brings it)"
 buildah "${store[@]}" copy "$c" "$work/wheels/" /tmp/cu11-wheels/
 as_root bash -c 'cd /tmp && python -m zipfile -e /tmp/cu11-wheels/nvidia_cuda_runtime_cu11-*.whl /tmp/cu11'
