@@ -128,7 +128,7 @@ def test_data_prep_entrypoint_on_local_gsm8k(gsm8k_dir, tmp_path):
     assert first.returncode == 0, first.stderr
     assert "7473 rows" in first.stdout and (tmp_path / "gsm8k" / "test.parquet").is_file()
     again = _run_entrypoint("data-prep", "--skip-existing", env=env)
-    assert again.returncode == 0 and "already there" in again.stdout
+    assert again.returncode == 0 and "are what this prep would write" in again.stdout
 
 
 def test_model_fetch_entrypoint_through_a_local_mirror(tokenizer_dir, tmp_path):

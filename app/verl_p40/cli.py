@@ -20,12 +20,32 @@ def _env(name: str, default: str) -> str:
 # ---------------------------------------------------------------------------------------------- prep
 
 
+def _stop_on_sigterm() -> None:
+    """SIGTERM ends the command like Ctrl-C: `finally` blocks run and temporary files are removed."""
+    import signal
+
+    def stop(signum, _frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def cmd_prep(args: argparse.Namespace) -> int:
     from verl_p40 import data
 
-    if args.skip_existing and all((Path(args.out) / f"{s}.parquet").is_file() for s in data.SPLITS):
-        print(f"{args.out}: train.parquet and test.parquet already there (--skip-existing)")
-        return 0
+    _stop_on_sigterm()
+    out = Path(args.out)
+    if out.is_dir():
+        for stale in data.remove_stale_temps(out):
+            print(f"removed {stale} (left by an interrupted prep)", file=sys.stderr)
+    wanted = data.request(args.source, args.limit, args.skip_invalid, args.instruction)
+    if args.skip_existing:
+        problems = data.manifest_problems(out, wanted)
+        if not problems:
+            print(f"{args.out}: train.parquet and test.parquet are what this prep would write (--skip-existing)")
+            return 0
+        if any((out / f"{s}.parquet").exists() for s in data.SPLITS):
+            print(f"{args.out}: preparing again: {'; '.join(problems)}", file=sys.stderr)
     started = time.perf_counter()
     results, paths = data.prepare(
         source=args.source,
@@ -36,6 +56,7 @@ def cmd_prep(args: argparse.Namespace) -> int:
         cache_dir=args.cache_dir,
         progress=None if sys.stderr.isatty() else False,
     )
+    data.write_manifest(out, wanted, results, paths)
     elapsed = time.perf_counter() - started
     summary: dict = {"source": args.source, "seconds": round(elapsed, 2), "splits": {}}
     for split, result in results.items():
@@ -56,7 +77,12 @@ def cmd_prep(args: argparse.Namespace) -> int:
             print(f"  skipped {reason}", file=sys.stderr)
     print(f"done in {elapsed:.2f} s")
     if args.summary_json:
-        Path(args.summary_json).write_text(json.dumps(summary, indent=2) + "\n")
+        from verl_p40.atomic import write_text
+
+        try:
+            write_text(Path(args.summary_json), json.dumps(summary, indent=2) + "\n")
+        except OSError as exc:
+            raise UserError(f"--summary-json {args.summary_json}: cannot write it ({exc.strerror or exc})") from None
     return 0
 
 
@@ -244,7 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", help="model/tokenizer folder: also print prompt-token statistics")
     p.add_argument("--cache-dir", default=os.environ.get("HF_DATASETS_CACHE"), help="datasets cache for hf: sources")
     p.add_argument("--summary-json", help="also write the summary as JSON here")
-    p.add_argument("--skip-existing", action="store_true", help="do nothing when both parquet files exist")
+    p.add_argument("--skip-existing", action="store_true",
+                   help="do nothing when the folder holds what this prep would write (its manifest says so)")
 
     p = add("fetch-model", cmd_fetch_model, "download the model from the Hugging Face hub (HF_ENDPOINT, HF_TOKEN)")
     p.add_argument("--repo", default=_env("VERL_P40_MODEL_REPO", "Qwen/Qwen2.5-0.5B-Instruct"), help="[%(default)s]")
