@@ -41,6 +41,12 @@ def prepared(gsm8k_dir, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def tiny_model(tokenizer_dir, tmp_path_factory) -> Path:
+    """A complete (tiny, random) Qwen2 model folder: what --dry-run and the preflight want to see."""
+    return make_tiny_qwen(tokenizer_dir, tmp_path_factory.mktemp("tiny-model"))
+
+
 def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run `verl-p40 ARGS` as a user would (a separate process), capturing its output."""
     return subprocess.run(

@@ -52,9 +52,10 @@ def test_torch_compile_needs_triton_on_sm70(sm, triton, expected):
     assert any("use_torch_compile: false" in n for n in notes) is (not expected)
 
 
-def test_config_and_dry_run_show_the_choice():
+def test_config_and_dry_run_show_the_choice(tiny_model, prepared):
     """On this machine (no GPU, no vLLM) the ampere profile trains with the HF rollout, and says why."""
-    for command in (["config", "--profile", "ampere", "--overrides-only"], ["train", "--profile", "ampere", "--dry-run"]):
+    for command in (["config", "--profile", "ampere", "--overrides-only"],
+                    ["train", "--profile", "ampere", "--dry-run", "--model", str(tiny_model), "--data", str(prepared)]):
         result = cli(*command)
         assert result.returncode == 0, result.stderr
         assert "[verl-p40] rollout: hf (float32) instead of the profile's vllm: vLLM is not installed" in result.stderr

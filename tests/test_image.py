@@ -149,13 +149,13 @@ def test_model_fetch_entrypoint_through_a_local_mirror(tokenizer_dir, tmp_path):
     assert (tmp_path / "models" / "Qwen2.5-0.5B-Instruct" / "model.safetensors").is_file()
 
 
-def test_trainer_entrypoint_dry_run_reads_the_profile_from_the_environment(tmp_path):
-    env = {"VERL_P40_PROFILE": "p40", "VERL_P40_MODEL": "/models/Qwen2.5-0.5B-Instruct",
+def test_trainer_entrypoint_dry_run_reads_the_profile_from_the_environment(tiny_model, prepared):
+    env = {"VERL_P40_PROFILE": "p40", "VERL_P40_MODEL": str(tiny_model), "VERL_P40_DATA": str(prepared),
            "VERL_P40_CHECKPOINTS": "/checkpoints", "VERL_P40_GPU_MEMORY_CAP_GB": "24"}
     result = _run_entrypoint("trainer", "--dry-run", "trainer.total_training_steps=3", env=env)
     assert result.returncode == 0, result.stderr
     assert "verl.trainer.main_ppo" in result.stdout and "VERL_P40_GPU_MEMORY_CAP_GB=24" in result.stdout
-    assert "actor_rollout_ref.model.path=/models/Qwen2.5-0.5B-Instruct" in result.stdout
+    assert f"actor_rollout_ref.model.path={tiny_model}" in result.stdout
     assert "trainer.total_training_steps=3" in result.stdout
 
 

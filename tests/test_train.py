@@ -3,8 +3,8 @@ import shlex
 from conftest import cli
 
 
-def test_dry_run_prints_verl_main_ppo_with_overrides():
-    result = cli("train", "--profile", "p40", "--dry-run", "--model", "/models/q", "--data", "/data/g",
+def test_dry_run_prints_verl_main_ppo_with_overrides(tiny_model, prepared):
+    result = cli("train", "--profile", "p40", "--dry-run", "--model", str(tiny_model), "--data", str(prepared),
                  "--checkpoints", "/ckpt", "--gpu-memory-cap-gb", "24", "trainer.total_training_steps=5")
     assert result.returncode == 0, result.stderr
     words = shlex.split(result.stdout.replace("\\\n", " "))
@@ -17,8 +17,9 @@ def test_dry_run_prints_verl_main_ppo_with_overrides():
     assert "+custom_reward_function.reward_kwargs.method=strict" in words
 
 
-def test_later_values_win_and_reward_options_pass_through():
-    result = cli("train", "--profile", "p40", "--dry-run", "--reward-method", "flexible", "--format-bonus", "0.1",
+def test_later_values_win_and_reward_options_pass_through(tiny_model, prepared):
+    result = cli("train", "--profile", "p40", "--dry-run", "--model", str(tiny_model), "--data", str(prepared),
+                 "--reward-method", "flexible", "--format-bonus", "0.1",
                  "--set", "data.train_batch_size=8", "data.train_batch_size=32")
     words = shlex.split(result.stdout.replace("\\\n", " "))
     assert [w for w in words if w.startswith("data.train_batch_size=")] == ["data.train_batch_size=32"]
@@ -40,7 +41,7 @@ def test_train_refuses_missing_data(tmp_path, tokenizer_dir):
 
 def test_bad_cap_rejected():
     result = cli("train", "--profile", "p40", "--dry-run", "--gpu-memory-cap-gb", "0")
-    assert result.returncode == 2 and "must be positive" in result.stderr
+    assert result.returncode == 2 and "--gpu-memory-cap-gb: '0' is not a number from 0.5" in result.stderr
 
 
 def test_cap_refuses_a_competing_external_lib():

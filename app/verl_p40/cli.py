@@ -17,6 +17,26 @@ def _env(name: str, default: str) -> str:
     return os.environ.get(name) or default
 
 
+def _number(kind: type, low: float | None = None, high: float | None = None, env: str | None = None):
+    """An argparse type: a number of `kind` within [low, high]. Defaults that come from an environment variable are
+    strings that argparse converts with this too, so a bad variable gets one line naming it, not a traceback."""
+
+    def convert(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or (low is not None and value < low) or (high is not None and value > high):
+            bounds = f" from {low:g}" if low is not None else ""
+            bounds += f" to {high:g}" if high is not None else ""
+            where = f" (also read from ${env})" if env else ""
+            raise argparse.ArgumentTypeError(f"{text!r} is not a{'n integer' if kind is int else ' number'}"
+                                             f"{bounds}{where}")
+        return value
+
+    return convert
+
+
 # ---------------------------------------------------------------------------------------------- prep
 
 
@@ -141,7 +161,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     skip = doctor.skips(args.skip_check)
     run = plan(options)
     _print_notes(run.notes)
-    if args.dry_run:
+    if args.dry_run:  # the files a run needs are checked (no GPU, no Ray)
+        file_checks = {name: "--dry-run" for name in doctor.DEFAULT if name not in ("model", "data")}
+        preflight(options, {**file_checks, **skip}, quiet=True)
         print(run.shell())
         return 0
     preflight(options, skip)
@@ -231,13 +253,21 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="any verl config value (repeatable)")
     p.add_argument("--reward-method", choices=("strict", "flexible"), default=_env("VERL_P40_REWARD_METHOD", "strict"),
                    help="GSM8K answer extraction: strict '#### N' (verl's) or the last number [%(default)s]")
-    p.add_argument("--format-bonus", type=float, default=float(_env("VERL_P40_FORMAT_BONUS", "0")),
+    p.add_argument("--format-bonus", type=_number(float, 0, env="VERL_P40_FORMAT_BONUS"),
+                   default=_env("VERL_P40_FORMAT_BONUS", "0"),
                    help="reward added when the answer uses the '#### N' format [%(default)s]")
 
 
+class Parser(argparse.ArgumentParser):
+    """Usage errors in one line (the usage block is one --help away), exit code 2 as argparse's."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _add_gpu_memory_cap(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gpu-memory-cap-gb", type=float, default=(float(os.environ["VERL_P40_GPU_MEMORY_CAP_GB"])
-                   if os.environ.get("VERL_P40_GPU_MEMORY_CAP_GB") else None),
+    p.add_argument("--gpu-memory-cap-gb", type=_number(float, 0.5, env="VERL_P40_GPU_MEMORY_CAP_GB"),
+                   default=os.environ.get("VERL_P40_GPU_MEMORY_CAP_GB") or None,
                    help="cap PyTorch's memory per GPU process at N*10^9 bytes (size a run for a smaller card)")
 
 
@@ -249,7 +279,7 @@ def _add_skip_check(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="verl-p40", description=f"PPO post-training with verl {VERL_VERSION} on old and small NVIDIA GPUs"
     )
     parser.add_argument("--version", action="version", version=f"verl-p40 {__version__} (verl {VERL_VERSION})")
@@ -264,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", default=_env("VERL_P40_GSM8K_SOURCE", "hf:openai/gsm8k"),
                    help="folder with train/test.jsonl or parquet, or hf:openai/gsm8k [%(default)s]")
     p.add_argument("--out", default=_env("VERL_P40_DATA", "data/gsm8k"), help="output folder [%(default)s]")
-    p.add_argument("--limit", type=int, help="at most N rows per split")
+    p.add_argument("--limit", type=_number(int, 1), help="at most N rows per split")
     p.add_argument("--skip-invalid", action="store_true", help="skip bad rows (and count them) instead of stopping")
     p.add_argument("--instruction", default=None, help="text appended to each question")
     p.add_argument("--tokenizer", help="model/tokenizer folder: also print prompt-token statistics")
@@ -282,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("config", cmd_config, "print the complete verl config a profile gives, as YAML")
     _add_run_options(p)
     p.add_argument("--overrides-only", action="store_true", help="print the Hydra overrides instead of the config")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="verl config values, as with --set")
 
     p = add("train", cmd_train, "run verl's PPO trainer (python -m verl.trainer.main_ppo) with the profile")
     _add_run_options(p)
@@ -295,7 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_options(p)
     _add_gpu_memory_cap(p)
     _add_skip_check(p)
-    p.add_argument("--steps", type=int, default=4, help="training steps; the first is warm-up [%(default)s]")
+    p.add_argument("--steps", type=_number(int, 2), default=4, help="training steps; the first is warm-up [%(default)s]")
     p.add_argument("--out", default=os.path.join(_env("VERL_P40_LOGS", "logs"), "bench.json"), help="[%(default)s]")
     p.add_argument("--keep-model", metavar="DIR", help="build the random-weight model here once and reuse it")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="verl config values, as with train")
@@ -314,15 +345,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help=f"patch a verl other than {VERL_VERSION}")
 
     p = add("monitor", cmd_monitor, "sample the GPUs through NVML: CSV, Prometheus metrics, summary and plot")
-    p.add_argument("--interval", type=float, default=1.0, help="seconds between samples [%(default)s]")
+    p.add_argument("--interval", type=_number(float, 0.05), default=1.0, help="seconds between samples [%(default)s]")
     p.add_argument("--out", default=os.path.join(_env("VERL_P40_LOGS", "logs"), "gpu"), help="output folder [%(default)s]")
-    p.add_argument("--port", type=int, default=None, help="serve Prometheus metrics on this port")
+    p.add_argument("--port", type=_number(int, 1, 65535), default=None, help="serve Prometheus metrics on this port")
     p.add_argument("--bind", default="127.0.0.1", help="address for the metrics port [%(default)s]")
     p.add_argument("--gpus", help="comma list of GPU indices [all]")
     p.add_argument("--once", action="store_true", help="take one sample, print it, exit")
-    p.add_argument("--samples", type=int, default=None, help="stop after N samples [run until SIGTERM/SIGINT]")
-    p.add_argument("--alert-mem-pct", type=float, default=None, help="warn when a GPU's memory use crosses N %%")
-    p.add_argument("--max-csv-mb", type=float, default=50, help="rotate gpu.csv at this size [%(default)s]")
+    p.add_argument("--samples", type=_number(int, 1), default=None, help="stop after N samples [run until SIGTERM/SIGINT]")
+    p.add_argument("--alert-mem-pct", type=_number(float, 0, 100), default=None, help="warn when a GPU's memory use crosses N %%")
+    p.add_argument("--max-csv-mb", type=_number(float, 0.01), default=50, help="rotate gpu.csv at this size [%(default)s]")
     p.add_argument("--plot", metavar="CSV", help="only redraw the picture from a gpu.csv")
     p.add_argument("--plot-out", help="with --plot: where to write the PNG [beside the CSV]")
 
@@ -331,13 +362,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare", help="a second model, same forms (the trained one)")
     p.add_argument("--data", default=os.path.join(_env("VERL_P40_DATA", "data/gsm8k"), "test.parquet"), help="[%(default)s]")
     p.add_argument("--out", default=os.path.join(_env("VERL_P40_LOGS", "logs"), "eval"), help="[%(default)s]")
-    p.add_argument("--limit", type=int, help="only the first N questions")
-    p.add_argument("--batch-size", type=int, default=32, help="[%(default)s]")
-    p.add_argument("--max-new-tokens", type=int, default=512, help="[%(default)s]")
+    p.add_argument("--limit", type=_number(int, 1), help="only the first N questions")
+    p.add_argument("--batch-size", type=_number(int, 1), default=32, help="[%(default)s]")
+    p.add_argument("--max-new-tokens", type=_number(int, 1), default=512, help="[%(default)s]")
     p.add_argument("--checkpoints", default=_env("VERL_P40_CHECKPOINTS", "checkpoints"), help="for 'latest' [%(default)s]")
     p.add_argument("--logs", default=_env("VERL_P40_LOGS", "logs"), help="trainer logs for curves.png [%(default)s]")
     p.add_argument("--device", help="cuda, cuda:1 or cpu [cuda when available]")
-    p.add_argument("--examples", type=int, default=10, help="questions shown side by side in report.md [%(default)s]")
+    p.add_argument("--examples", type=_number(int, 0), default=10, help="questions shown side by side in report.md [%(default)s]")
     p.add_argument("--engine", choices=("auto", "hf", "vllm"), default="auto",
                    help="generation engine: auto = vLLM where installed on sm_70+, else HF generate [%(default)s]")
 

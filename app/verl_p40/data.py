@@ -84,13 +84,21 @@ def _validate(record: Any) -> tuple[str, str]:
 
 
 def _read_jsonl(path: Path) -> Iterator[RawRow]:
-    # newline=None: universal newlines, so CRLF files read like LF files.
-    with open(path, encoding="utf-8", newline=None) as handle:
-        for lineno, line in enumerate(handle, start=1):
+    # Bytes, decoded line by line: a line that is not UTF-8 is one invalid row (named), not a crash of the whole file.
+    # CRLF files read like LF files.
+    with open(path, "rb") as handle:
+        for lineno, raw in enumerate(handle, start=1):
+            record: Any
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                yield RawRow(f"{path}:{lineno}", InvalidRow(f"not UTF-8 (byte 0x{raw[exc.start]:02x} at column "
+                                                            f"{exc.start + 1})"))
+                continue
             if not line.strip():
                 continue
             try:
-                record: Any = json.loads(line)
+                record = json.loads(line)
             except json.JSONDecodeError as exc:
                 record = InvalidRow(f"not valid JSON ({exc.msg} at column {exc.colno})")
             yield RawRow(f"{path}:{lineno}", record)

@@ -52,6 +52,11 @@ def resolve_model(spec: str, checkpoints: Path) -> Path:
     """A Hugging Face model folder for `spec`, merging a verl FSDP checkpoint first when needed."""
     path = latest_checkpoint(checkpoints) if spec == "latest" else Path(spec)
     if (path / "config.json").is_file() and not is_fsdp_checkpoint(path):
+        from verl_p40.fetch import local_problems
+
+        problems = local_problems(path)
+        if problems:
+            raise UserError(f"{path}: not a complete model folder: {'; '.join(problems[:3])}")
         return path
     if not is_fsdp_checkpoint(path):
         raise UserError(f"{path}: neither a Hugging Face model folder (config.json) nor a verl FSDP checkpoint")
@@ -89,10 +94,11 @@ def load_questions(path: Path, limit: int | None) -> list[Question]:
     out = []
     for i, row in enumerate(rows[: limit or None]):
         try:
-            out.append(Question(index=int(row.get("extra_info", {}).get("index", i)), prompt=list(row["prompt"]),
+            extra = row.get("extra_info") or {}  # verl's schema allows a null extra_info
+            out.append(Question(index=int(extra.get("index", i)), prompt=list(row["prompt"]),
                                 ground_truth=str(row["reward_model"]["ground_truth"]),
-                                question=str(row.get("extra_info", {}).get("question", row["prompt"][-1]["content"]))))
-        except (KeyError, TypeError) as exc:
+                                question=str(extra.get("question") or row["prompt"][-1]["content"])))
+        except (KeyError, TypeError, IndexError, ValueError) as exc:
             raise UserError(f"{path}: row {i + 1}: not in verl's RL schema ({exc}); make it with verl-p40 prep") from None
     return out
 

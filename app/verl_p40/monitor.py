@@ -472,9 +472,19 @@ def main(args) -> int:
     """CLI body of `verl-p40 monitor` (argparse namespace from verl_p40.cli)."""
     log = lambda line: print(line, flush=True)  # noqa: E731
     if args.plot:
+        from verl_p40 import UserError
+
         csv_path = Path(args.plot)
         target = Path(args.plot_out) if args.plot_out else csv_path.with_name("gpu.png")
-        plot(read_gpu_csv(csv_path), target)
+        try:
+            samples = read_gpu_csv(csv_path)
+        except OSError as exc:
+            raise UserError(f"{csv_path}: cannot read it ({exc.strerror or exc})") from None
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UserError(f"{csv_path}: not a gpu.csv written by verl-p40 monitor ({type(exc).__name__}: {exc})") from None
+        if not samples:
+            raise UserError(f"{csv_path}: not a gpu.csv written by verl-p40 monitor (no samples)")
+        plot(samples, target)
         print(f"wrote {target}")
         return 0
     source = NvmlSource(parse_gpus(args.gpus), log=log)

@@ -130,7 +130,11 @@ def plan(options: RunOptions) -> RunPlan:
                         "it cannot be combined with your own external_lib")
     overrides += user
     hydra_overrides = to_hydra(overrides)
-    compose(hydra_overrides)  # raises a clear UserError on anything verl's config rejects
+    cfg = compose(hydra_overrides)  # raises a clear UserError on anything verl's config rejects
+    from verl_p40 import rules
+    from verl_p40.verlconfig import base_config
+
+    rules.check(cfg, base_config(), {o.key.lstrip("+~"): o.origin for o in overrides})
     return RunPlan(profile=profile, notes=notes, overrides=hydra_overrides, env=env)
 
 
@@ -140,16 +144,19 @@ def config_yaml(run: RunPlan) -> str:
     return OmegaConf.to_yaml(compose(run.overrides), resolve=True)
 
 
-def preflight(options: RunOptions, skip: dict[str, str]) -> None:
+def preflight(options: RunOptions, skip: dict[str, str], quiet: bool = False) -> None:
     """`verl-p40 doctor` before Ray starts: what must be true before spending a minute on Ray start-up."""
     from verl_p40 import doctor
 
     results = doctor.run_checks(doctor.Context(options), skip=skip)
-    print(doctor.report(results), file=sys.stderr, flush=True)
+    if not quiet:
+        print(doctor.report(results), file=sys.stderr, flush=True)
     failed = [r for r in results if r.status == doctor.FAIL]
     if failed:
-        first = failed[0]
-        raise UserError(f"preflight: {first.name}: {first.detail}" + (f"; fix: {first.fix}" if first.fix else "")
+        described = [f"{r.name}: {r.detail}" + (f"; fix: {r.fix}" if r.fix else "") for r in failed]
+        if quiet:  # nothing was printed: every failure goes into the one line
+            raise UserError("preflight: " + " | ".join(described))
+        raise UserError(f"preflight: {described[0]}"
                         + (f" (and {len(failed) - 1} more failed checks above)" if len(failed) > 1 else ""))
 
 

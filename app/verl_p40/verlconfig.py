@@ -91,23 +91,28 @@ def compose(overrides: list[str]):
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from omegaconf import OmegaConf
+
     try:
         with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None):
-            return hydra_compose(config_name="ppo_trainer", overrides=overrides)
+            cfg = hydra_compose(config_name="ppo_trainer", overrides=overrides)
+        OmegaConf.resolve(cfg)  # a broken ${...} fails here, not inside the trainer
+        return cfg
     except (HydraException, OmegaConfBaseException) as exc:
         message = str(exc).strip().splitlines()
         raise UserError(f"verl {VERL_VERSION} config rejected the overrides: {' '.join(message)}") from None
 
 
 @functools.lru_cache(maxsize=1)
-def _base():
+def base_config():
+    """verl's own `ppo_trainer` defaults (read-only: shared)."""
     return compose([])
 
 
 def known_key(key: str) -> bool:
     from omegaconf import OmegaConf
 
-    return OmegaConf.select(_base(), key, default=_MISSING) is not _MISSING
+    return OmegaConf.select(base_config(), key, default=_MISSING) is not _MISSING
 
 
 def is_extension(key: str) -> bool:
