@@ -23,7 +23,7 @@ CPU_OVERRIDES = [  # what a CPU needs on top of the p40 profile, plus a tiny bat
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "critic.ppo_micro_batch_size_per_gpu=2",
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2", "data.max_response_length=16",
-    "trainer.save_freq=2", "trainer.ray_wait_register_center_timeout=60",
+    "trainer.save_freq=2", "trainer.ray_wait_register_center_timeout=180",
     "actor_rollout_ref.actor.fsdp_config.optimizer_offload=false", "actor_rollout_ref.ref.fsdp_config.param_offload=false",
     "critic.model.fsdp_config.param_offload=false", "critic.model.fsdp_config.optimizer_offload=false",
 ]
@@ -99,3 +99,40 @@ def test_two_ppo_steps_then_resume_then_eval_the_checkpoint(cluster, run_dirs):
     assert merged.parent.name == "actor" and merged.parent.parent.name == "global_step_3"
     assert json.loads((merged / "config.json").read_text())["torch_dtype"] == "float32"
     assert report["questions"] == 3 and report["curves"] == "curves.png"
+
+
+def test_a_zero_byte_parquet_ends_with_the_trainers_one_line(cluster, run_dirs, tmp_path):
+    """The preflight would stop this; skipped by name, verl's real loop meets it and the trainer says what to do."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.parquet").write_bytes(b"")
+    (data / "test.parquet").write_bytes((run_dirs["data"] / "test.parquet").read_bytes())
+    result = subprocess.run(
+        [sys.executable, "-m", "verl_p40.cli", "train", "--profile", "p40", "--model", str(run_dirs["model"]),
+         "--data", str(data), "--checkpoints", str(tmp_path / "ckpt"), "--logs", str(tmp_path / "logs"),
+         "--skip-check", "data", *CPU_OVERRIDES, "trainer.total_training_steps=1"],
+        env=cluster, capture_output=True, text=True, cwd=REPO, timeout=900)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 2, result.stdout[-3000:]
+    assert last.startswith(f"verl-p40 train: error: {data / 'train.parquet'}: not a readable parquet file"), last
+    assert "verl-p40 prep" in last
+
+
+def test_checkpoints_on_a_full_disk_end_with_the_trainers_one_line(cluster, run_dirs, tmp_path):
+    """Checkpoints written to a 2 MB tmpfs (the preflight's disk check skipped by name)."""
+    full = tmp_path / "full"
+    full.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(full)], capture_output=True, text=True)
+    assert mounted.returncode == 0, f"this test needs root to mount a small tmpfs: {mounted.stderr}"
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "verl_p40.cli", "train", "--profile", "p40", "--model", str(run_dirs["model"]),
+             "--data", str(run_dirs["data"]), "--checkpoints", str(full), "--logs", str(tmp_path / "logs"),
+             "--skip-check", "disk", *CPU_OVERRIDES, "trainer.total_training_steps=1", "trainer.save_freq=1"],
+            env=cluster, capture_output=True, text=True, cwd=REPO, timeout=900)
+    finally:
+        subprocess.run(["umount", str(full)], capture_output=True)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 2, result.stdout[-3000:]
+    assert last.startswith("verl-p40 train: error: disk full"), last
+    assert "trainer.max_actor_ckpt_to_keep=1" in last

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from verl_p40 import UserError, engines, memcap, reward
+from verl_p40.failures import Diagnosis
 from verl_p40 import profiles as profiles_mod
 from verl_p40.verlconfig import Override, compose, hydra_value, parse_set, profile_overrides, to_hydra
 
@@ -184,13 +185,21 @@ def run_trainer(run: RunPlan, logs: str) -> int:
                 pass
 
         previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+        diagnosis = Diagnosis()
         try:
             assert child.stdout is not None
             for line in child.stdout:
                 sys.stdout.write(line)
                 sys.stdout.flush()
                 log.write(line)
-            return child.wait()
+                diagnosis.feed(line)
+            code = child.wait()
+            said = diagnosis.summary() if code != 0 else None
+            if said:  # the one line to end a page of Ray tracebacks with
+                print(f"verl-p40 train: error: {said} (full output: {log_path})", file=sys.stderr, flush=True)
+                log.write(f"verl-p40 train: error: {said}\n")
+                return 2
+            return code
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
