@@ -138,3 +138,16 @@ def test_gpu_list_parsing():
     assert m.parse_gpus("0, 2") == [0, 2] and m.parse_gpus(None) is None
     with pytest.raises(Exception, match="comma list"):
         m.parse_gpus("first")
+
+
+def test_a_port_in_use_is_one_line():
+    import socket
+
+    from verl_p40 import UserError
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(UserError, match=f"--port {port}: cannot serve metrics on 127.0.0.1:{port}"):
+            m.Exporter(port, "127.0.0.1")

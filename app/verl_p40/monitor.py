@@ -347,7 +347,13 @@ class Exporter:
                                     ["gpu", "pid", "name"], registry=self.registry)
         self.server = None
         if port is not None:
-            self.server, self.thread = start_http_server(port, addr=bind, registry=self.registry)
+            try:
+                self.server, _thread = start_http_server(port, addr=bind, registry=self.registry)
+            except OSError as exc:
+                from verl_p40 import UserError
+
+                raise UserError(f"--port {port}: cannot serve metrics on {bind}:{port} ({exc.strerror or exc}); "
+                                "choose another port (MONITOR_PORT in .env)") from None
 
     def update(self, gpu_rows: list[GPUSample], proc_rows: list[ProcessSample]) -> None:
         for row in gpu_rows:

@@ -57,7 +57,7 @@ class RunPlan:
 
     def shell(self) -> str:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
-        cmd = " \\\n    ".join(shlex.quote(part) for part in ["python3", *self.command()[1:]])
+        cmd = " \\\n    ".join(shlex.quote(part) for part in self.command())
         return f"{env} {cmd}" if env else cmd
 
 
