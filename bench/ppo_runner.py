@@ -1,4 +1,4 @@
-"""Run `verl-p40 train` under an NVML sampler and summarise verl's per-step metrics (used by the GPU benches)."""
+"""Run `verl-p40 train` under the GPU monitor's sampler and summarise verl's per-step metrics (the GPU benches)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import os
 import shlex
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -15,52 +14,22 @@ from verl_p40.metrics import read_steps
 PHASES = ("gen", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor", "step")
 
 
-class NvmlPeak(threading.Thread):
-    """Samples GPU 0's used memory (device total, and the largest single process) every `interval` s."""
-
-    def __init__(self, interval: float = 0.5):
-        super().__init__(daemon=True)
-        import pynvml
-
-        self.nvml = pynvml
-        pynvml.nvmlInit()
-        self.handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        self.interval = interval
-        self.stop_event = threading.Event()
-        self.peak_device = 0
-        self.peak_process = 0
-
-    def run(self) -> None:
-        while not self.stop_event.is_set():
-            used = self.nvml.nvmlDeviceGetMemoryInfo(self.handle).used
-            self.peak_device = max(self.peak_device, used)
-            try:
-                procs = self.nvml.nvmlDeviceGetComputeRunningProcesses(self.handle)
-                self.peak_process = max([self.peak_process] + [p.usedGpuMemory or 0 for p in procs])
-            except self.nvml.NVMLError:
-                pass
-            time.sleep(self.interval)
-
-    def stop(self) -> dict:
-        self.stop_event.set()
-        self.join()
-        return {"nvml_peak_device_used_gb": round(self.peak_device / 1e9, 3),
-                "nvml_peak_process_used_gb": round(self.peak_process / 1e9, 3)}
-
-
 def run_train(name: str, train_args: list[str], logs: Path, timeout: float) -> dict:
     logs.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "verl_p40.cli", "train", "--logs", str(logs), *train_args]
     print(f"== {name}: {shlex.join(cmd)}", flush=True)
-    sampler = NvmlPeak()
-    sampler.start()
+    from verl_p40.benchmark import Sampler
+
     started = time.time()
-    try:
-        rc = subprocess.run(cmd, timeout=timeout).returncode
-    except subprocess.TimeoutExpired:
-        rc = "timeout"
+    with Sampler(logs / "gpu") as sampler:  # the GPU monitor's own sampling: every GPU, every process
+        try:
+            rc = subprocess.run(cmd, timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
     wall = time.time() - started
-    nvml = sampler.stop()
+    peaks = sampler.peaks()
+    nvml = {"nvml_peak_device_used_gb": max(peaks["nvml_peak_device_gb"].values(), default=0.0),
+            "nvml_peak_process_used_gb": peaks["nvml_peak_process_gb"]}
     log = sorted(logs.glob("train-*.log"))[-1]
     steps = read_steps(log)
     return {"name": name, "returncode": rc, "wall_s": round(wall, 1), "command": "verl-p40 " + shlex.join(cmd[3:]),

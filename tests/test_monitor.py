@@ -74,7 +74,9 @@ def test_summary_and_plot_from_csv_via_cli(tmp_path):
     result = cli("monitor", "--plot", str(tmp_path / "gpu.csv"), "--plot-out", str(tmp_path / "again.png"))
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "again.png").stat().st_size > 1000
-    summary = m.summary_from_csv(tmp_path / "gpu.csv").as_dict()
+    summary = m.Summary()
+    summary.add(m.read_gpu_csv(tmp_path / "gpu.csv"), [])
+    summary = summary.as_dict()
     assert summary["duration_s"] == 19.0 and summary["gpus"]["0"]["peak_memory_used_gb"] == 20.0
     assert summary["gpus"]["0"]["utilization_gpu_p95_pct"] == 19.0
 

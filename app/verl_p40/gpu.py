@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from verl_p40 import UserError
 
@@ -20,7 +20,6 @@ class GPUInfo:
     name: str
     compute_capability: tuple[int, int]
     memory_total_gib: float
-    uuid: str = ""
 
     @property
     def sm(self) -> float:
@@ -30,9 +29,6 @@ class GPUInfo:
     def describe(self) -> str:
         major, minor = self.compute_capability
         return f"GPU {self.index}: {self.name}, sm_{major}{minor}, {self.memory_total_gib:.1f} GiB"
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def _decode(value) -> str:
@@ -76,7 +72,6 @@ def detect() -> list[GPUInfo]:
                     name=_decode(pynvml.nvmlDeviceGetName(handle)),
                     compute_capability=tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle)),
                     memory_total_gib=pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30,
-                    uuid=_decode(pynvml.nvmlDeviceGetUUID(handle)),
                 )
             )
     finally:

@@ -286,12 +286,6 @@ class Summary:
         }
 
 
-def summary_from_csv(path: str | Path) -> Summary:
-    summary = Summary()
-    summary.add(read_gpu_csv(path), [])
-    return summary
-
-
 # ------------------------------------------------------------------------------------------------ plot
 
 
