@@ -1,0 +1,101 @@
+"""The P40 projection beside every committed timing result: each run's recorded trainer command gives its verl config,
+its logged steps give the token counts and the measured phases, and `verl_p40.projection` turns them into seconds on a
+Tesla P40 (and, as a check, on the H200 that ran it, whose constants `verl-p40 bench` measured on 2026-11-30).
+
+    python3 bench/project.py --out bench/results/projections.json   (CPU only; reads bench/results/*)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import statistics
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+from verl_p40 import projection
+from verl_p40.metrics import read_steps
+from verl_p40.train import RunOptions, plan
+
+RESULTS = Path(__file__).parent / "results"
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "qwen2.5-0.5b-instruct"
+# The H200's constants as calibrate() measured them under the mask (bench/results/generations-2026-11-30/bench-p40.json)
+H200 = projection.Card("NVIDIA H200 (measured 2026-11-30)", 41.14, 4251.0, 22.3, "generations-2026-11-30/bench-p40.json")
+
+
+def options_from(command: str) -> RunOptions:
+    """The verl config a recorded `verl-p40 train ...` command ran with (paths do not matter here)."""
+    words, sets, profile = shlex.split(command)[2:], [], "p40"
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word == "--profile":
+            profile, i = words[i + 1], i + 2
+        elif word == "--set":
+            sets.append(words[i + 1])
+            i += 2
+        elif word.startswith("--"):
+            i += 1 if word in ("--dry-run",) else 2
+        elif "=" in word:
+            sets.append(word)
+            i += 1
+        else:
+            i += 1
+    return RunOptions(profile=profile, sets=sets)
+
+
+def project_run(name: str, command: str, steps: list[dict], shape: projection.Shape) -> dict:
+    cfg = plan(options_from(command)).config()
+    phases = projection.median_phases(steps)
+    generated = statistics.median(s.get("response_length/max", 0.0) for s in steps)
+    run = projection.run_from_config(cfg, generated)
+    host = projection.host_overhead_per_token(phases.get("gen", 0.0), shape, run, H200)
+    here, p40 = projection.project(shape, run, H200, host), projection.project(shape, run, projection.P40, host)
+    prompts = int(cfg.data.train_batch_size)
+    return {"run": name, "measured_s_per_step": phases.get("step"), "measured_phases_s": phases,
+            "h200_projection": here, "p40_projection": p40,
+            "p40_hours_per_gsm8k_epoch": projection.epoch_hours(p40["step"], prompts), "train_batch_size": prompts,
+            "command": command}
+
+
+def collect() -> list[tuple[str, str, list[dict]]]:
+    runs = []
+    for r in json.loads((RESULTS / "p40-profile-2026-11-29.json").read_text())["runs"]:
+        runs.append((f"p40-profile-2026-11-29/{r['name']}", r["command"], r["steps"]))
+    for lr in ("lr3e-5", "lr1e-4"):
+        r = json.loads((RESULTS / f"learning-check-2026-11-29-{lr}.json").read_text())["run"]
+        runs.append((f"learning-check-2026-11-29-{lr}", r["command"], r["steps"]))
+    folder = "real-weights-ppo-warmup-2026-11-29"  # real weights: responses of real lengths
+    command = json.loads((RESULTS / folder / "real-weights-state.json").read_text())["train_command"]
+    with tarfile.open(RESULTS / folder / "real-weights-work.tgz") as tar:
+        for member in sorted(tar.getnames()):
+            if re.fullmatch(r"logs/train-[0-9-]+\.log", member):
+                with tempfile.NamedTemporaryFile("wb", suffix=".log") as plain:
+                    plain.write(tar.extractfile(member).read())
+                    plain.flush()
+                    steps = [s for s in read_steps(plain.name) if "timing_s/update_actor" in s]  # after warm-up
+                if steps:
+                    runs.append((f"{folder}/{member}", command, steps))
+    return runs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--config", type=Path, default=SHARED, help="the model's config.json folder [%(default)s]")
+    args = parser.parse_args()
+    shape = projection.Shape.from_config(json.loads((args.config / "config.json").read_text()))
+    rows = [project_run(name, command, steps, shape) for name, command, steps in collect()]
+    args.out.write_text(json.dumps({"model": projection.__doc__.split("\n\n")[1], "h200": projection.card_dict(H200),
+                                    "p40": projection.card_dict(projection.P40), "runs": rows}, indent=2) + "\n")
+    for r in rows:
+        print(f"{r['run']}: measured {r['measured_s_per_step']} s/step, H200 model {r['h200_projection']['step']}, "
+              f"P40 {r['p40_projection']['step']} s/step ({r['p40_hours_per_gsm8k_epoch']} h/epoch)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
