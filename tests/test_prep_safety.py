@@ -117,3 +117,27 @@ def test_doctor_sees_a_parquet_changed_after_prep(small_source, tmp_path):
     shutil.copy(out / "test.parquet", out / "train.parquet")
     problems, _ = data.folder_problems(out)
     assert problems == ["train.parquet: changed since verl-p40 prep wrote it (.verl-p40-data.json)"]
+
+
+def test_prep_onto_a_full_disk_is_one_line_and_leaves_nothing(gsm8k_dir, tmp_path):
+    full = tmp_path / "full"
+    full.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(full)], capture_output=True,
+                             text=True)
+    assert mounted.returncode == 0, f"this test needs root to mount a small tmpfs: {mounted.stderr}"
+    try:
+        result = _prep(gsm8k_dir, full / "gsm8k")
+        left = sorted(p.name for p in (full / "gsm8k").iterdir()) if (full / "gsm8k").exists() else []
+    finally:
+        subprocess.run(["umount", str(full)], capture_output=True)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"verl-p40 prep: error: --out {full / 'gsm8k'}: cannot write the parquet files (")
+    assert "No space left on device" in line
+    assert left == []  # no partial parquet, no temporary file, no manifest
+
+
+def test_summary_json_into_a_new_folder(small_source, tmp_path):
+    summary = tmp_path / "reports" / "prep.json"
+    result = _prep(small_source, tmp_path / "data", "--summary-json", str(summary))
+    assert result.returncode == 0 and json.loads(summary.read_text())["splits"]["train"]["rows"] == 40
