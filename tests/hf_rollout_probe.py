@@ -44,6 +44,18 @@ def main(model_dir: str) -> None:
         plain = plain[:, prompts.input_ids.shape[1]:]
         result[mode] = {"equal": torch.equal(rollout[:, : plain.shape[1]], plain),
                         "rollout": rollout.tolist(), "generate": plain.tolist()}
+    # GRPO-style: rollout.n = 4, and the prompts already repeated 4 times each, as verl's trainer hands them over
+    n = 4
+    config = OmegaConf.create({"micro_batch_size": 8, "response_length": RESPONSE_LENGTH, "do_sample": True,
+                               "temperature": 1.0, "top_p": 1.0, "top_k": -1, "n": n, "dtype": "float32",
+                               "val_kwargs": {"top_k": -1, "top_p": 1.0, "temperature": 0.0, "n": 1}})
+    repeated = {k: v.repeat_interleave(n, dim=0) for k, v in
+                {"input_ids": prompts.input_ids, "attention_mask": prompts.attention_mask, "position_ids": positions}.items()}
+    batch = DataProto.from_dict(tensors=repeated, meta_info=dict(special))
+    out = HFRollout(model, config).generate_sequences(batch)
+    result["grpo"] = {"prompts": 2, "n": n, "sequences": int(out.batch.batch_size[0]),
+                      "distinct_per_prompt": [len({tuple(r) for r in out.batch["responses"][i * n:(i + 1) * n].tolist()})
+                                              for i in range(2)]}
     print(json.dumps(result))
 
 

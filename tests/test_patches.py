@@ -171,3 +171,15 @@ def test_each_hf_rollout_edit_is_needed(verl_copy, tiny_model, left_out, mode):
     patches.apply(verl_copy, edits=[edit for edit in EDITS if edit.name != left_out])
     result = _probe_hf_rollout(verl_copy, tiny_model)
     assert not result[mode]["equal"], result[mode]
+
+
+def test_hf_rollout_makes_one_sequence_per_repeated_prompt(verl_copy, tiny_model):
+    """GRPO with rollout.n = 4: the trainer repeats each prompt 4 times, so 2 prompts make 8 sequences, sampled
+    independently; without the edit, generate() was asked for 4 each again (32, and the trainer stopped)."""
+    patches.apply(verl_copy)
+    grpo = _probe_hf_rollout(verl_copy, tiny_model)["grpo"]
+    assert grpo["sequences"] == 8 and grpo["distinct_per_prompt"] == [4, 4], grpo
+    edit = next(e for e in patches.all_edits() if e.name == "hf-rollout-one-sequence-per-prompt")
+    target = verl_copy / edit.file
+    target.write_text(target.read_text().replace(edit.new, edit.old))
+    assert _probe_hf_rollout(verl_copy, tiny_model)["grpo"]["sequences"] == 32

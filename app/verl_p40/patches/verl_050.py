@@ -161,6 +161,17 @@ EDITS: list[Edit] = [
         "the configured policy it computes log-probs for (verl issue #7270)",
     ),
     Edit(
+        name="hf-rollout-one-sequence-per-prompt",
+        file="workers/rollout/hf_rollout.py",
+        old='                "num_return_sequences": self.config.n,\n',
+        new="                # verl-p40: the trainer already repeats each prompt rollout.n times (GRPO, RLOO, ...); asking\n"
+        "                # generate() for n more made n x n sequences per prompt\n"
+        '                "num_return_sequences": 1,\n',
+        why="with rollout.n > 1 verl's trainer repeats every prompt n times and the HF rollout then asked generate() "
+        "for n sequences each: n x n per prompt, and the trainer stopped with 'Two tensor dict must have identical "
+        "batch size' (64 vs 256 for GRPO n=4 at batch 16, seen on the GPU machine)",
+    ),
+    Edit(
         name="no-triton-cross-entropy-below-sm70",
         file="utils/torch_functional.py",
         old="    if FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE:\n        batch_dim = logits.shape[:-1]\n",
