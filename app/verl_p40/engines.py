@@ -62,17 +62,23 @@ def _set(tree: dict, dotted: str, value: Any) -> None:
     tree[last] = value
 
 
+def _why_not(package: str, installed: bool, min_sm: float, sm: float | None, hint: str = "") -> str | None:
+    """Why `package` cannot be used here, or None when it can."""
+    if not installed:
+        return f"{package} is not installed{hint}"
+    if sm is not None and sm < min_sm:
+        return f"{package} needs sm_{min_sm * 10:.0f} or newer, this GPU is sm_{sm * 10:.0f}"
+    return None
+
+
 def complete(verl: dict, where: Where) -> tuple[dict, list[str]]:
     """(the profile's verl settings completed for `where`, notes on every choice made)."""
     verl = copy.deepcopy(verl)
     notes = []
     rollout = _get(verl, "actor_rollout_ref.rollout.name") or "vllm"  # verl's own default is vllm
     if rollout == "vllm":
-        reason = None
-        if not where.vllm:
-            reason = "vLLM is not installed here (the default image has none; the -vllm image variant carries it)"
-        elif where.sm is not None and where.sm < VLLM_MIN_SM:
-            reason = f"vLLM needs sm_70 or newer, this GPU is sm_{where.sm * 10:.0f}"
+        reason = _why_not("vLLM", where.vllm, VLLM_MIN_SM, where.sm,
+                          " here (the default image has none; the -vllm image variant carries it)")
         if reason:
             _set(verl, "actor_rollout_ref.rollout.name", "hf")
             dtype = _get(verl, "actor_rollout_ref.rollout.dtype") or "bfloat16"
@@ -81,15 +87,9 @@ def complete(verl: dict, where: Where) -> tuple[dict, list[str]]:
             notes.append("rollout: vllm (installed, and the GPU is sm_70 or newer)")
     else:
         notes.append(f"rollout: {rollout} (the profile's)")
+    compile_reason = _why_not("Triton", where.triton, TRITON_MIN_SM, where.sm)
     for key in ("actor_rollout_ref.actor.use_torch_compile", "actor_rollout_ref.ref.use_torch_compile"):
-        if _get(verl, key) is False:
-            continue
-        reason = None
-        if not where.triton:
-            reason = "Triton is not installed"
-        elif where.sm is not None and where.sm < TRITON_MIN_SM:
-            reason = f"Triton needs sm_70 or newer, this GPU is sm_{where.sm * 10:.0f}"
-        if reason:
+        if _get(verl, key) is not False and compile_reason:
             _set(verl, key, False)
-            notes.append(f"{key}: false: {reason}")
+            notes.append(f"{key}: false: {compile_reason}")
     return verl, notes

@@ -26,7 +26,9 @@ _WORKER = re.compile(r"WorkerDict\.(\w+)\(\)")
 _PARQUET = re.compile(r"(Parquet magic bytes not found|Parquet file size is 0 bytes|Could not open Parquet input source"
                       r"|ArrowInvalid)")
 _PATH = re.compile(r"(/[^\s'\":,]+\.parquet)")
-_NOSPACE = re.compile(r"No space left on device|PytorchStreamWriter failed writing file|file write failed")
+# torch.save's zip writer reports a full disk as a write failure or a position mismatch, not as ENOSPC
+_NOSPACE = re.compile(r"No space left on device|PytorchStreamWriter failed writing file|file write failed"
+                      r"|inline_container\.cc.*unexpected pos \d+ vs \d+|basic_ios::clear: iostream error")
 _NOSPACE_PATH = re.compile(r"(?:'|\")(/[^'\"]+)(?:'|\")")
 
 
@@ -81,7 +83,8 @@ class Diagnosis:
             return (f"CUDA out of memory in {described}{size}: lower {setting}, or give the run a bigger card or "
                     "a larger --gpu-memory-cap-gb")
         if self.no_space:
-            where = f" writing {self.no_space_path}" if self.no_space_path else ""
+            where = f" writing {self.no_space_path}" if self.no_space_path else (
+                " writing a checkpoint" if any(w.endswith("save_checkpoint") for w in self._workers) else "")
             return (f"disk full{where}: free space under the checkpoint folder, or keep fewer checkpoints "
                     "(trainer.max_actor_ckpt_to_keep=1 trainer.max_critic_ckpt_to_keep=1) or save less often "
                     "(trainer.save_freq); `verl-p40 doctor` says how much a run needs")
