@@ -67,6 +67,10 @@ if [ "$variant" = vllm ]; then  # the variant's real build arguments (its torch 
   tag=localhost/verl-p40:standin-vllm
 fi
 started=$(date +%s)
+# buildah (unlike BuildKit) does not build a stage that is named only through a build argument (FROM ${APEX_STAGE}):
+# build the apex stage first under its own name, which that FROM then finds
+[ "$variant" = vllm ] || buildah "${store[@]}" bud --isolation chroot --layers --format docker "${args[@]}" \
+  --target apex -t localhost/apex .
 buildah "${store[@]}" bud --isolation chroot --layers --format docker "${args[@]}" -t "$tag" .
 echo "build took $(( $(date +%s) - started )) s"
 buildah "${store[@]}" images "$tag"
@@ -84,7 +88,7 @@ echo "--- ownership of every folder compose mounts a volume on (expect 1000:1000
 inside stat -c '%u:%g %n' /models /data /checkpoints /logs /home/verl/.cache/huggingface
 echo "--- prep of the real GSM8K into a fresh data folder, HF_HOME at the image's cache path"
 buildah "${store[@]}" copy --chown 0:0 "$c" ../shared/data/gsm8k /tmp/gsm8k-source
-inside bash -c 'echo "HF_HOME=$HF_HOME"; verl-p40 prep --source /tmp/gsm8k-source --out /data/gsm8k --tokenizer /nonexistent 2>&1 | tail -1; verl-p40 prep --source /tmp/gsm8k-source --out /data/gsm8k && ls -l /data/gsm8k'
+inside bash -c 'echo "HF_HOME=$HF_HOME"; verl-p40 prep --source /tmp/gsm8k-source --out /data/gsm8k && ls -la /data/gsm8k'
 if [ ! -f "$work/tiny-qwen/config.json" ]; then  # made with the test stack (bash tests/run.sh sets up .venv)
   PYTHONPATH=tests .venv/bin/python -c "from conftest import make_tiny_qwen, SHARED; from pathlib import Path; \
 make_tiny_qwen(SHARED / 'data/qwen2.5-0.5b-instruct', Path('$work/tiny-qwen'))"
@@ -92,7 +96,7 @@ fi
 echo "--- doctor without a GPU (a tiny Qwen2 with the real tokenizer stands in for the model; expect the GPU checks to fail)"
 buildah "${store[@]}" copy --chown 1000:1000 "$c" "$work/tiny-qwen" /models/tiny-qwen
 set +e
-inside verl-p40 doctor --profile p40 --model /models/tiny-qwen
+inside verl-p40 doctor --profile p40 --model /models/tiny-qwen --data /data/gsm8k
 echo "doctor exit code: $?"
 set -e
 if [ "$variant" = vllm ]; then
