@@ -299,14 +299,19 @@ def _existing_parent(path: Path) -> Path:
     return path
 
 
-def check_disk(ctx: Context) -> str:
+def _needs(ctx: Context) -> budget.Needs:
+    """What the run needs (disk, host memory), from its config and the model's parameter count."""
     run = ctx.plan()
-    folder = Path(ctx.options.checkpoints).expanduser()
     try:
         parameters = budget.model_parameters(Path(ctx.options.model).expanduser())
     except (OSError, KeyError, ValueError):
         raise CheckSkipped("needs the model's config.json (see the model check)") from None
-    need = budget.needs(run.config(), parameters)
+    return budget.needs(run.config(), parameters)
+
+
+def check_disk(ctx: Context) -> str:
+    need = _needs(ctx)
+    folder = Path(ctx.options.checkpoints).expanduser()
     free = shutil.disk_usage(_existing_parent(folder)).free
     detail = (f"{budget.gb(free)} free at {folder}; the run keeps {need.checkpoints_kept} checkpoints of "
               f"~{budget.gb(need.checkpoint_bytes)} and needs ~{budget.gb(need.disk_bytes)}")
@@ -349,12 +354,7 @@ def _host_memory() -> tuple[int, str]:
 
 
 def check_ram(ctx: Context) -> str:
-    run = ctx.plan()
-    try:
-        parameters = budget.model_parameters(Path(ctx.options.model).expanduser())
-    except (OSError, KeyError, ValueError):
-        raise CheckSkipped("needs the model's config.json (see the model check)") from None
-    need = budget.needs(run.config(), parameters)
+    need = _needs(ctx)
     available, where = _host_memory()
     detail = f"{budget.gb(available)} available ({where}); offloaded state and Ray need ~{budget.gb(need.host_bytes)}"
     if available < need.host_bytes:
