@@ -3,7 +3,7 @@ doctor` and `verl-p40 bench` as a P40, a 16 GB Pascal card (P100), a V100 (with 
 (the ampere profile), each with `--profile auto` and the emulated card's memory as the cap.
 
 Run on the GPU machine after `bash .gpu-bundle/install.sh && source bench/gpu_setup.sh`, in two calls that each fit
-the device's 10 minutes:  python3 bench/generations.py a --out $OUT  (then b, then c)
+the device's 10 minutes:  python3 bench/generations.py a --out $OUT  (then b, c, d1, d2)
 `report` rebuilds the summary table from the returned JSONs here: python3 bench/generations.py report --dir DIR
 """
 
@@ -34,8 +34,13 @@ CARDS = {
     # then FSDP2 for the actor and reference model (now in the 16 GB profiles); run by hand, see the results README
     "v100-fsdp2": ("7.0", 16, 3, False, ["actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.ref.strategy=fsdp2"]),
     "t4-fsdp2": ("7.5", 15, 2, False, ["actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.ref.strategy=fsdp2"]),
+    # phase d, with the profiles as they now are (`auto` picks volta-turing / pascal-16gb / ampere's fp32 plan)
+    "v100-profile": ("7.0", 16, 3, True, []),
+    "p100-profile": ("6.0", 16, 3, False, []),
+    "h200-auto": (None, 24, 3, False, []),
 }
-PHASES = {"a": ["doctor", "p40"], "b": ["v100", "t4"], "c": ["p100", "v100-rollout-fp32", "h200-unmasked"]}
+PHASES = {"a": ["doctor", "p40"], "b": ["v100", "t4"], "c": ["p100", "v100-rollout-fp32", "h200-unmasked"],
+          "d1": ["v100-profile"], "d2": ["p100-profile", "h200-auto"]}
 
 
 def mask_env(cc: str | None, audit: Path | None = None) -> dict:
@@ -134,7 +139,8 @@ def report(folder: Path) -> str:
             rows.append(f"| {name} | - | {g['cap_gb']} GB | - | failed (exit {g['exit_code']}) | | | | | |")
             continue
         p = r["projection"]
-        rows.append(f"| {name} ({g['mask_cc'] or 'unmasked'}) | {r['profile']} | {g['cap_gb']} GB | "
+        audit = ", op audit on: not a timing" if g.get("audit") else ""
+        rows.append(f"| {name} ({g['mask_cc'] or 'unmasked'}{audit}) | {r['profile']} | {g['cap_gb']} GB | "
                     f"{r['settings']['train_batch_size']} | {r['seconds_per_step']} | {r['prompts_per_s']} | "
                     f"{r['memory']['nvml_peak_process_gb']} GB | {r['torch_max_allocated_gb']:.2f} GB | "
                     f"{p['p40']['step']} s/step, {p['p40']['hours_per_gsm8k_epoch']} h/epoch | "
