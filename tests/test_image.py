@@ -57,6 +57,7 @@ def test_compose_services_volumes_and_wiring(compose):
                       "/home/verl/.cache/huggingface": "hf-cache"}
     assert {v["target"]: v["source"] for v in doctor["volumes"]} == mounts
     assert trainer["environment"]["VERL_P40_PROFILE"] == "auto" == doctor["environment"]["VERL_P40_PROFILE"]
+    assert trainer["environment"]["VERL_P40_ALGORITHM"] == "ppo" and trainer["environment"]["VERL_P40_LORA_RANK"] == "0"
     monitor = services["gpu-monitor"]
     assert [(p["host_ip"], p["target"]) for p in monitor["ports"]] == [("127.0.0.1", 9400)]
     assert services["eval"]["profiles"] == ["eval"]
@@ -157,6 +158,22 @@ def test_trainer_entrypoint_dry_run_reads_the_profile_from_the_environment(tiny_
     assert "verl.trainer.main_ppo" in result.stdout and "VERL_P40_GPU_MEMORY_CAP_GB=24" in result.stdout
     assert f"actor_rollout_ref.model.path={tiny_model}" in result.stdout
     assert "trainer.total_training_steps=3" in result.stdout
+    assert "algorithm.adv_estimator=gae" in result.stdout and "actor_rollout_ref.model.lora_rank" not in result.stdout
+
+
+def test_trainer_entrypoint_takes_the_algorithm_and_lora_from_the_environment(tiny_model, prepared):
+    """ALGORITHM=grpo, SAMPLES_PER_PROMPT=8 and LORA_RANK=8 in .env reach the trainer as compose passes them (empty
+    LORA_ALPHA: the default 2 x rank)."""
+    env = {"VERL_P40_PROFILE": "p40", "VERL_P40_MODEL": str(tiny_model), "VERL_P40_DATA": str(prepared),
+           "VERL_P40_CHECKPOINTS": "/checkpoints", "VERL_P40_ALGORITHM": "grpo", "VERL_P40_SAMPLES_PER_PROMPT": "8",
+           "VERL_P40_LORA_RANK": "8", "VERL_P40_LORA_ALPHA": ""}
+    result = _run_entrypoint("trainer", "--dry-run", env=env)
+    assert result.returncode == 0, result.stderr
+    words = result.stdout.split()
+    for expected in ("algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=8", "data.train_batch_size=8",
+                     "actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=16",
+                     f"trainer.experiment_name={tiny_model.name.lower()}-gsm8k-grpo-lora8"):
+        assert expected in words, expected
 
 
 def test_doctor_entrypoint_reports_every_check(tmp_path):

@@ -56,12 +56,27 @@ def run_dirs(tokenizer_dir, gsm8k_dir, tmp_path_factory):
     return {"model": model, "data": root / "data", "checkpoints": root / "ckpt", "root": root}
 
 
-def _train(cluster, dirs, logs, steps):
+def _train(cluster, dirs, logs, steps, *options):
     return subprocess.run(
         [sys.executable, "-m", "verl_p40.cli", "train", "--profile", "p40", "--model", str(dirs["model"]),
-         "--data", str(dirs["data"]), "--checkpoints", str(dirs["checkpoints"]), "--logs", str(logs),
+         "--data", str(dirs["data"]), "--checkpoints", str(dirs["checkpoints"]), "--logs", str(logs), *options,
          *CPU_OVERRIDES, f"trainer.total_training_steps={steps}"],
         env=cluster, capture_output=True, text=True, cwd=REPO, timeout=900)
+
+
+def _trainer_log(result, logs: Path) -> Path:
+    """The run's log, after asserting it succeeded (with the log's tail, or the CLI's own error, as the message)."""
+    found = sorted(logs.glob("train-*.log"))
+    assert result.returncode == 0, (found[0].read_text() if found else result.stdout + result.stderr)[-4000:]
+    return found[0]
+
+
+def _eval_latest(cluster, dirs, out, checkpoints, logs):
+    return subprocess.run(
+        [sys.executable, "-m", "verl_p40.cli", "eval", "--model", str(dirs["model"]), "--compare", "latest",
+         "--checkpoints", str(checkpoints), "--data", str(dirs["data"] / "test.parquet"),
+         "--out", str(out), "--device", "cpu", "--max-new-tokens", "8", "--limit", "3", "--logs", str(logs)],
+        env=cluster, capture_output=True, text=True, cwd=REPO, timeout=600)
 
 
 def test_two_ppo_steps_then_resume_then_eval_the_checkpoint(cluster, run_dirs):
@@ -73,7 +88,7 @@ def test_two_ppo_steps_then_resume_then_eval_the_checkpoint(cluster, run_dirs):
     for key in ("timing_s/gen", "timing_s/ref", "timing_s/values", "timing_s/update_critic", "timing_s/update_actor",
                 "critic/score/mean", "actor/reward_kl_penalty"):
         assert key in steps[-1], key
-    experiment = run_dirs["checkpoints"] / "qwen2.5-0.5b-gsm8k-ppo"
+    experiment = run_dirs["checkpoints"] / "model-gsm8k-ppo"  # <model folder>-gsm8k-<algorithm>
     assert (experiment / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
     assert (experiment / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt").is_file()
     assert (experiment / "global_step_2" / "critic").is_dir()
@@ -87,18 +102,63 @@ def test_two_ppo_steps_then_resume_then_eval_the_checkpoint(cluster, run_dirs):
 
     # eval merges the newest checkpoint with verl's own merger, in fp32, and compares it with the base model.
     out = run_dirs["root"] / "eval"
-    evaluation = subprocess.run(
-        [sys.executable, "-m", "verl_p40.cli", "eval", "--model", str(run_dirs["model"]), "--compare", "latest",
-         "--checkpoints", str(run_dirs["checkpoints"]), "--data", str(run_dirs["data"] / "test.parquet"),
-         "--out", str(out), "--device", "cpu", "--max-new-tokens", "8", "--limit", "3",
-         "--logs", str(run_dirs["root"] / "logs1")],
-        env=cluster, capture_output=True, text=True, cwd=REPO, timeout=600)
+    evaluation = _eval_latest(cluster, run_dirs, out, run_dirs["checkpoints"], run_dirs["root"] / "logs1")
     assert evaluation.returncode == 0, evaluation.stderr[-4000:]
     report = json.loads((out / "report.json").read_text())
     merged = Path(report["models"]["trained"]["path"])
     assert merged.parent.name == "actor" and merged.parent.parent.name == "global_step_3"
     assert json.loads((merged / "config.json").read_text())["torch_dtype"] == "float32"
     assert report["questions"] == 3 and report["curves"] == "curves.png"
+
+
+def test_two_grpo_steps_with_two_samples_per_prompt(cluster, run_dirs, tmp_path):
+    """GRPO through verl's real loop and the HF rollout with n = 2: no critic, KL as a loss, and every prompt
+    answered twice (2 x 4 prompts = 8 responses a step; without the rollout patch verl asks for 2 x 2 each and stops
+    on 'Two tensor dict must have identical batch size')."""
+    dirs = {**run_dirs, "checkpoints": tmp_path / "ckpt"}
+    result = _train(cluster, dirs, tmp_path / "logs", 2, "--algorithm", "grpo", "--samples-per-prompt", "2")
+    log = _trainer_log(result, tmp_path / "logs")
+    assert "algorithm: grpo (grpo), 2 samples per prompt" in result.stderr
+    steps = read_steps(log)
+    assert [int(s["step"]) for s in steps] == [1, 2]
+    last = steps[-1]
+    assert "actor/kl_loss" in last and "timing_s/update_critic" not in last and "timing_s/values" not in last
+    # verl's balance step logs the tokens of each sequence: 8 sequences of prompt + response a step
+    assert last["global_seqlen/mean"] > 0
+    experiment = dirs["checkpoints"] / "model-gsm8k-grpo"
+    assert (experiment / "global_step_2" / "actor").is_dir() and not (experiment / "global_step_2" / "critic").exists()
+    record = json.loads((experiment / "verl-p40-run.json").read_text())
+    assert record["algorithm"] == "grpo" and record["samples_per_prompt"] == 2 and record["lora"] is None
+
+
+def test_lora_grpo_checkpoint_is_merged_and_scored(cluster, run_dirs, tmp_path):
+    """--lora-rank: verl trains a peft adapter (reference = adapter off); eval merges the checkpoint with the
+    run's alpha and scores it beside the base model."""
+    dirs = {**run_dirs, "checkpoints": tmp_path / "ckpt"}
+    result = _train(cluster, dirs, tmp_path / "logs", 2, "--algorithm", "grpo", "--samples-per-prompt", "2",
+                    "--lora-rank", "4", "actor_rollout_ref.actor.optim.lr=1e-2",
+                    # every reward is 0 for a random tiny model: the entropy bonus is what moves the adapter
+                    "actor_rollout_ref.actor.entropy_coeff=0.01")
+    log = _trainer_log(result, tmp_path / "logs")
+    assert "Applying LoRA to actor module" in log.read_text()
+    experiment = dirs["checkpoints"] / "model-gsm8k-grpo-lora4"
+    assert json.loads((experiment / "verl-p40-run.json").read_text())["lora"] == {
+        "rank": 4, "alpha": 8, "target_modules": "all-linear"}
+    out = tmp_path / "eval"
+    evaluation = _eval_latest(cluster, dirs, out, dirs["checkpoints"], tmp_path / "logs")
+    assert evaluation.returncode == 0, evaluation.stderr[-4000:]
+    assert "LoRA adapter (rank 4, alpha 8) merged" in evaluation.stdout
+    report = json.loads((out / "report.json").read_text())
+    merged = Path(report["models"]["trained"]["path"])
+    assert merged.parent.parent.name == "global_step_2" and report["questions"] == 3
+    # the merged weights are the base plus the trained adapter: they differ from the base model's
+    from safetensors.torch import load_file
+
+    base = load_file(next(Path(dirs["model"]).glob("*.safetensors")))
+    trained = {k: v for f in merged.glob("*.safetensors") for k, v in load_file(f).items()}
+    assert set(trained) == set(base)
+    name = "model.layers.0.self_attn.q_proj.weight"
+    assert (trained[name] - base[name]).abs().max() > 0
 
 
 def test_a_zero_byte_parquet_ends_with_the_trainers_one_line(cluster, run_dirs, tmp_path):

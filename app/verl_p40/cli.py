@@ -133,6 +133,10 @@ def _run_options(args: argparse.Namespace):
         reward_method=args.reward_method,
         format_bonus=args.format_bonus,
         gpu_memory_cap_gb=getattr(args, "gpu_memory_cap_gb", None),
+        algorithm=args.algorithm,
+        samples_per_prompt=args.samples_per_prompt,
+        lora_rank=args.lora_rank,
+        lora_alpha=args.lora_alpha,
     )
 
 
@@ -155,7 +159,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from verl_p40 import doctor
-    from verl_p40.train import plan, preflight, run_trainer
+    from verl_p40.train import plan, preflight, run_trainer, write_record
 
     options = _run_options(args)
     skip = doctor.skips(args.skip_check)
@@ -167,6 +171,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(run.shell())
         return 0
     preflight(options, skip)
+    write_record(run)
     return run_trainer(run, options.logs)
 
 
@@ -256,6 +261,19 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format-bonus", type=_number(float, 0, env="VERL_P40_FORMAT_BONUS"),
                    default=_env("VERL_P40_FORMAT_BONUS", "0"),
                    help="reward added when the answer uses the '#### N' format [%(default)s]")
+    from verl_p40 import algorithms
+
+    p.add_argument("--algorithm", choices=algorithms.available(), default=_env("VERL_P40_ALGORITHM", algorithms.DEFAULT),
+                   help="RL algorithm (config/algorithms/NAME.yaml): ppo has a critic; grpo, rloo and "
+                   "reinforce_plus_plus sample several answers per prompt and need none [%(default)s]")
+    p.add_argument("--samples-per-prompt", type=_number(int, 1, env="VERL_P40_SAMPLES_PER_PROMPT"),
+                   default=os.environ.get("VERL_P40_SAMPLES_PER_PROMPT") or None,
+                   help="answers sampled per prompt (verl's rollout.n); the profile's sequences per step are kept, "
+                   "so prompts per step = batch / N [the algorithm's]")
+    p.add_argument("--lora-rank", type=_number(int, 0, env="VERL_P40_LORA_RANK"), default=_env("VERL_P40_LORA_RANK", "0"),
+                   help="train a LoRA adapter of this rank instead of every weight (0: full fine-tuning) [%(default)s]")
+    p.add_argument("--lora-alpha", type=_number(int, 1, env="VERL_P40_LORA_ALPHA"),
+                   default=os.environ.get("VERL_P40_LORA_ALPHA") or None, help="LoRA's alpha [2 x rank]")
 
 
 class Parser(argparse.ArgumentParser):

@@ -69,6 +69,16 @@ def resolve_model(spec: str, checkpoints: Path) -> Path:
     result = subprocess.run(merge_command(path, staging), env=env, capture_output=True, text=True)
     if result.returncode != 0:
         raise UserError(f"{path}: verl's model merger failed:\n{result.stderr[-3000:]}")
+    from verl_p40 import adapters
+
+    if (staging / adapters.ADAPTER).is_dir():
+        import shutil
+
+        folded = path / f".{MERGED}.lora.partial"
+        shutil.rmtree(folded, ignore_errors=True)
+        print(f"[eval] {adapters.fold(staging, path, folded)}", flush=True)
+        shutil.rmtree(staging)
+        staging = folded
     os.replace(staging, target)
     return target
 

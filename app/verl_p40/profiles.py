@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -24,13 +24,30 @@ def profiles_dir() -> Path:
     return Path(str(resources.files("verl_p40.configs"))) / "profiles"
 
 
+def config_dir() -> Path:
+    """The folder holding algorithms/ and lora.yaml: beside `$VERL_P40_PROFILES_DIR` when that folder's parent has
+    them (a checkout's config/), else the ones shipped with the package."""
+    beside = profiles_dir().parent
+    if (beside / "algorithms").is_dir():
+        return beside
+    return Path(str(resources.files("verl_p40.configs")))
+
+
 @dataclass(frozen=True)
-class Profile:
+class Settings:
+    """A named settings file: its description and the nested verl config values it sets."""
+
     name: str
     path: Path
     description: str
-    match: dict[str, float]
-    verl: dict[str, Any]  # nested verl config values, base merged under the profile's own
+    verl: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Profile(Settings):
+    """A hardware profile; `verl` has base.yaml and every profile it extends merged under its own values."""
+
+    match: dict[str, float] = field(default_factory=dict)
 
     def fits(self, gpu: GPUInfo) -> bool:
         lo = self.match.get("min_compute_capability", 0.0)
@@ -38,19 +55,22 @@ class Profile:
         return lo <= gpu.sm <= hi
 
 
-def _read(path: Path) -> dict:
+def read(path: Path) -> dict:
+    """A settings file (profile, algorithm, LoRA): a YAML mapping whose `verl` mapping holds verl config values."""
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
         raise UserError(f"{path}: not valid YAML ({exc})") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("verl", {}), dict):
-        raise UserError(f"{path}: a profile is a mapping with a 'verl' mapping of verl config values")
+        raise UserError(f"{path}: a settings file is a mapping with a 'verl' mapping of verl config values")
     return data
 
 
 def available() -> list[str]:
     return sorted(
-        p.stem for p in profiles_dir().glob("*.yaml") if p.stem != BASE and _read(p).get("selectable", True)
+        p.stem for p in profiles_dir().glob("*.yaml") if p.stem != BASE and read(p).get("selectable", True)
     )
 
 
@@ -59,13 +79,13 @@ def _chain(name: str, folder: Path, seen: tuple[str, ...] = ()) -> list[dict]:
     path = folder / f"{name}.yaml"
     if name == BASE or not path.is_file():
         raise UserError(f"unknown profile {name!r}; available: {', '.join(available())} or auto")
-    data = _read(path)
+    data = read(path)
     parent = data.get("extends", BASE)
     if parent in seen:
         raise UserError(f"{path}: 'extends' forms a loop ({' -> '.join((*seen, name, parent))})")
     if parent == BASE:
         base_path = folder / f"{BASE}.yaml"
-        return ([_read(base_path)] if base_path.is_file() else []) + [data]
+        return ([read(base_path)] if base_path.is_file() else []) + [data]
     return _chain(parent, folder, (*seen, name)) + [data]
 
 

@@ -22,6 +22,10 @@ CHOICES = {
                                               "seq-mean-token-sum-norm"),
     "actor_rollout_ref.rollout.dtype": ("float32", "fp32", "float16", "fp16", "half", "bfloat16", "bf16"),
 }
+# Real-valued settings that verl 0.5.0's YAML writes as a whole number (0, 1): a float is what they hold.
+REAL_WITH_INT_DEFAULT = ("actor_rollout_ref.actor.entropy_coeff", "actor_rollout_ref.rollout.top_p",
+                         "actor_rollout_ref.rollout.val_kwargs.temperature", "actor_rollout_ref.rollout.temperature",
+                         "actor_rollout_ref.rollout.val_kwargs.top_p")
 POSITIVE = (
     "data.train_batch_size", "data.max_prompt_length", "data.max_response_length", "actor_rollout_ref.rollout.n",
     "actor_rollout_ref.actor.ppo_mini_batch_size", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
@@ -57,10 +61,10 @@ def _type_problems(cfg: Any, base: Any, origins: dict[str, str]) -> list[str]:
             continue
         if isinstance(default, bool):
             ok = isinstance(value, bool)
+        elif isinstance(default, float) or key in REAL_WITH_INT_DEFAULT:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         elif isinstance(default, int):
             ok = isinstance(value, int) and not isinstance(value, bool)
-        elif isinstance(default, float):
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         else:
             continue
         if not ok:

@@ -17,10 +17,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from verl_p40 import UserError, engines, memcap, reward
+from verl_p40 import UserError, algorithms, engines, memcap, reward
 from verl_p40.failures import Diagnosis
 from verl_p40 import profiles as profiles_mod
-from verl_p40.verlconfig import Override, compose, hydra_value, parse_set, profile_overrides, to_hydra
+from verl_p40.verlconfig import (Override, compose, hydra_value, parse_set, profile_overrides, settings_overrides,
+                                 to_hydra)
 
 DEFAULT_MODEL = "models/Qwen2.5-0.5B-Instruct"
 DEFAULT_DATA = "data/gsm8k"
@@ -39,6 +40,10 @@ class RunOptions:
     reward_method: str = "strict"
     format_bonus: float = 0.0
     gpu_memory_cap_gb: float | None = None
+    algorithm: str = algorithms.DEFAULT
+    samples_per_prompt: int | None = None  # None: the algorithm's
+    lora_rank: int = 0
+    lora_alpha: int | None = None  # None: 2 x lora_rank
 
 
 @dataclass
@@ -47,6 +52,7 @@ class RunPlan:
     notes: list[str]
     overrides: list[str]  # Hydra override strings, validated against verl's config
     env: dict[str, str]  # extra environment for the trainer process
+    record: dict = field(default_factory=dict)  # what checkpoints of this run were made with (RUN_RECORD)
 
     def config(self):
         """verl's composed config for this plan (OmegaConf)."""
@@ -90,7 +96,25 @@ def plan(options: RunOptions) -> RunPlan:
     profile = dataclasses.replace(profile, verl=completed)
     notes += choices
     overrides: list[Override] = profile_overrides(profile)
+    algorithm = algorithms.load(options.algorithm)
+    overrides += settings_overrides(algorithm.verl, str(algorithm.path))
+    lora = algorithms.lora(options.lora_rank, options.lora_alpha)
+    if lora:
+        overrides += settings_overrides(lora.verl, f"--lora-rank {options.lora_rank} ({lora.path})")
+        notes.append(f"{lora.description}, on every linear layer; the reference model is the actor with its adapter "
+                     "switched off")
+    n = options.samples_per_prompt or algorithm.samples_per_prompt
+    origin = f"--algorithm {algorithm.name}" + (f" --samples-per-prompt {n}" if options.samples_per_prompt else "")
+    if options.samples_per_prompt:
+        overrides.append(Override("actor_rollout_ref.rollout.n", str(n), origin))
+    per_prompt = algorithms.batch_per_prompt(profile.verl, n, origin)
+    overrides += [Override(key, str(value), f"{origin} ({n} samples per prompt)") for key, value in per_prompt.items()]
+    prompts = per_prompt.get("data.train_batch_size", profile.verl.get("data", {}).get("train_batch_size"))
+    notes.append(f"algorithm: {algorithm.name} ({algorithm.estimator}), {n} sample{'s' * (n > 1)} per prompt, "
+                 f"{prompts} prompts a step")
     mine = "verl-p40 options"
+    overrides.append(Override("trainer.experiment_name",
+                              algorithms.experiment_name(options.model, algorithm.name, options.lora_rank), mine))
     model = str(Path(options.model).expanduser())
     data = Path(options.data).expanduser()
     checkpoints = Path(options.checkpoints).expanduser().absolute()
@@ -136,7 +160,46 @@ def plan(options: RunOptions) -> RunPlan:
     from verl_p40.verlconfig import base_config
 
     rules.check(cfg, base_config(), {o.key.lstrip("+~"): o.origin for o in overrides})
-    return RunPlan(profile=profile, notes=notes, overrides=hydra_overrides, env=env)
+    model_cfg = cfg.actor_rollout_ref.model
+    record = {"checkpoints": str(cfg.trainer.default_local_dir), "profile": profile.name,
+              "algorithm": algorithm.name, "adv_estimator": str(cfg.algorithm.adv_estimator),
+              "samples_per_prompt": int(cfg.actor_rollout_ref.rollout.n), "model": str(model_cfg.path),
+              "lora": ({"rank": int(model_cfg.lora_rank), "alpha": int(model_cfg.lora_alpha),
+                        "target_modules": _plain(model_cfg.target_modules)} if model_cfg.lora_rank else None)}
+    return RunPlan(profile=profile, notes=notes, overrides=hydra_overrides, env=env, record=record)
+
+
+def _plain(value):
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+
+
+RUN_RECORD = "verl-p40-run.json"
+
+
+def write_record(run: RunPlan) -> Path:
+    """`<checkpoints>/<experiment>/verl-p40-run.json`: how the run's checkpoints were made (eval reads LoRA's alpha
+    there). A resumed run must agree with it on what the checkpoints hold."""
+    import json
+
+    from verl_p40.atomic import write_text
+
+    folder = Path(run.record["checkpoints"])
+    path = folder / RUN_RECORD
+    if path.is_file():
+        try:
+            before = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            before = {}
+        for key in ("algorithm", "lora"):
+            if key in before and before[key] != run.record[key]:
+                raise UserError(f"{folder}: its checkpoints were made with {key} {before[key]!r}, this run has "
+                                f"{run.record[key]!r}; resume with the same settings, or pass "
+                                "--set trainer.experiment_name=NEW for a fresh run")
+    folder.mkdir(parents=True, exist_ok=True)
+    write_text(path, json.dumps(run.record, indent=2) + "\n")
+    return path
 
 
 def config_yaml(run: RunPlan) -> str:

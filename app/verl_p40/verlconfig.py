@@ -151,5 +151,10 @@ def parse_set(items: list[str]) -> list[Override]:
     return overrides
 
 
+def settings_overrides(tree: dict, origin: str) -> list[Override]:
+    """Overrides for a nested mapping of verl values (a profile, an algorithm, LoRA), each naming `origin`."""
+    return [Override(key, hydra_value(value), origin) for key, value in flatten(tree).items()]
+
+
 def profile_overrides(profile: Profile) -> list[Override]:
-    return [Override(key, hydra_value(value), str(profile.path)) for key, value in flatten(profile.verl).items()]
+    return settings_overrides(profile.verl, str(profile.path))

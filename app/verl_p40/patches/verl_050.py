@@ -161,6 +161,24 @@ EDITS: list[Edit] = [
         "the configured policy it computes log-probs for (verl issue #7270)",
     ),
     Edit(
+        name="hf-rollout-fsdp2-peft-root",
+        file="workers/rollout/hf_rollout.py",
+        old="            param_ctx = FSDP.summon_full_params(self.module, writeback=False, recurse=False)\n",
+        new="            param_ctx = FSDP.summon_full_params(self.module, writeback=False, recurse=False)\n"
+        '        elif hasattr(self.module, "unshard") and hasattr(self.module, "peft_config"):\n'
+        "            # verl-p40: a LoRA actor under FSDP2: PeftModel.generate() calls the inner model, not the root,\n"
+        "            # so the root's pre-forward hook never gathers its own weights (embeddings, norm, lm_head), and\n"
+        "            # FSDP2 must see a forward through the root before its layers': one token through it first\n"
+        "            with torch.no_grad():\n"
+        "                self.module(input_ids=idx[:1, -1:], use_cache=False)\n"
+        "            self.module.unshard()\n"
+        "            param_ctx = contextlib.ExitStack()\n"
+        "            param_ctx.callback(self.module.reshard)\n",
+        why="with --lora-rank the actor is a peft model sharded by FSDP2; the HF rollout's generate() stopped with "
+        "'aten.embedding.default got mixed torch.Tensor and DTensor', then 'FSDP requires running forward through the "
+        "root module first' (seen in the CPU LoRA test)",
+    ),
+    Edit(
         name="hf-rollout-one-sequence-per-prompt",
         file="workers/rollout/hf_rollout.py",
         old='                "num_return_sequences": self.config.n,\n',

@@ -1,0 +1,101 @@
+"""GRPO through `verl-p40` on the lent H200 under the Pascal mask (a P40: sm_61, 24 GB cap), random weights of
+Qwen2.5-0.5B's exact shape, real GSM8K: `verl-p40 bench --algorithm grpo` for n = 4 and n = 8 (timing, audit off),
+and `verl-p40 train --algorithm grpo --samples-per-prompt 8` with the mask's op audit on (a short run).
+
+Run on the GPU machine after `bash .gpu-bundle/install.sh && source bench/gpu_setup.sh`:
+    python3 bench/algorithms_run.py grpo --out $OUT
+`report` prints the table from the returned JSONs: python3 bench/algorithms_run.py report --dir DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+from generations import COMMON, audit_summary, mask_env, verl_p40
+
+WORK = Path("/tmp/algorithms")
+P40 = ("6.1", 24)
+# name: (verl-p40 command, algorithm options, steps, audit)
+RUNS = {
+    "grpo-n4": ("bench", ["--algorithm", "grpo", "--samples-per-prompt", "4"], 5, False),
+    "grpo-n8": ("bench", ["--algorithm", "grpo", "--samples-per-prompt", "8"], 5, False),
+    "grpo-n8-audit": ("train", ["--algorithm", "grpo", "--samples-per-prompt", "8"], 3, True),
+}
+PHASES = {"grpo": ["grpo-n4", "grpo-n8", "grpo-n8-audit"]}
+
+
+def run(name: str, out: Path) -> None:
+    command, options, steps, audit = RUNS[name]
+    audit_file = WORK / f"audit-{name}.jsonl" if audit else None
+    logs = WORK / f"logs-{name}"
+    common = ["--profile", "auto", "--gpu-memory-cap-gb", str(P40[1]), *options, *COMMON]
+    if command == "bench":
+        args = ["bench", *common, "--steps", str(steps), "--out", str(WORK / f"{name}.json"), "--logs", str(logs)]
+    else:  # the product's train command, with the model and data bench built
+        args = ["train", *[a for a in common if a != "--keep-model" and a != "/tmp/qwen-random"], "--logs", str(logs),
+                "--checkpoints", str(WORK / "ckpt"), f"trainer.total_training_steps={steps}", "trainer.save_freq=-1"]
+        args[args.index(".gpu-shared/qwen2.5-0.5b-instruct")] = "/tmp/qwen-random"
+    started = time.time()
+    code = verl_p40(*args, env=mask_env(P40[0], audit_file), log=WORK / f"{name}.log", timeout=150 + 60 * steps)
+    result = json.loads((WORK / f"{name}.json").read_text()) if (WORK / f"{name}.json").exists() else {}
+    if command == "train":
+        from verl_p40.metrics import read_steps
+
+        log = next(logs.glob("train-*.log"), None)
+        result = {"command": "verl-p40 " + " ".join(args), "steps": read_steps(log) if log else []}
+    result["run"] = {"name": name, "mask_cc": P40[0], "cap_gb": P40[1], "audit": audit, "exit_code": code,
+                     "wall_s": round(time.time() - started, 1)}
+    if audit_file:
+        result["run"]["audit_summary"] = audit_summary(audit_file)
+    (out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+
+
+def phase(which: str, out: Path) -> None:
+    WORK.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in PHASES[which]:
+        run(name, out)
+        with tarfile.open(out / f"logs-{which}.tgz", "w:gz") as tar:  # after each run: a cut call keeps what ran
+            for path in sorted(WORK.rglob("*")):
+                if path.is_file() and path.suffix in (".log", ".jsonl", ".csv", ".json", ".png"):
+                    tar.add(path, arcname=str(path.relative_to(WORK)))
+
+
+def report(folder: Path) -> str:
+    rows = ["| run | n | prompts/step | sequences/step | s/step | sequences/s | prompts/s | worker peak (NVML) | "
+            "torch peak | P40 projection |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name in RUNS:
+        path = folder / f"{name}.json"
+        if not path.exists():
+            continue
+        r = json.loads(path.read_text())
+        if "seconds_per_step" not in r:
+            steps = r.get("steps", [])
+            rows.append(f"| {name} (audit: not a timing) | | | | {len(steps)} steps ran | | | | "
+                        f"{max((s.get('perf/max_memory_allocated_gb', 0) for s in steps), default=0):.2f} GB | |")
+            continue
+        s, p = r["settings"], r["projection"]["p40"]
+        rows.append(f"| {name} | {s['rollout_n']} | {s['train_batch_size']} | {s['train_batch_size'] * s['rollout_n']} | "
+                    f"{r['seconds_per_step']} | {r['sequences_per_s']} | {r['prompts_per_s']} | "
+                    f"{r['memory']['nvml_peak_process_gb']} GB | {r['torch_max_allocated_gb']:.2f} GB | "
+                    f"{p['step']} s/step, {p['hours_per_gsm8k_epoch']} h/epoch |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("phase", choices=[*PHASES, "report"])
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--dir", type=Path)
+    args = parser.parse_args()
+    print(report(args.dir)) if args.phase == "report" else phase(args.phase, args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""Algorithms and LoRA as data (config/algorithms/, config/lora.yaml), composed over the profile by `verl-p40`."""
+
+import json
+import shlex
+
+import pytest
+from conftest import cli
+
+from verl_p40 import UserError, algorithms
+from verl_p40.train import RunOptions, plan, write_record
+
+
+def _words(result):
+    assert result.returncode == 0, result.stderr
+    return shlex.split(result.stdout.replace("\\\n", " "))
+
+
+def test_every_algorithm_file_composes_against_verl_and_names_a_verl_estimator():
+    assert algorithms.available() == ["grpo", "ppo", "reinforce_plus_plus", "rloo"]
+    for name in algorithms.available():
+        run = plan(RunOptions(profile="p40", algorithm=name))
+        cfg = run.config()
+        algo = algorithms.load(name)
+        assert cfg.algorithm.adv_estimator == algo.estimator
+        assert cfg.actor_rollout_ref.rollout.n == algo.samples_per_prompt
+        # the profile's sequences per step are kept: 64 on the p40 profile
+        assert cfg.data.train_batch_size * cfg.actor_rollout_ref.rollout.n == 64
+        assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size * cfg.actor_rollout_ref.rollout.n == 16
+        assert cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 4  # sequences: unchanged
+        assert cfg.trainer.experiment_name == f"qwen2.5-0.5b-gsm8k-{name}"
+
+
+def test_grpo_has_no_kl_in_the_reward_and_kl_as_a_loss(tiny_model, prepared):
+    words = _words(cli("train", "--profile", "p40", "--dry-run", "--algorithm", "grpo", "--model", str(tiny_model),
+                       "--data", str(prepared)))
+    for expected in ("algorithm.adv_estimator=grpo", "algorithm.use_kl_in_reward=false",
+                     "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
+                     "actor_rollout_ref.rollout.n=4", "data.train_batch_size=16",
+                     "actor_rollout_ref.actor.ppo_mini_batch_size=4"):
+        assert expected in words, expected
+
+
+def test_samples_per_prompt_rescales_and_a_users_batch_still_wins(tiny_model, prepared):
+    words = _words(cli("train", "--profile", "p40", "--dry-run", "--algorithm", "grpo", "--samples-per-prompt", "8",
+                       "--model", str(tiny_model), "--data", str(prepared), "data.train_batch_size=4"))
+    assert "actor_rollout_ref.rollout.n=8" in words and "actor_rollout_ref.actor.ppo_mini_batch_size=2" in words
+    assert [w for w in words if w.startswith("data.train_batch_size=")] == ["data.train_batch_size=4"]
+
+
+def test_lora_settings_and_their_origin_in_errors(tiny_model, prepared):
+    words = _words(cli("train", "--profile", "p40", "--dry-run", "--algorithm", "grpo", "--lora-rank", "32",
+                       "--lora-alpha", "16", "--model", str(tiny_model), "--data", str(prepared)))
+    for expected in ("actor_rollout_ref.model.lora_rank=32", "actor_rollout_ref.model.lora_alpha=16",
+                     "actor_rollout_ref.model.target_modules=all-linear", "actor_rollout_ref.actor.strategy=fsdp2",
+                     "actor_rollout_ref.actor.optim.lr=1e-05",
+                     f"trainer.experiment_name={tiny_model.name.lower()}-gsm8k-grpo-lora32"):
+        assert expected in words, expected
+    assert not any(w.startswith("actor_rollout_ref.model.lora_rank=") for w in _words(
+        cli("train", "--profile", "p40", "--dry-run", "--model", str(tiny_model), "--data", str(prepared))))
+
+
+def test_the_run_record_refuses_to_resume_other_settings(tmp_path):
+    first = plan(RunOptions(profile="p40", algorithm="grpo", checkpoints=str(tmp_path)))
+    path = write_record(first)
+    record = json.loads(path.read_text())
+    assert path.parent.name == "qwen2.5-0.5b-gsm8k-grpo"
+    assert record["algorithm"] == "grpo" and record["samples_per_prompt"] == 4 and record["lora"] is None
+    # the same experiment folder, asked for PPO: refused before anything starts, the record untouched
+    other = plan(RunOptions(profile="p40", algorithm="ppo", checkpoints=str(tmp_path),
+                            sets=["trainer.experiment_name=qwen2.5-0.5b-gsm8k-grpo"]))
+    before = path.read_bytes()
+    with pytest.raises(UserError, match="made with algorithm 'grpo', this run has 'ppo'"):
+        write_record(other)
+    assert path.read_bytes() == before
+    write_record(first)  # the same settings resume
+
+
+def test_batch_per_prompt_names_the_divisors():
+    with pytest.raises(UserError, match="use one of 1, 2, 4, 8, 16,"):
+        algorithms.batch_per_prompt({"data": {"train_batch_size": 64},
+                                     "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 16}}}, 5, "--x")
+    assert algorithms.batch_per_prompt({"data": {"train_batch_size": 64}}, 1, "--x") == {}
