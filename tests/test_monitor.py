@@ -7,6 +7,7 @@ import urllib.request
 import pytest
 from conftest import cli
 
+from verl_p40 import UserError
 from verl_p40 import monitor as m
 
 
@@ -44,7 +45,7 @@ def test_loop_writes_csv_summary_and_plot_and_survives_a_bad_sample(tmp_path):
     assert (tmp_path / "gpu.csv").read_text().count("memory_used_bytes") == 1
     assert any("sample failed: RuntimeError: NVML_ERROR_UNKNOWN" in line for line in lines)
     assert summary["gpus"]["0"]["peak_memory_used_bytes"] == int(8e9 + 6 * 1e9)
-    assert summary["gpus"]["0"]["utilization_gpu_p95_pct"] == 60.0
+    assert summary["gpus"]["0"]["utilization_gpu_p95_pct"] == 58.0  # interpolated (statistics.quantiles, inclusive): 50 + 0.8 x (60 - 50)
     assert summary["gpus"]["1"]["utilization_gpu_mean_pct"] == 0.0
     assert summary["processes"][0]["pid"] == 4242 and summary["processes"][0]["peak_used_memory_bytes"] == int(13.5e9)
     assert json.loads((tmp_path / "gpu-summary.json").read_text()) == summary
@@ -78,7 +79,7 @@ def test_summary_and_plot_from_csv_via_cli(tmp_path):
     summary.add(m.read_gpu_csv(tmp_path / "gpu.csv"), [])
     summary = summary.as_dict()
     assert summary["duration_s"] == 19.0 and summary["gpus"]["0"]["peak_memory_used_gb"] == 20.0
-    assert summary["gpus"]["0"]["utilization_gpu_p95_pct"] == 19.0
+    assert summary["gpus"]["0"]["utilization_gpu_p95_pct"] == 19.05  # 1..20: 19 + 0.05 x (20 - 19)
 
 
 def test_table_formatting_shows_missing_fields_as_dash():
@@ -138,7 +139,7 @@ def test_stop_event_ends_the_loop_promptly(tmp_path):
 
 def test_gpu_list_parsing():
     assert m.parse_gpus("0, 2") == [0, 2] and m.parse_gpus(None) is None
-    with pytest.raises(Exception, match="comma list"):
+    with pytest.raises(UserError, match="comma list"):
         m.parse_gpus("first")
 
 

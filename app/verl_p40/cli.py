@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from verl_p40 import VERL_VERSION, UserError, __version__
+from verl_p40 import VERL_VERSION, UserError, __version__, defaults
 
 
 def _env(name: str, default: str) -> str:
@@ -251,10 +251,10 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default=_env("VERL_P40_PROFILE", "auto"), help="profile name or auto (NVML) [%(default)s]")
-    p.add_argument("--model", default=_env("VERL_P40_MODEL", "models/Qwen2.5-0.5B-Instruct"), help="model folder [%(default)s]")
-    p.add_argument("--data", default=_env("VERL_P40_DATA", "data/gsm8k"), help="folder with train/test.parquet [%(default)s]")
-    p.add_argument("--checkpoints", default=_env("VERL_P40_CHECKPOINTS", "checkpoints"), help="checkpoint root [%(default)s]")
-    p.add_argument("--logs", default=_env("VERL_P40_LOGS", "logs"), help="log folder [%(default)s]")
+    p.add_argument("--model", default=defaults.MODEL.get(), help="model folder [%(default)s]")
+    p.add_argument("--data", default=defaults.DATA.get(), help="folder with train/test.parquet [%(default)s]")
+    p.add_argument("--checkpoints", default=defaults.CHECKPOINTS.get(), help="checkpoint root [%(default)s]")
+    p.add_argument("--logs", default=defaults.LOGS.get(), help="log folder [%(default)s]")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="any verl config value (repeatable)")
     p.add_argument("--reward-method", choices=("strict", "flexible"), default=_env("VERL_P40_REWARD_METHOD", "strict"),
                    help="GSM8K answer extraction: strict '#### N' (verl's) or the last number [%(default)s]")
@@ -309,9 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = add("prep", cmd_prep, "GSM8K -> verl's RL parquet (train.parquet, test.parquet)")
-    p.add_argument("--source", default=_env("VERL_P40_GSM8K_SOURCE", "hf:openai/gsm8k"),
+    p.add_argument("--source", default=defaults.GSM8K_SOURCE.get(),
                    help="folder with train/test.jsonl or parquet, or hf:openai/gsm8k [%(default)s]")
-    p.add_argument("--out", default=_env("VERL_P40_DATA", "data/gsm8k"), help="output folder [%(default)s]")
+    p.add_argument("--out", default=defaults.DATA.get(), help="output folder [%(default)s]")
     p.add_argument("--limit", type=_number(int, 1), help="at most N rows per split")
     p.add_argument("--skip-invalid", action="store_true", help="skip bad rows (and count them) instead of stopping")
     p.add_argument("--instruction", default=None, help="text appended to each question")
@@ -322,9 +322,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do nothing when the folder holds what this prep would write (its manifest says so)")
 
     p = add("fetch-model", cmd_fetch_model, "download the model from the Hugging Face hub (HF_ENDPOINT, HF_TOKEN)")
-    p.add_argument("--repo", default=_env("VERL_P40_MODEL_REPO", "Qwen/Qwen2.5-0.5B-Instruct"), help="[%(default)s]")
+    p.add_argument("--repo", default=defaults.MODEL_REPO.get(), help="[%(default)s]")
     p.add_argument("--revision", default=None, help="branch, tag or commit [main]")
-    p.add_argument("--out", default=_env("VERL_P40_MODEL", "models/Qwen2.5-0.5B-Instruct"), help="[%(default)s]")
+    p.add_argument("--out", default=defaults.MODEL.get(), help="[%(default)s]")
     p.add_argument("--force", action="store_true", help="download again even when complete")
 
     p = add("config", cmd_config, "print the complete verl config a profile gives, as YAML")
@@ -345,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_gpu_memory_cap(p)
     _add_skip_check(p)
     p.add_argument("--steps", type=_number(int, 2), default=4, help="training steps; the first is warm-up [%(default)s]")
-    p.add_argument("--out", default=os.path.join(_env("VERL_P40_LOGS", "logs"), "bench.json"), help="[%(default)s]")
+    p.add_argument("--out", default=defaults.LOGS.join("bench.json"), help="[%(default)s]")
     p.add_argument("--keep-model", metavar="DIR", help="build the random-weight model here once and reuse it")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="verl config values, as with train")
 
@@ -364,7 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("monitor", cmd_monitor, "sample the GPUs through NVML: CSV, Prometheus metrics, summary and plot")
     p.add_argument("--interval", type=_number(float, 0.05), default=1.0, help="seconds between samples [%(default)s]")
-    p.add_argument("--out", default=os.path.join(_env("VERL_P40_LOGS", "logs"), "gpu"), help="output folder [%(default)s]")
+    p.add_argument("--out", default=defaults.LOGS.join("gpu"), help="output folder [%(default)s]")
     p.add_argument("--port", type=_number(int, 1, 65535), default=None, help="serve Prometheus metrics on this port")
     p.add_argument("--bind", default="127.0.0.1", help="address for the metrics port [%(default)s]")
     p.add_argument("--gpus", help="comma list of GPU indices [all]")
@@ -378,13 +378,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("eval", cmd_eval, "GSM8K accuracy of a model, or of two side by side (before/after PPO)")
     p.add_argument("--model", required=True, help="Hugging Face folder, verl checkpoint .../global_step_N/actor, or latest")
     p.add_argument("--compare", help="a second model, same forms (the trained one)")
-    p.add_argument("--data", default=os.path.join(_env("VERL_P40_DATA", "data/gsm8k"), "test.parquet"), help="[%(default)s]")
-    p.add_argument("--out", default=os.path.join(_env("VERL_P40_LOGS", "logs"), "eval"), help="[%(default)s]")
+    p.add_argument("--data", default=defaults.DATA.join("test.parquet"), help="[%(default)s]")
+    p.add_argument("--out", default=defaults.LOGS.join("eval"), help="[%(default)s]")
     p.add_argument("--limit", type=_number(int, 1), help="only the first N questions")
     p.add_argument("--batch-size", type=_number(int, 1), default=32, help="[%(default)s]")
     p.add_argument("--max-new-tokens", type=_number(int, 1), default=512, help="[%(default)s]")
-    p.add_argument("--checkpoints", default=_env("VERL_P40_CHECKPOINTS", "checkpoints"), help="for 'latest' [%(default)s]")
-    p.add_argument("--logs", default=_env("VERL_P40_LOGS", "logs"), help="trainer logs for curves.png [%(default)s]")
+    p.add_argument("--checkpoints", default=defaults.CHECKPOINTS.get(), help="for 'latest' [%(default)s]")
+    p.add_argument("--logs", default=defaults.LOGS.get(), help="trainer logs for curves.png [%(default)s]")
     p.add_argument("--device", help="cuda, cuda:1 or cpu [cuda when available]")
     p.add_argument("--examples", type=_number(int, 0), default=10, help="questions shown side by side in report.md [%(default)s]")
     p.add_argument("--engine", choices=("auto", "hf", "vllm"), default="auto",

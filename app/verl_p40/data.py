@@ -347,15 +347,9 @@ def prompt_token_stats(rows: list[dict], tokenizer_path: str) -> dict[str, float
     if not lengths:
         return {}
 
-    def pct(q: float) -> int:
-        return lengths[min(len(lengths) - 1, int(q * (len(lengths) - 1) + 0.5))]
-
-    return {
-        "mean": round(statistics.fmean(lengths), 1),
-        "p50": pct(0.50),
-        "p99": pct(0.99),
-        "max": lengths[-1],
-    }
+    cuts = statistics.quantiles(lengths, n=100, method="inclusive") if len(lengths) > 1 else [lengths[0]] * 99
+    return {"mean": round(statistics.fmean(lengths), 1), "p50": round(cuts[49], 1), "p99": round(cuts[98], 1),
+            "max": lengths[-1]}
 
 
 def prepare(

@@ -8,13 +8,11 @@ imports on an sm_70+ GPU and the profile turned it on after measuring it. Every 
 
 from __future__ import annotations
 
-import copy
 import functools
 import importlib.util
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Any
 
 VLLM_MIN_SM = 7.0
 TRITON_MIN_SM = 7.0
@@ -47,21 +45,6 @@ def here(sm: float | None) -> Where:
     return Where(sm=sm, vllm=installed("vllm"), triton=installed("triton"))
 
 
-def _get(tree: dict, dotted: str) -> Any:
-    for part in dotted.split("."):
-        if not isinstance(tree, dict) or part not in tree:
-            return None
-        tree = tree[part]
-    return tree
-
-
-def _set(tree: dict, dotted: str, value: Any) -> None:
-    *parents, last = dotted.split(".")
-    for part in parents:
-        tree = tree.setdefault(part, {})
-    tree[last] = value
-
-
 def _why_not(package: str, installed: bool, min_sm: float, sm: float | None, hint: str = "") -> str | None:
     """Why `package` cannot be used here, or None when it can."""
     if not installed:
@@ -73,15 +56,17 @@ def _why_not(package: str, installed: bool, min_sm: float, sm: float | None, hin
 
 def complete(verl: dict, where: Where) -> tuple[dict, list[str]]:
     """(the profile's verl settings completed for `where`, notes on every choice made)."""
-    verl = copy.deepcopy(verl)
+    from omegaconf import OmegaConf
+
+    tree = OmegaConf.create(verl)  # a copy: the profile's own settings stay as loaded
     notes = []
-    rollout = _get(verl, "actor_rollout_ref.rollout.name") or "vllm"  # verl's own default is vllm
+    rollout = OmegaConf.select(tree, "actor_rollout_ref.rollout.name") or "vllm"  # verl's own default is vllm
     if rollout == "vllm":
         reason = _why_not("vLLM", where.vllm, VLLM_MIN_SM, where.sm,
                           " here (the default image has none; the -vllm image variant carries it)")
         if reason:
-            _set(verl, "actor_rollout_ref.rollout.name", "hf")
-            dtype = _get(verl, "actor_rollout_ref.rollout.dtype") or "bfloat16"
+            OmegaConf.update(tree, "actor_rollout_ref.rollout.name", "hf")
+            dtype = OmegaConf.select(tree, "actor_rollout_ref.rollout.dtype") or "bfloat16"
             notes.append(f"rollout: hf ({dtype}) instead of the profile's vllm: {reason}")
         else:
             notes.append("rollout: vllm (installed, and the GPU is sm_70 or newer)")
@@ -89,7 +74,7 @@ def complete(verl: dict, where: Where) -> tuple[dict, list[str]]:
         notes.append(f"rollout: {rollout} (the profile's)")
     compile_reason = _why_not("Triton", where.triton, TRITON_MIN_SM, where.sm)
     for key in ("actor_rollout_ref.actor.use_torch_compile", "actor_rollout_ref.ref.use_torch_compile"):
-        if _get(verl, key) is not False and compile_reason:
-            _set(verl, key, False)
+        if OmegaConf.select(tree, key) is not False and compile_reason:
+            OmegaConf.update(tree, key, False)
             notes.append(f"{key}: false: {compile_reason}")
-    return verl, notes
+    return OmegaConf.to_container(tree), notes

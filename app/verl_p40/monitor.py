@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
-import math
+import statistics
 import os
 import signal
 import sys
@@ -239,10 +239,9 @@ def read_process_csv(path: str | Path) -> list[ProcessSample]:
 
 
 def _p95(values: list[float]) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
+    if len(values) < 2:
+        return values[0] if values else None
+    return round(statistics.quantiles(values, n=20, method="inclusive")[-1], 2)
 
 
 @dataclass

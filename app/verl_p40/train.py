@@ -17,25 +17,21 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from verl_p40 import UserError, algorithms, engines, memcap, reward
+from verl_p40 import UserError, algorithms, defaults, engines, memcap, reward
 from verl_p40.failures import Diagnosis
 from verl_p40 import profiles as profiles_mod
 from verl_p40.verlconfig import (Override, compose, hydra_value, parse_set, profile_overrides, settings_overrides,
                                  to_hydra)
 
-DEFAULT_MODEL = "models/Qwen2.5-0.5B-Instruct"
-DEFAULT_DATA = "data/gsm8k"
-DEFAULT_CHECKPOINTS = "checkpoints"
-DEFAULT_LOGS = "logs"
 
 
 @dataclass
 class RunOptions:
     profile: str = "auto"
-    model: str = DEFAULT_MODEL
-    data: str = DEFAULT_DATA
-    checkpoints: str = DEFAULT_CHECKPOINTS
-    logs: str = DEFAULT_LOGS
+    model: str = defaults.MODEL.value
+    data: str = defaults.DATA.value
+    checkpoints: str = defaults.CHECKPOINTS.value
+    logs: str = defaults.LOGS.value
     sets: list[str] = field(default_factory=list)
     reward_method: str = "strict"
     format_bonus: float = 0.0

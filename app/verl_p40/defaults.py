@@ -1,0 +1,28 @@
+"""Where every command looks by default, each in one place with the environment variable that overrides it
+(compose sets these for its services)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Default:
+    env: str
+    value: str
+
+    def get(self) -> str:
+        """The environment's value where set and not empty, else the built-in one."""
+        return os.environ.get(self.env) or self.value
+
+    def join(self, *parts: str) -> str:
+        return os.path.join(self.get(), *parts)
+
+
+MODEL = Default("VERL_P40_MODEL", "models/Qwen2.5-0.5B-Instruct")
+MODEL_REPO = Default("VERL_P40_MODEL_REPO", "Qwen/Qwen2.5-0.5B-Instruct")
+DATA = Default("VERL_P40_DATA", "data/gsm8k")
+GSM8K_SOURCE = Default("VERL_P40_GSM8K_SOURCE", "hf:openai/gsm8k")
+CHECKPOINTS = Default("VERL_P40_CHECKPOINTS", "checkpoints")
+LOGS = Default("VERL_P40_LOGS", "logs")
