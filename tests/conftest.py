@@ -6,7 +6,6 @@ import os
 import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -56,15 +55,16 @@ def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="session")
-def verl_source(tmp_path_factory) -> Path:
-    """verl 0.5.0 as published: `pip download verl==0.5.0 --no-deps`, unpacked (a pure-Python wheel)."""
-    where = tmp_path_factory.mktemp("verl-wheel")
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "verl==0.5.0", "-d", str(where)],
-                   check=True, timeout=300)
-    (wheel,) = where.glob("verl-0.5.0-*.whl")
-    with zipfile.ZipFile(wheel) as zf:
-        zf.extractall(where / "src", members=[n for n in zf.namelist() if n.startswith("verl/")])
-    return where / "src" / "verl"
+def verl_source() -> Path:
+    """verl 0.5.0 as published: the copy tests/run.sh installed (`pip install --no-deps verl==0.5.0`), unpatched.
+    Tests patch copies of it, never this one."""
+    from verl_p40 import patches
+
+    root = patches.default_verl_dir()
+    assert patches.verl_version(root) == "0.5.0", f"{root}: tests/run.sh installs verl 0.5.0"
+    applied = [name for name, state in patches.status(root).items() if state == patches.APPLIED]
+    assert not applied, f"{root}: the installed verl is patched ({applied[0]}...); reinstall it with tests/run.sh"
+    return root
 
 
 @pytest.fixture(scope="session")

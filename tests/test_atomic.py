@@ -24,3 +24,18 @@ def test_a_failed_block_leaves_the_target_and_no_temp_file(tmp_path):
             temp.write_text("new, half written")
             raise RuntimeError("disk full")
     assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
+
+
+def test_a_staged_folder_appears_whole_or_not_at_all(tmp_path):
+    """eval's merged model: written into a temporary folder, renamed into place only when complete."""
+    from verl_p40.atomic import staged
+
+    target = tmp_path / "merged"
+    with pytest.raises(RuntimeError):
+        with staged([target], directory=True) as (temp,):
+            (temp / "config.json").write_text("{}")
+            raise RuntimeError("the merger failed")
+    assert not target.exists() and list(tmp_path.iterdir()) == []
+    with staged([target], directory=True) as (temp,):
+        (temp / "config.json").write_text("{}")
+    assert (target / "config.json").read_text() == "{}" and [p.name for p in tmp_path.iterdir()] == ["merged"]

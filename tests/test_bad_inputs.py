@@ -4,7 +4,6 @@ that was there before byte-for-byte as it was."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 from conftest import cli
 
-from verl_p40 import doctor, gpu, patches
+from verl_p40 import checks, doctor, gpu, host_checks, patches
 from verl_p40.train import RunOptions
 
 
@@ -62,7 +62,7 @@ def test_gpu_check_refuses_a_driver_too_old_for_the_torch_build(tmp_path, monkey
     ("sm_80 compute_80", (9, 0), True),                           # PTX is compiled forward by the driver
 ])
 def test_kernel_list_against_the_compute_capability(tmp_path, monkeypatch, archs, cc, ok):
-    monkeypatch.setattr(doctor, "arch_flags", lambda: archs.split())
+    monkeypatch.setattr(checks, "arch_flags", lambda: archs.split())
     ctx = _ctx(tmp_path)
     ctx._cache["gpus"] = [_p40(cc=cc)]
     result = _one(ctx, "kernels")
@@ -82,7 +82,7 @@ def test_compute_check_reports_the_probe_error(tmp_path, monkeypatch):
     ctx._cache["gpus"] = [_p40()]
     answer = SimpleNamespace(stdout='{"error": "GPU 0: CUDA error: no kernel image is available for execution"}\n',
                              stderr="")
-    monkeypatch.setattr(doctor.subprocess, "run", lambda *a, **k: answer)
+    monkeypatch.setattr(checks.subprocess, "run", lambda *a, **k: answer)
     result = _one(ctx, "compute")
     assert result.status == "FAIL" and "no kernel image is available" in result.detail
     # the real probe on this CPU-only machine finds no CUDA device
@@ -96,10 +96,10 @@ def test_torch_build_check_wants_sm_60(monkeypatch, tmp_path):
 
     assert "is a CPU-only build" in _one(_ctx(tmp_path), "torch-build").detail  # this machine's torch
     monkeypatch.setattr(torch.version, "cuda", "12.4")
-    monkeypatch.setattr(doctor, "arch_flags", lambda: ["sm_75", "sm_80", "sm_90"])
+    monkeypatch.setattr(checks, "arch_flags", lambda: ["sm_75", "sm_80", "sm_90"])
     result = _one(_ctx(tmp_path), "torch-build")
     assert result.status == "FAIL" and "has no sm_60 kernels" in result.detail
-    monkeypatch.setattr(doctor, "arch_flags", lambda: "sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90".split())
+    monkeypatch.setattr(checks, "arch_flags", lambda: "sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90".split())
     assert _one(_ctx(tmp_path), "torch-build").status == "PASS"
 
 
@@ -177,7 +177,7 @@ def test_disk_check_counts_the_checkpoints_kept(tmp_path, tokenizer_dir, monkeyp
     from conftest import make_tiny_qwen
 
     model = make_tiny_qwen(tokenizer_dir, tmp_path / "tiny")
-    monkeypatch.setattr(doctor.shutil, "disk_usage", lambda path: SimpleNamespace(total=10**9, free=1000))
+    monkeypatch.setattr(host_checks.shutil, "disk_usage", lambda path: SimpleNamespace(total=10**9, free=1000))
     result = _one(_ctx(tmp_path, model=str(model)), "disk")
     assert result.status == "FAIL" and "the run keeps 2 checkpoints" in result.detail
     assert "trainer.max_actor_ckpt_to_keep=1" in result.fix
@@ -201,12 +201,12 @@ def test_shm_and_ram_checks(tmp_path, tokenizer_dir, monkeypatch):
     from conftest import make_tiny_qwen
 
     real = shutil.disk_usage
-    monkeypatch.setattr(doctor.shutil, "disk_usage",
+    monkeypatch.setattr(host_checks.shutil, "disk_usage",
                         lambda path: SimpleNamespace(total=64 * 2**20, free=0) if str(path) == "/dev/shm" else real(path))
     result = _one(_ctx(tmp_path), "shm")
     assert result.status == "FAIL" and "/dev/shm 0.1 GB" in result.detail and "shm_size: 16gb" in result.fix
     model = make_tiny_qwen(tokenizer_dir, tmp_path / "tiny")
-    monkeypatch.setattr(doctor, "_host_memory", lambda: (10**9, "container memory limit"))
+    monkeypatch.setattr(host_checks, "_host_memory", lambda: (10**9, "container memory limit"))
     result = _one(_ctx(tmp_path, model=str(model)), "ram")
     assert result.status == "FAIL" and "1.0 GB available (container memory limit)" in result.detail
 

@@ -6,7 +6,7 @@ import shutil
 import pytest
 from conftest import cli, make_tiny_qwen
 
-from verl_p40 import evaluate, reward
+from verl_p40 import checkpoints, generation, reward
 
 
 @pytest.fixture(scope="module")
@@ -80,24 +80,24 @@ def test_latest_checkpoint_and_merge_command(tmp_path):
         actor.mkdir(parents=True)
         (actor / "model_world_size_1_rank_0.pt").write_bytes(b"")
     (tmp_path / "exp" / "latest_checkpointed_iteration.txt").write_text("20")
-    actor = evaluate.latest_checkpoint(tmp_path)
-    assert actor == tmp_path / "exp" / "global_step_20" / "actor" and evaluate.is_fsdp_checkpoint(actor)
-    cmd = evaluate.merge_command(actor, actor / "merged")
+    actor = checkpoints.latest_checkpoint(tmp_path)
+    assert actor == tmp_path / "exp" / "global_step_20" / "actor" and checkpoints.is_fsdp_checkpoint(actor)
+    cmd = checkpoints.merge_command(actor, actor / "merged")
     assert cmd[1:5] == ["-m", "verl.model_merger", "merge", "--backend"] and cmd[-1] == str(actor / "merged")
-    merged = actor / evaluate.MERGED
+    merged = actor / checkpoints.MERGED
     merged.mkdir()
     shutil.copy(__file__, merged / "config.json")
     (merged / "model.safetensors").write_bytes(b"x")
-    assert evaluate.resolve_model("latest", tmp_path) == merged  # cached merge is reused
+    assert checkpoints.resolve_model("latest", tmp_path) == merged  # cached merge is reused
 
 
 def test_engine_choice_without_vllm():
     from verl_p40 import UserError
 
-    assert evaluate.pick_engine("auto", "cpu") is evaluate.Generator
-    assert evaluate.pick_engine("hf", "cpu") is evaluate.Generator
+    assert generation.pick_engine("auto", "cpu") is generation.HfGenerator
+    assert generation.pick_engine("hf", "cpu") is generation.HfGenerator
     with pytest.raises(UserError, match="needs the vllm package"):
-        evaluate.pick_engine("vllm", "cpu")
+        generation.pick_engine("vllm", "cpu")
 
 
 def test_greedy_ignores_the_checkpoints_repetition_penalty(tokenizer_dir, prepared, tmp_path):
@@ -107,8 +107,8 @@ def test_greedy_ignores_the_checkpoints_repetition_penalty(tokenizer_dir, prepar
 
     model_dir = make_tiny_qwen(tokenizer_dir, tmp_path / "tiny")  # default-scale weights: repeats one token
     GenerationConfig(repetition_penalty=5.0, eos_token_id=151645).save_pretrained(model_dir)
-    question = evaluate.load_questions(prepared / "test.parquet", 1)[0]
-    generator = evaluate.Generator(model_dir, "cpu", max_new_tokens=8)
+    question = generation.load_questions(prepared / "test.parquet", 1)[0]
+    generator = generation.HfGenerator(model_dir, "cpu", max_new_tokens=8)
     (answer, _), = generator([question.prompt])
     model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
     text = generator.tokenizer.apply_chat_template(question.prompt, add_generation_prompt=True, tokenize=False)

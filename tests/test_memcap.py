@@ -32,3 +32,17 @@ def test_apply_sets_the_fraction_on_the_current_device(monkeypatch, capsys):
     monkeypatch.setenv(memcap.ENV, "24")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert memcap.apply() is None and len(calls) == 1  # no GPU: nothing to cap
+
+
+def test_the_cli_process_never_applies_the_cap(tmp_path):
+    """compose sets VERL_P40_GPU_MEMORY_CAP_GB for the trainer container: the CLI must hand it to verl's workers and
+    not import verl_p40.memcap itself (that would make a CUDA context in the driver process)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from verl_p40 import cli; cli.build_parser(); import verl_p40.train, verl_p40.doctor; "
+            "print('verl_p40.memcap' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env={**__import__("os").environ, "VERL_P40_GPU_MEMORY_CAP_GB": "24"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"

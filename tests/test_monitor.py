@@ -8,11 +8,13 @@ import pytest
 from conftest import cli
 
 from verl_p40 import UserError
+from verl_p40 import gpu as samples
+from verl_p40 import gpu_csv, prometheus
 from verl_p40 import monitor as m
 
 
 def _gpu(ts, gpu=0, used=10e9, util=50.0, total=24e9, name="Tesla P40", throttle="none"):
-    return m.GPUSample(ts=ts, gpu=gpu, name=name, memory_used_bytes=int(used), memory_total_bytes=int(total),
+    return samples.GPUSample(ts=ts, gpu=gpu, name=name, memory_used_bytes=int(used), memory_total_bytes=int(total),
                        utilization_gpu_pct=util, utilization_memory_pct=20.0, temperature_c=60.0, power_w=150.0,
                        power_limit_w=250.0, sm_clock_mhz=1531.0, memory_clock_mhz=3615.0, throttle_reasons=throttle,
                        pcie_tx_kbs=None, pcie_rx_kbs=1000.0)
@@ -32,7 +34,7 @@ class Recorded:
         self.t += 1
         used = 8e9 + self.reads * 1e9
         return ([_gpu(self.t, used=used, util=10.0 * self.reads), _gpu(self.t, gpu=1, used=2e9, util=0.0, name="GPU B")],
-                [m.ProcessSample(self.t, 0, 4242, "python3", int(used - 5e8))])
+                [samples.ProcessSample(self.t, 0, 4242, "python3", int(used - 5e8))])
 
 
 def test_loop_writes_csv_summary_and_plot_and_survives_a_bad_sample(tmp_path):
@@ -40,7 +42,7 @@ def test_loop_writes_csv_summary_and_plot_and_survives_a_bad_sample(tmp_path):
     mon = m.Monitor(Recorded(), tmp_path, interval=0.0, alert_mem_pct=50, log=lines.append)
     mon.run(max_samples=6)
     summary = mon.finish()
-    rows = m.read_gpu_csv(tmp_path / "gpu.csv")
+    rows = gpu_csv.read_gpu_csv(tmp_path / "gpu.csv")
     assert len(rows) == 10 and {r.gpu for r in rows} == {0, 1}  # 5 good samples x 2 GPUs
     assert (tmp_path / "gpu.csv").read_text().count("memory_used_bytes") == 1
     assert any("sample failed: RuntimeError: NVML_ERROR_UNKNOWN" in line for line in lines)
@@ -49,34 +51,34 @@ def test_loop_writes_csv_summary_and_plot_and_survives_a_bad_sample(tmp_path):
     assert summary["gpus"]["1"]["utilization_gpu_mean_pct"] == 0.0
     assert summary["processes"][0]["pid"] == 4242 and summary["processes"][0]["peak_used_memory_bytes"] == int(13.5e9)
     assert json.loads((tmp_path / "gpu-summary.json").read_text()) == summary
-    procs = m.read_process_csv(tmp_path / "gpu-processes.csv")  # the CSV gives back the samples written
+    procs = gpu_csv.read_process_csv(tmp_path / "gpu-processes.csv")  # the CSV gives back the samples written
     assert len(procs) == 5 and max(p.used_memory_bytes for p in procs) == int(13.5e9) and procs[0].pid == 4242
     assert (tmp_path / "gpu.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sum("WARNING: GPU 0" in line for line in lines) == 1  # crossed 50 % once, reported once
 
 
 def test_restart_appends_under_one_header_and_rotates_by_size(tmp_path):
-    log = m.CsvLog(tmp_path / "gpu.csv", m.GPU_COLUMNS, max_bytes=5_000)
+    log = gpu_csv.CsvLog(tmp_path / "gpu.csv", samples.GPU_COLUMNS, max_bytes=5_000)
     log.write([_gpu(1.0)])
-    log = m.CsvLog(tmp_path / "gpu.csv", m.GPU_COLUMNS, max_bytes=5_000)  # a restarted monitor
+    log = gpu_csv.CsvLog(tmp_path / "gpu.csv", samples.GPU_COLUMNS, max_bytes=5_000)  # a restarted monitor
     log.write([_gpu(2.0)])
-    assert [r.ts for r in m.read_gpu_csv(tmp_path / "gpu.csv")] == [1.0, 2.0]
+    assert [r.ts for r in gpu_csv.read_gpu_csv(tmp_path / "gpu.csv")] == [1.0, 2.0]
     for i in range(100):
         log.write([_gpu(3.0 + i)])
     assert (tmp_path / "gpu.csv.1").exists() and (tmp_path / "gpu.csv").stat().st_size < 5_000 + 500
     (tmp_path / "other.csv").write_text("a,b\n1,2\n")
-    m.CsvLog(tmp_path / "other.csv", m.GPU_COLUMNS).write([_gpu(1.0)])  # foreign header: rotated away
+    gpu_csv.CsvLog(tmp_path / "other.csv", samples.GPU_COLUMNS).write([_gpu(1.0)])  # foreign header: rotated away
     assert (tmp_path / "other.csv.1").read_text() == "a,b\n1,2\n"
 
 
 def test_summary_and_plot_from_csv_via_cli(tmp_path):
-    log = m.CsvLog(tmp_path / "gpu.csv", m.GPU_COLUMNS)
+    log = gpu_csv.CsvLog(tmp_path / "gpu.csv", samples.GPU_COLUMNS)
     log.write([_gpu(float(t), used=1e9 * t, util=float(t)) for t in range(1, 21)])
     result = cli("monitor", "--plot", str(tmp_path / "gpu.csv"), "--plot-out", str(tmp_path / "again.png"))
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "again.png").stat().st_size > 1000
     summary = m.Summary()
-    summary.add(m.read_gpu_csv(tmp_path / "gpu.csv"), [])
+    summary.add(gpu_csv.read_gpu_csv(tmp_path / "gpu.csv"), [])
     summary = summary.as_dict()
     assert summary["duration_s"] == 19.0 and summary["gpus"]["0"]["peak_memory_used_gb"] == 20.0
     assert summary["gpus"]["0"]["utilization_gpu_p95_pct"] == 19.05  # 1..20: 19 + 0.05 x (20 - 19)
@@ -86,7 +88,7 @@ def test_table_formatting_shows_missing_fields_as_dash():
     row = _gpu(1.0)
     row.pcie_tx_kbs = None
     row.power_w = None
-    text = m.format_table([row], [m.ProcessSample(1.0, 0, 7, "python3", None)])
+    text = m.format_table([row], [samples.ProcessSample(1.0, 0, 7, "python3", None)])
     assert "Tesla P40" in text and "10.00/24.00" in text and "-/250" in text and "pid 7" in text
 
 
@@ -104,10 +106,10 @@ def test_metrics_endpoint_served_and_scraped_over_loopback():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    exporter = m.Exporter(port, "127.0.0.1")
+    exporter = prometheus.Exporter(port, "127.0.0.1")
     try:
         exporter.update([_gpu(1.0, used=12.5e9, util=77.0, throttle="sw_power_cap")],
-                        [m.ProcessSample(1.0, 0, 99, "python3", int(3e9))])
+                        [samples.ProcessSample(1.0, 0, 99, "python3", int(3e9))])
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     finally:
         exporter.close()
@@ -153,4 +155,4 @@ def test_a_port_in_use_is_one_line():
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(UserError, match=f"--port {port}: cannot serve metrics on 127.0.0.1:{port}"):
-            m.Exporter(port, "127.0.0.1")
+            prometheus.Exporter(port, "127.0.0.1")

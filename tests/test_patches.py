@@ -88,7 +88,7 @@ def _load(path: Path, name: str):
 
 def test_autocast_helper_follows_configured_dtype(verl_copy):
     patches.apply(verl_copy)
-    dtypes = _load(verl_copy / "utils" / "torch_dtypes.py", "patched_torch_dtypes")
+    dtypes = _load(verl_copy / "utils" / "p40_dtypes.py", "patched_p40_dtypes")
     assert dtypes.autocast_dtype_from_config(None) == torch.bfloat16  # verl's default is unchanged
     assert dtypes.autocast_dtype_from_config({"mixed_precision": {"param_dtype": "fp32"}}) == torch.float32
     assert dtypes.autocast_dtype_from_config({"mixed_precision": None}) == torch.bfloat16
@@ -131,7 +131,7 @@ def test_patched_workers_import_without_flash_attn(verl_copy):
 
 def test_merge_dtype_defaults_to_bf16_and_follows_the_environment(verl_copy, monkeypatch):
     patches.apply(verl_copy)
-    dtypes = _load(verl_copy / "utils" / "torch_dtypes.py", "patched_torch_dtypes_merge")
+    dtypes = _load(verl_copy / "utils" / "p40_dtypes.py", "patched_p40_dtypes_merge")
     monkeypatch.delenv("VERL_MERGE_DTYPE", raising=False)
     assert dtypes.merge_dtype() == torch.bfloat16
     monkeypatch.setenv("VERL_MERGE_DTYPE", "fp32")

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import REPO, cli
 
-from verl_p40 import data
+from verl_p40 import data, prep
 
 
 @pytest.fixture()
@@ -35,7 +35,7 @@ def test_skip_existing_trusts_the_manifest_only(small_source, tmp_path):
     out = tmp_path / "data"
     first = _prep(small_source, out, "--skip-existing")
     assert first.returncode == 0 and "40 rows" in first.stdout
-    manifest = json.loads((out / data.MANIFEST).read_text())
+    manifest = json.loads((out / prep.MANIFEST).read_text())
     assert manifest["outputs"]["train"]["rows"] == 40 and manifest["limit"] is None
     again = _prep(small_source, out, "--skip-existing")
     assert again.returncode == 0 and "are what this prep would write" in again.stdout
@@ -54,7 +54,7 @@ def test_skip_existing_redoes_what_it_cannot_trust(small_source, tmp_path, damag
     if damage == "zero-byte":
         (out / "train.parquet").write_bytes(b"")
     elif damage == "no-manifest":
-        (out / data.MANIFEST).unlink()
+        (out / prep.MANIFEST).unlink()
     elif damage == "hf-export":
         pq.write_table(pa.table({"question": ["q"], "answer": ["#### 1"]}), out / "train.parquet")
     elif damage == "limit":
@@ -65,7 +65,7 @@ def test_skip_existing_redoes_what_it_cannot_trust(small_source, tmp_path, damag
     assert result.returncode == 0, result.stderr
     assert "preparing again" in result.stderr and reason in result.stderr
     assert pq.ParquetFile(out / "train.parquet").metadata.num_rows == 40
-    assert not data.manifest_problems(out, data.request(str(small_source), None, False, data.DEFAULT_INSTRUCTION))
+    assert not prep.manifest_problems(out, prep.request(str(small_source), None, False, data.DEFAULT_INSTRUCTION))
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
@@ -88,7 +88,7 @@ def test_killed_mid_write_then_skip_existing_redoes_it_cleanly(gsm8k_dir, tmp_pa
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode != 0 and "Traceback" not in stderr
-    assert not (out / "train.parquet").exists() and not (out / data.MANIFEST).exists()
+    assert not (out / "train.parquet").exists() and not (out / prep.MANIFEST).exists()
     if sig == signal.SIGTERM:  # its own temporary files went with it
         assert not list(out.glob(".*.tmp"))
     redo = _prep(gsm8k_dir, out, "--skip-existing")

@@ -51,7 +51,8 @@ class Sampler:
     """The GPU monitor's own NVML sampling (one sampler for every peak the project reports), in a thread."""
 
     def __init__(self, out: Path, interval: float = 0.5):
-        from verl_p40.monitor import Monitor, NvmlSource
+        from verl_p40.gpu import NvmlSource
+        from verl_p40.monitor import Monitor
 
         self.monitor = Monitor(NvmlSource(log=lambda line: None), out, interval, log=lambda line: None)
         self.thread = threading.Thread(target=self.monitor.run, daemon=True)
@@ -124,7 +125,7 @@ def summarise(steps: list[dict], cfg: Any, shape: projection.Shape, measured_car
 
 def run(options, steps: int, out: Path, skip: dict[str, str], keep: Path | None = None) -> dict:
     """Run `steps` training steps with random weights of `options.model`'s shape; write and return the JSON."""
-    from verl_p40.metrics import read_steps
+    from verl_p40.trainer_log import read_steps
     from verl_p40.train import plan, preflight, run_trainer
 
     if steps < 2:

@@ -3,38 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from verl_p40 import VERL_VERSION, UserError, __version__, defaults
+from verl_p40.options import add_arguments, from_args, number
 
 
 def _env(name: str, default: str) -> str:
     return os.environ.get(name) or default
-
-
-def _number(kind: type, low: float | None = None, high: float | None = None, env: str | None = None):
-    """An argparse type: a number of `kind` within [low, high]. Defaults that come from an environment variable are
-    strings that argparse converts with this too, so a bad variable gets one line naming it, not a traceback."""
-
-    def convert(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            value = None
-        if value is None or (low is not None and value < low) or (high is not None and value > high):
-            bounds = f" from {low:g}" if low is not None else ""
-            bounds += f" to {high:g}" if high is not None else ""
-            where = f" (also read from ${env})" if env else ""
-            raise argparse.ArgumentTypeError(f"{text!r} is not a{'n integer' if kind is int else ' number'}"
-                                             f"{bounds}{where}")
-        return value
-
-    return convert
 
 
 # ---------------------------------------------------------------------------------------------- prep
@@ -51,59 +30,10 @@ def _stop_on_sigterm() -> None:
 
 
 def cmd_prep(args: argparse.Namespace) -> int:
-    from verl_p40 import data
+    from verl_p40 import prep
 
     _stop_on_sigterm()
-    out = Path(args.out)
-    if out.is_dir():
-        for stale in data.remove_stale_temps(out):
-            print(f"removed {stale} (left by an interrupted prep)", file=sys.stderr)
-    wanted = data.request(args.source, args.limit, args.skip_invalid, args.instruction)
-    if args.skip_existing:
-        problems = data.manifest_problems(out, wanted)
-        if not problems:
-            print(f"{args.out}: train.parquet and test.parquet are what this prep would write (--skip-existing)")
-            return 0
-        if any((out / f"{s}.parquet").exists() for s in data.SPLITS):
-            print(f"{args.out}: preparing again: {'; '.join(problems)}", file=sys.stderr)
-    started = time.perf_counter()
-    results, paths = data.prepare(
-        source=args.source,
-        out_dir=args.out,
-        limit=args.limit,
-        skip_invalid=args.skip_invalid,
-        instruction=args.instruction,
-        cache_dir=args.cache_dir,
-        progress=None if sys.stderr.isatty() else False,
-    )
-    data.write_manifest(out, wanted, results, paths)
-    elapsed = time.perf_counter() - started
-    summary: dict = {"source": args.source, "seconds": round(elapsed, 2), "splits": {}}
-    for split, result in results.items():
-        entry = {"rows": len(result.rows), "skipped": len(result.skipped), "file": str(paths[split])}
-        if args.tokenizer:
-            entry["prompt_tokens"] = data.prompt_token_stats(result.rows, args.tokenizer)
-        summary["splits"][split] = entry
-    for split, entry in summary["splits"].items():
-        line = f"{split:>5}: {entry['rows']:>6} rows -> {entry['file']}"
-        if entry["skipped"]:
-            line += f"  ({entry['skipped']} invalid rows skipped)"
-        if "prompt_tokens" in entry:
-            t = entry["prompt_tokens"]
-            line += f"  prompt tokens mean {t['mean']} p50 {t['p50']} p99 {t['p99']} max {t['max']}"
-        print(line)
-    for result in results.values():
-        for reason in result.skipped[:5]:
-            print(f"  skipped {reason}", file=sys.stderr)
-    print(f"done in {elapsed:.2f} s")
-    if args.summary_json:
-        from verl_p40.atomic import write_text
-
-        try:
-            write_text(Path(args.summary_json), json.dumps(summary, indent=2) + "\n")
-        except OSError as exc:
-            raise UserError(f"--summary-json {args.summary_json}: cannot write it ({exc.strerror or exc})") from None
-    return 0
+    return prep.main(args)
 
 
 def cmd_fetch_model(args: argparse.Namespace) -> int:
@@ -123,21 +53,7 @@ def cmd_fetch_model(args: argparse.Namespace) -> int:
 def _run_options(args: argparse.Namespace):
     from verl_p40.train import RunOptions
 
-    return RunOptions(
-        profile=args.profile,
-        model=args.model,
-        data=args.data,
-        checkpoints=args.checkpoints,
-        logs=args.logs,
-        sets=list(args.set or []) + list(getattr(args, "overrides", None) or []),
-        reward_method=args.reward_method,
-        format_bonus=args.format_bonus,
-        gpu_memory_cap_gb=getattr(args, "gpu_memory_cap_gb", None),
-        algorithm=args.algorithm,
-        samples_per_prompt=args.samples_per_prompt,
-        lora_rank=args.lora_rank,
-        lora_alpha=args.lora_alpha,
-    )
+    return from_args(RunOptions, args, sets=list(args.set or []) + list(getattr(args, "overrides", None) or []))
 
 
 def _print_notes(notes: list[str]) -> None:
@@ -250,30 +166,10 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", default=_env("VERL_P40_PROFILE", "auto"), help="profile name or auto (NVML) [%(default)s]")
-    p.add_argument("--model", default=defaults.MODEL.get(), help="model folder [%(default)s]")
-    p.add_argument("--data", default=defaults.DATA.get(), help="folder with train/test.parquet [%(default)s]")
-    p.add_argument("--checkpoints", default=defaults.CHECKPOINTS.get(), help="checkpoint root [%(default)s]")
-    p.add_argument("--logs", default=defaults.LOGS.get(), help="log folder [%(default)s]")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="any verl config value (repeatable)")
-    p.add_argument("--reward-method", choices=("strict", "flexible"), default=_env("VERL_P40_REWARD_METHOD", "strict"),
-                   help="GSM8K answer extraction: strict '#### N' (verl's) or the last number [%(default)s]")
-    p.add_argument("--format-bonus", type=_number(float, 0, env="VERL_P40_FORMAT_BONUS"),
-                   default=_env("VERL_P40_FORMAT_BONUS", "0"),
-                   help="reward added when the answer uses the '#### N' format [%(default)s]")
-    from verl_p40 import algorithms
+    from verl_p40.train import RunOptions
 
-    p.add_argument("--algorithm", choices=algorithms.available(), default=_env("VERL_P40_ALGORITHM", algorithms.DEFAULT),
-                   help="RL algorithm (config/algorithms/NAME.yaml): ppo has a critic; grpo, rloo and "
-                   "reinforce_plus_plus sample several answers per prompt and need none [%(default)s]")
-    p.add_argument("--samples-per-prompt", type=_number(int, 1, env="VERL_P40_SAMPLES_PER_PROMPT"),
-                   default=os.environ.get("VERL_P40_SAMPLES_PER_PROMPT") or None,
-                   help="answers sampled per prompt (verl's rollout.n); the profile's sequences per step are kept, "
-                   "so prompts per step = batch / N [the algorithm's]")
-    p.add_argument("--lora-rank", type=_number(int, 0, env="VERL_P40_LORA_RANK"), default=_env("VERL_P40_LORA_RANK", "0"),
-                   help="train a LoRA adapter of this rank instead of every weight (0: full fine-tuning) [%(default)s]")
-    p.add_argument("--lora-alpha", type=_number(int, 1, env="VERL_P40_LORA_ALPHA"),
-                   default=os.environ.get("VERL_P40_LORA_ALPHA") or None, help="LoRA's alpha [2 x rank]")
+    add_arguments(p, RunOptions, skip=["gpu_memory_cap_gb"])
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="any verl config value (repeatable)")
 
 
 class Parser(argparse.ArgumentParser):
@@ -284,9 +180,9 @@ class Parser(argparse.ArgumentParser):
 
 
 def _add_gpu_memory_cap(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gpu-memory-cap-gb", type=_number(float, 0.5, env="VERL_P40_GPU_MEMORY_CAP_GB"),
-                   default=os.environ.get("VERL_P40_GPU_MEMORY_CAP_GB") or None,
-                   help="cap PyTorch's memory per GPU process at N*10^9 bytes (size a run for a smaller card)")
+    from verl_p40.train import RunOptions
+
+    add_arguments(p, RunOptions, only=["gpu_memory_cap_gb"])
 
 
 def _add_skip_check(p: argparse.ArgumentParser) -> None:
@@ -312,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", default=defaults.GSM8K_SOURCE.get(),
                    help="folder with train/test.jsonl or parquet, or hf:openai/gsm8k [%(default)s]")
     p.add_argument("--out", default=defaults.DATA.get(), help="output folder [%(default)s]")
-    p.add_argument("--limit", type=_number(int, 1), help="at most N rows per split")
+    p.add_argument("--limit", type=number(int, 1), help="at most N rows per split")
     p.add_argument("--skip-invalid", action="store_true", help="skip bad rows (and count them) instead of stopping")
     p.add_argument("--instruction", default=None, help="text appended to each question")
     p.add_argument("--tokenizer", help="model/tokenizer folder: also print prompt-token statistics")
@@ -344,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_options(p)
     _add_gpu_memory_cap(p)
     _add_skip_check(p)
-    p.add_argument("--steps", type=_number(int, 2), default=4, help="training steps; the first is warm-up [%(default)s]")
+    p.add_argument("--steps", type=number(int, 2), default=4, help="training steps; the first is warm-up [%(default)s]")
     p.add_argument("--out", default=defaults.LOGS.join("bench.json"), help="[%(default)s]")
     p.add_argument("--keep-model", metavar="DIR", help="build the random-weight model here once and reuse it")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="verl config values, as with train")
@@ -363,15 +259,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help=f"patch a verl other than {VERL_VERSION}")
 
     p = add("monitor", cmd_monitor, "sample the GPUs through NVML: CSV, Prometheus metrics, summary and plot")
-    p.add_argument("--interval", type=_number(float, 0.05), default=1.0, help="seconds between samples [%(default)s]")
+    p.add_argument("--interval", type=number(float, 0.05), default=1.0, help="seconds between samples [%(default)s]")
     p.add_argument("--out", default=defaults.LOGS.join("gpu"), help="output folder [%(default)s]")
-    p.add_argument("--port", type=_number(int, 1, 65535), default=None, help="serve Prometheus metrics on this port")
+    p.add_argument("--port", type=number(int, 1, 65535), default=None, help="serve Prometheus metrics on this port")
     p.add_argument("--bind", default="127.0.0.1", help="address for the metrics port [%(default)s]")
     p.add_argument("--gpus", help="comma list of GPU indices [all]")
     p.add_argument("--once", action="store_true", help="take one sample, print it, exit")
-    p.add_argument("--samples", type=_number(int, 1), default=None, help="stop after N samples [run until SIGTERM/SIGINT]")
-    p.add_argument("--alert-mem-pct", type=_number(float, 0, 100), default=None, help="warn when a GPU's memory use crosses N %%")
-    p.add_argument("--max-csv-mb", type=_number(float, 0.01), default=50, help="rotate gpu.csv at this size [%(default)s]")
+    p.add_argument("--samples", type=number(int, 1), default=None, help="stop after N samples [run until SIGTERM/SIGINT]")
+    p.add_argument("--alert-mem-pct", type=number(float, 0, 100), default=None, help="warn when a GPU's memory use crosses N %%")
+    p.add_argument("--max-csv-mb", type=number(float, 0.01), default=50, help="rotate gpu.csv at this size [%(default)s]")
     p.add_argument("--plot", metavar="CSV", help="only redraw the picture from a gpu.csv")
     p.add_argument("--plot-out", help="with --plot: where to write the PNG [beside the CSV]")
 
@@ -380,13 +276,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare", help="a second model, same forms (the trained one)")
     p.add_argument("--data", default=defaults.DATA.join("test.parquet"), help="[%(default)s]")
     p.add_argument("--out", default=defaults.LOGS.join("eval"), help="[%(default)s]")
-    p.add_argument("--limit", type=_number(int, 1), help="only the first N questions")
-    p.add_argument("--batch-size", type=_number(int, 1), default=32, help="[%(default)s]")
-    p.add_argument("--max-new-tokens", type=_number(int, 1), default=512, help="[%(default)s]")
+    p.add_argument("--limit", type=number(int, 1), help="only the first N questions")
+    p.add_argument("--batch-size", type=number(int, 1), default=32, help="[%(default)s]")
+    p.add_argument("--max-new-tokens", type=number(int, 1), default=512, help="[%(default)s]")
     p.add_argument("--checkpoints", default=defaults.CHECKPOINTS.get(), help="for 'latest' [%(default)s]")
     p.add_argument("--logs", default=defaults.LOGS.get(), help="trainer logs for curves.png [%(default)s]")
     p.add_argument("--device", help="cuda, cuda:1 or cpu [cuda when available]")
-    p.add_argument("--examples", type=_number(int, 0), default=10, help="questions shown side by side in report.md [%(default)s]")
+    p.add_argument("--examples", type=number(int, 0), default=10, help="questions shown side by side in report.md [%(default)s]")
     p.add_argument("--engine", choices=("auto", "hf", "vllm"), default="auto",
                    help="generation engine: auto = vLLM where installed on sm_70+, else HF generate [%(default)s]")
 

@@ -209,77 +209,6 @@ def _arrow_schema():
     )
 
 
-MANIFEST = ".verl-p40-data.json"
-SCHEMA_VERSION = 1
-
-
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(2**20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def source_identity(source: str) -> dict[str, Any]:
-    """What the output was made from: the source string, and for a local folder its files' content hashes (a
-    hub source is identified by its name; its files sit in the datasets cache)."""
-    if source.startswith("hf:"):
-        return {"source": source}
-    folder = Path(source)
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in (".jsonl", ".parquet"))
-    return {"source": str(folder.resolve()), "files": {str(p.relative_to(folder)): _sha256(p) for p in files}}
-
-
-def request(source: str, limit: int | None, skip_invalid: bool, instruction: str) -> dict[str, Any]:
-    """Everything that decides prep's output: if it matches a manifest, the output is what this run would write."""
-    return {"schema_version": SCHEMA_VERSION, **source_identity(source), "limit": limit, "skip_invalid": skip_invalid,
-            "instruction": instruction}
-
-
-def manifest_problems(out_dir: Path, wanted: dict[str, Any]) -> list[str]:
-    """Why the parquet files in `out_dir` are not what prep would write for `wanted` (empty: they are)."""
-    try:
-        manifest = json.loads((Path(out_dir) / MANIFEST).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return [f"no {MANIFEST} (not written by verl-p40 prep, or prep did not finish)"]
-    except (OSError, ValueError) as exc:
-        return [f"{MANIFEST} unreadable ({exc})"]
-    problems = [f"made with {key} {manifest.get(key)!r}, now {value!r}" for key, value in wanted.items()
-                if key != "files" and manifest.get(key) != value]
-    if manifest.get("files") != wanted.get("files"):
-        problems.append("the source files changed since")
-    for split, entry in (manifest.get("outputs") or {}).items():
-        path = Path(out_dir) / f"{split}.parquet"
-        if not path.is_file():
-            problems.append(f"{path.name} is missing")
-        elif path.stat().st_size != entry.get("bytes") or _sha256(path) != entry.get("sha256"):
-            problems.append(f"{path.name} is not the file prep wrote")
-    if set(manifest.get("outputs") or {}) != set(SPLITS):
-        problems.append("the manifest does not list both splits")
-    return problems
-
-
-def write_manifest(out_dir: Path, wanted: dict[str, Any], results: dict[str, SplitResult], paths: dict[str, Path]) -> None:
-    from verl_p40 import __version__
-    from verl_p40.atomic import write_text
-
-    outputs = {split: {"rows": len(results[split].rows), "skipped": len(results[split].skipped),
-                       "bytes": paths[split].stat().st_size, "sha256": _sha256(paths[split])} for split in paths}
-    write_text(Path(out_dir) / MANIFEST, json.dumps({**wanted, "verl_p40": __version__, "outputs": outputs},
-                                                     indent=2) + "\n")
-
-
-def remove_stale_temps(out_dir: Path) -> list[Path]:
-    """prep's own temporary files left by a killed run (`.train.parquet.*.tmp`, ...)."""
-    stale = [p for name in (*(f"{s}.parquet" for s in SPLITS), MANIFEST) for p in Path(out_dir).glob(f".{name}.*.tmp")]
-    for path in stale:
-        path.unlink(missing_ok=True)
-    return stale
-
-
 def write_parquets(results: dict[str, SplitResult], out_dir: Path) -> dict[str, Path]:
     """Write `<split>.parquet` for every split; all files appear together or none does."""
     import pyarrow as pa
@@ -318,16 +247,10 @@ def folder_problems(folder: Path) -> tuple[list[str], dict[str, int]]:
             problems.append(f"{path.name}: no rows")
         else:
             rows[split] = meta.metadata.num_rows
-    manifest = Path(folder) / MANIFEST
-    if not problems and manifest.is_file():  # what prep wrote: the files must still be those
-        try:
-            outputs = json.loads(manifest.read_text(encoding="utf-8")).get("outputs") or {}
-        except (OSError, ValueError):
-            outputs = {}
-        for split, entry in outputs.items():
-            path = Path(folder) / f"{split}.parquet"
-            if path.is_file() and _sha256(path) != entry.get("sha256"):
-                problems.append(f"{path.name}: changed since verl-p40 prep wrote it ({MANIFEST})")
+    if not problems:  # what prep wrote: the files must still be those
+        from verl_p40.prep import changed_outputs
+
+        problems = changed_outputs(Path(folder))
     return problems, rows
 
 
@@ -380,6 +303,8 @@ def prepare(
             raise UserError(f"{source}: split {split!r} has no valid rows")
     try:
         out.mkdir(parents=True, exist_ok=True)
+        from verl_p40.prep import MANIFEST
+
         (out / MANIFEST).unlink(missing_ok=True)  # the old outputs stop being trusted before they are replaced
         paths = write_parquets(results, out)
     except OSError as exc:

@@ -26,3 +26,8 @@ DATA = Default("VERL_P40_DATA", "data/gsm8k")
 GSM8K_SOURCE = Default("VERL_P40_GSM8K_SOURCE", "hf:openai/gsm8k")
 CHECKPOINTS = Default("VERL_P40_CHECKPOINTS", "checkpoints")
 LOGS = Default("VERL_P40_LOGS", "logs")
+
+# `--gpu-memory-cap-gb`: the trainer's workers read it when verl imports verl_p40.memcap (named here, not imported:
+# importing that module applies the cap, which must happen in a worker, never in the CLI's own process)
+GPU_MEMORY_CAP_ENV = "VERL_P40_GPU_MEMORY_CAP_GB"
+MEMCAP_MODULE = "verl_p40.memcap"

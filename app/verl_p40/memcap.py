@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-ENV = "VERL_P40_GPU_MEMORY_CAP_GB"
+from verl_p40.defaults import GPU_MEMORY_CAP_ENV as ENV
 
 
 def fraction_for(cap_gb: float, total_bytes: int) -> float:

@@ -17,29 +17,48 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from verl_p40 import UserError, algorithms, defaults, engines, memcap, reward
+from verl_p40 import UserError, algorithms, defaults, engines, reward
 from verl_p40.failures import Diagnosis
+from verl_p40.options import option
 from verl_p40 import profiles as profiles_mod
 from verl_p40.verlconfig import (Override, compose, hydra_value, parse_set, profile_overrides, settings_overrides,
                                  to_hydra)
 
 
 
+def _algorithms() -> list[str]:
+    return algorithms.available()
+
+
 @dataclass
 class RunOptions:
-    profile: str = "auto"
-    model: str = defaults.MODEL.value
-    data: str = defaults.DATA.value
-    checkpoints: str = defaults.CHECKPOINTS.value
-    logs: str = defaults.LOGS.value
-    sets: list[str] = field(default_factory=list)
-    reward_method: str = "strict"
-    format_bonus: float = 0.0
-    gpu_memory_cap_gb: float | None = None
-    algorithm: str = algorithms.DEFAULT
-    samples_per_prompt: int | None = None  # None: the algorithm's
-    lora_rank: int = 0
-    lora_alpha: int | None = None  # None: 2 x lora_rank
+    """What `config`, `train`, `bench` and `doctor` take; each field is also its command-line option."""
+
+    profile: str = option("auto", "hardware profile name, or auto (picked from what NVML reports)",
+                          env="VERL_P40_PROFILE")
+    model: str = option(defaults.MODEL.value, "model folder", env=defaults.MODEL.env)
+    data: str = option(defaults.DATA.value, "folder with train/test.parquet", env=defaults.DATA.env)
+    checkpoints: str = option(defaults.CHECKPOINTS.value, "checkpoint root", env=defaults.CHECKPOINTS.env)
+    logs: str = option(defaults.LOGS.value, "log folder", env=defaults.LOGS.env)
+    reward_method: str = option("strict", "GSM8K answer extraction: strict '#### N' (verl's) or the last number",
+                                env="VERL_P40_REWARD_METHOD", choices=reward.METHODS)
+    format_bonus: float = option(0.0, "reward added when the answer uses the '#### N' format",
+                                 env="VERL_P40_FORMAT_BONUS", kind=float, low=0)
+    algorithm: str = option(algorithms.DEFAULT, "RL algorithm (config/algorithms/NAME.yaml): ppo has a critic; grpo, "
+                            "rloo and reinforce_plus_plus sample several answers per prompt and need none",
+                            env="VERL_P40_ALGORITHM", choices=_algorithms)
+    samples_per_prompt: int | None = option(None, "answers sampled per prompt (verl's rollout.n); the profile's "
+                                            "sequences per step are kept, so prompts per step = batch / N",
+                                            env="VERL_P40_SAMPLES_PER_PROMPT", kind=int, low=1,
+                                            shown="the algorithm's")
+    lora_rank: int = option(0, "train a LoRA adapter of this rank instead of every weight (0: full fine-tuning)",
+                            env="VERL_P40_LORA_RANK", kind=int, low=0)
+    lora_alpha: int | None = option(None, "LoRA's alpha", env="VERL_P40_LORA_ALPHA", kind=int, low=1,
+                                    shown="2 x rank")
+    gpu_memory_cap_gb: float | None = option(None, "cap PyTorch's memory per GPU process at N*10^9 bytes (size a run "
+                                             "for a smaller card)", env=defaults.GPU_MEMORY_CAP_ENV, kind=float,
+                                             low=0.5, shown="no cap")
+    sets: list[str] = field(default_factory=list)  # verl config values: --set KEY=VALUE and the positional ones
 
 
 @dataclass
@@ -141,8 +160,8 @@ def plan(options: RunOptions) -> RunPlan:
     if options.gpu_memory_cap_gb is not None:
         if options.gpu_memory_cap_gb <= 0:
             raise UserError("--gpu-memory-cap-gb must be positive")
-        env[memcap.ENV] = f"{options.gpu_memory_cap_gb:g}"
-        overrides.append(Override("actor_rollout_ref.model.external_lib", memcap.__name__, "--gpu-memory-cap-gb"))
+        env[defaults.GPU_MEMORY_CAP_ENV] = f"{options.gpu_memory_cap_gb:g}"
+        overrides.append(Override("actor_rollout_ref.model.external_lib", defaults.MEMCAP_MODULE, "--gpu-memory-cap-gb"))
         notes.append(f"GPU memory capped at {options.gpu_memory_cap_gb:g} GB per process")
     user = parse_set(options.sets)
     if options.gpu_memory_cap_gb is not None and any(o.key.lstrip("+") == "actor_rollout_ref.model.external_lib"
@@ -171,15 +190,13 @@ def _plain(value):
     return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
 
 
-RUN_RECORD = "verl-p40-run.json"
-
-
 def write_record(run: RunPlan) -> Path:
     """`<checkpoints>/<experiment>/verl-p40-run.json`: how the run's checkpoints were made (eval reads LoRA's alpha
     there). A resumed run must agree with it on what the checkpoints hold."""
     import json
 
     from verl_p40.atomic import write_text
+    from verl_p40.checkpoints import RUN_RECORD
 
     folder = Path(run.record["checkpoints"])
     path = folder / RUN_RECORD

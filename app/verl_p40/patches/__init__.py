@@ -8,12 +8,11 @@ file is written at all. A new-file edit (old text None) creates a file that must
 from __future__ import annotations
 
 import importlib.util
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from verl_p40 import VERL_VERSION, UserError
+from verl_p40.atomic import write_text
 
 
 @dataclass(frozen=True)
@@ -118,12 +117,5 @@ def apply(verl_dir: str | Path | None = None, force: bool = False, edits: list[E
     # Pass 2: write the changed files, each atomically.
     for file in sorted({e.file for e in edits if report[e.name] == "applied"}):
         target = root / file
-        fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(texts[file])
-        if target.exists():
-            os.chmod(temp, target.stat().st_mode & 0o777)
-        else:
-            os.chmod(temp, 0o644)
-        os.replace(temp, target)
+        write_text(target, texts[file], mode=target.stat().st_mode & 0o777 if target.exists() else 0o644)
     return report

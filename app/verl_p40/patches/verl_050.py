@@ -12,6 +12,7 @@ from pathlib import Path
 from verl_p40.patches import Edit
 
 _BERT_PADDING = (Path(__file__).parent / "bert_padding_torch.py").read_text(encoding="utf-8")
+_P40_DTYPES = (Path(__file__).parent / "p40_dtypes.py").read_text(encoding="utf-8")
 
 _FLASH_IMPORT_OLD = """if is_cuda_available:
     from flash_attn.bert_padding import index_first_axis, pad_input, rearrange, unpad_input
@@ -83,22 +84,10 @@ EDITS: list[Edit] = [
         why="the second hard-coded flash_attention_2 in load_valuehead_model (the trl value-head fallback)",
     ),
     Edit(
-        name="dtype-helpers",
-        file="utils/torch_dtypes.py",
-        old='        elif precision == torch.bfloat16:\n            return "bf16"\n'
-        '        else:\n            raise RuntimeError(f"unexpected precision: {precision}")\n',
-        new='        elif precision == torch.bfloat16:\n            return "bf16"\n'
-        '        else:\n            raise RuntimeError(f"unexpected precision: {precision}")\n'
-        "\n\n"
-        "def autocast_dtype_from_config(fsdp_config, default=\"bf16\"):\n"
-        '    """verl-p40: the dtype worker autocasts use: fsdp_config.mixed_precision.param_dtype (bf16 when unset)."""\n'
-        '    mixed_precision = (fsdp_config or {}).get("mixed_precision", None) or {}\n'
-        '    return PrecisionType.to_dtype(mixed_precision.get("param_dtype", default))\n'
-        "\n\n"
-        "def merge_dtype():\n"
-        '    """verl-p40: dtype of merged HF checkpoints: $VERL_MERGE_DTYPE (bf16 when unset, as before)."""\n'
-        "    import os\n\n"
-        '    return PrecisionType.to_dtype(os.environ.get("VERL_MERGE_DTYPE", "bf16"))\n',
+        name="p40-dtypes",
+        file="utils/p40_dtypes.py",
+        old=None,
+        new=_P40_DTYPES,
         why="helpers for the dtype edits: autocast follows the configured FSDP param dtype; the model merger's "
         "output dtype is configurable",
     ),
@@ -106,7 +95,7 @@ EDITS: list[Edit] = [
         name="actor-autocast-dtype",
         file="workers/actor/dp_actor.py",
         old="        with torch.autocast(device_type=self.device_name, dtype=torch.bfloat16):\n",
-        new="        from verl.utils.torch_dtypes import autocast_dtype_from_config\n\n"
+        new="        from verl.utils.p40_dtypes import autocast_dtype_from_config\n\n"
         '        autocast_dtype = autocast_dtype_from_config(self.config.get("fsdp_config", None))\n'
         "        with torch.autocast(\n"
         "            device_type=self.device_name, dtype=autocast_dtype, enabled=autocast_dtype != torch.float32\n"
@@ -118,7 +107,7 @@ EDITS: list[Edit] = [
         name="critic-autocast-dtype",
         file="workers/critic/dp_critic.py",
         old="        with torch.autocast(device_type=self.device_name, dtype=torch.bfloat16):\n",
-        new="        from verl.utils.torch_dtypes import autocast_dtype_from_config\n\n"
+        new="        from verl.utils.p40_dtypes import autocast_dtype_from_config\n\n"
         '        autocast_dtype = autocast_dtype_from_config(self.config.model.get("fsdp_config", None))\n'
         "        with torch.autocast(\n"
         "            device_type=self.device_name, dtype=autocast_dtype, enabled=autocast_dtype != torch.float32\n"
@@ -204,7 +193,7 @@ EDITS: list[Edit] = [
         name="merger-dtype-import",
         file="model_merger/fsdp_model_merger.py",
         old="from .base_model_merger import BaseModelMerger\n",
-        new="from verl.utils.torch_dtypes import merge_dtype\n\nfrom .base_model_merger import BaseModelMerger\n",
+        new="from verl.utils.p40_dtypes import merge_dtype\n\nfrom .base_model_merger import BaseModelMerger\n",
         why="import for the two merger edits below",
     ),
     Edit(
@@ -234,7 +223,7 @@ EDITS: list[Edit] = [
         name="merger-base-import",
         file="model_merger/base_model_merger.py",
         old="from verl.utils import hf_processor, hf_tokenizer\n",
-        new="from verl.utils import hf_processor, hf_tokenizer\nfrom verl.utils.torch_dtypes import merge_dtype\n",
+        new="from verl.utils import hf_processor, hf_tokenizer\nfrom verl.utils.p40_dtypes import merge_dtype\n",
         why="import for merger-model-dtype",
     ),
 ]
