@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tarfile
 import time
@@ -45,7 +44,7 @@ def run(name: str, out: Path) -> None:
     code = verl_p40(*args, env=mask_env(P40[0], audit_file), log=WORK / f"{name}.log", timeout=150 + 60 * steps)
     result = json.loads((WORK / f"{name}.json").read_text()) if (WORK / f"{name}.json").exists() else {}
     if command == "train":
-        from verl_p40.metrics import read_steps
+        from verl_p40.trainer_log import read_steps
 
         log = next(logs.glob("train-*.log"), None)
         result = {"command": "verl-p40 " + " ".join(args), "steps": read_steps(log) if log else []}

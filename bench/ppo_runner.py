@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from verl_p40.metrics import read_steps
+from verl_p40.trainer_log import read_steps
 
 PHASES = ("gen", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor", "step")
 

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from verl_p40 import projection
-from verl_p40.metrics import read_steps
+from verl_p40.trainer_log import read_steps
 from verl_p40.train import RunOptions, plan
 
 RESULTS = Path(__file__).parent / "results"
