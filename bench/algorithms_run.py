@@ -12,11 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tarfile
 import time
 from pathlib import Path
 
-from generations import COMMON, audit_summary, mask_env, verl_p40
+from generations import COMMON, markdown_table, mask_env, pack_logs, save, verl_p40
 
 WORK = Path("/tmp/algorithms")
 P40 = ("6.1", 24)
@@ -48,11 +47,8 @@ def run(name: str, out: Path) -> None:
 
         log = next(logs.glob("train-*.log"), None)
         result = {"command": "verl-p40 " + " ".join(args), "steps": read_steps(log) if log else []}
-    result["run"] = {"name": name, "mask_cc": P40[0], "cap_gb": P40[1], "audit": audit, "exit_code": code,
-                     "wall_s": round(time.time() - started, 1)}
-    if audit_file:
-        result["run"]["audit_summary"] = audit_summary(audit_file)
-    (out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    save(result, "run", {"name": name, "mask_cc": P40[0], "cap_gb": P40[1], "audit": audit, "exit_code": code,
+                         "wall_s": round(time.time() - started, 1)}, audit_file, out / f"{name}.json")
 
 
 def phase(which: str, out: Path) -> None:
@@ -60,15 +56,11 @@ def phase(which: str, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name in PHASES[which]:
         run(name, out)
-        with tarfile.open(out / f"logs-{which}.tgz", "w:gz") as tar:  # after each run: a cut call keeps what ran
-            for path in sorted(WORK.rglob("*")):
-                if path.is_file() and path.suffix in (".log", ".jsonl", ".csv", ".json", ".png"):
-                    tar.add(path, arcname=str(path.relative_to(WORK)))
+        pack_logs(WORK, out / f"logs-{which}.tgz")  # after each run: a call cut short keeps what ran
 
 
 def report(folder: Path) -> str:
-    rows = ["| run | n | prompts/step | sequences/step | s/step | sequences/s | prompts/s | worker peak (NVML) | "
-            "torch peak | P40 projection |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows = []
     for name in RUNS:
         path = folder / f"{name}.json"
         if not path.exists():
@@ -76,15 +68,17 @@ def report(folder: Path) -> str:
         r = json.loads(path.read_text())
         if "seconds_per_step" not in r:
             steps = r.get("steps", [])
-            rows.append(f"| {name} (audit: not a timing) | | | | {len(steps)} steps ran | | | | "
-                        f"{max((s.get('perf/max_memory_allocated_gb', 0) for s in steps), default=0):.2f} GB | |")
+            peak = max((s.get("perf/max_memory_allocated_gb", 0) for s in steps), default=0)
+            rows.append([f"{name} (audit: not a timing)", "", "", "", f"{len(steps)} steps ran", "", "", "",
+                         f"{peak:.2f} GB", ""])
             continue
         s, p = r["settings"], r["projection"]["p40"]
-        rows.append(f"| {name} | {s['rollout_n']} | {s['train_batch_size']} | {s['train_batch_size'] * s['rollout_n']} | "
-                    f"{r['seconds_per_step']} | {r['sequences_per_s']} | {r['prompts_per_s']} | "
-                    f"{r['memory']['nvml_peak_process_gb']} GB | {r['torch_max_allocated_gb']:.2f} GB | "
-                    f"{p['step']} s/step, {p['hours_per_gsm8k_epoch']} h/epoch |")
-    return "\n".join(rows)
+        rows.append([name, s["rollout_n"], s["train_batch_size"], s["train_batch_size"] * s["rollout_n"],
+                     r["seconds_per_step"], r["sequences_per_s"], r["prompts_per_s"],
+                     f"{r['memory']['nvml_peak_process_gb']} GB", f"{r['torch_max_allocated_gb']:.2f} GB",
+                     f"{p['step']} s/step, {p['hours_per_gsm8k_epoch']} h/epoch"])
+    return markdown_table(["run", "n", "prompts/step", "sequences/step", "s/step", "sequences/s", "prompts/s",
+                           "worker peak (NVML)", "torch peak", "P40 projection"], rows)
 
 
 def main() -> None:

@@ -102,12 +102,15 @@ def bench(name: str, out: Path) -> None:
                     "--out", str(target), "--logs", str(WORK / f"logs-{name}"), *COMMON, *extra,
                     env=mask_env(cc, audit_file), log=WORK / f"bench-{name}.log", timeout=200 + 45 * steps)
     result = json.loads(target.read_text()) if target.exists() else {"error": f"exit code {code}"}
-    result["generations"] = {"card": name, "mask_cc": cc, "cap_gb": cap, "audit": audit, "overrides": extra,
-                             "exit_code": code,
-                             "wall_s": round(time.time() - started, 1)}
-    if audit_file:
-        result["generations"]["audit_summary"] = audit_summary(audit_file)
-    (out / f"bench-{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    save(result, "generations", {"card": name, "mask_cc": cc, "cap_gb": cap, "audit": audit, "overrides": extra,
+                                 "exit_code": code, "wall_s": round(time.time() - started, 1)},
+         audit_file, out / f"bench-{name}.json")
+
+
+def save(result: dict, key: str, run: dict, audit_file: Path | None, path: Path) -> None:
+    """A run's JSON: what it returned, plus how it ran under `key` (with the audit's summary when audited)."""
+    result[key] = {**run, **({"audit_summary": audit_summary(audit_file)} if audit_file else {})}
+    path.write_text(json.dumps(result, indent=2) + "\n")
 
 
 def phase(which: str, out: Path) -> None:
@@ -115,19 +118,24 @@ def phase(which: str, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for step in PHASES[which]:
         doctor(out) if step == "doctor" else bench(step, out)
-    with tarfile.open(out / f"logs-{which}.tgz", "w:gz") as tar:
-        for path in sorted(WORK.iterdir()):
-            if path.suffix in (".log", ".jsonl") or path.name.startswith("bench-") and path.is_dir():
-                tar.add(path, arcname=path.name)
-            elif path.name.startswith("logs-") and path.is_dir():
-                for item in sorted(path.rglob("*")):
-                    if item.is_file() and (item.suffix in (".log", ".csv", ".json", ".png")):
-                        tar.add(item, arcname=str(item.relative_to(WORK)))
+    pack_logs(WORK, out / f"logs-{which}.tgz")
+
+
+def pack_logs(work: Path, target: Path) -> None:
+    """Every log, audit, CSV, JSON and picture under `work` into one .tgz (paths relative to `work`)."""
+    with tarfile.open(target, "w:gz") as tar:
+        for path in sorted(work.rglob("*")):
+            if path.is_file() and path.suffix in (".log", ".jsonl", ".csv", ".json", ".png"):
+                tar.add(path, arcname=str(path.relative_to(work)))
+
+
+def markdown_table(header: list[str], rows: list[list]) -> str:
+    return "\n".join(["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |",
+                      *("| " + " | ".join(str(cell) for cell in row) + " |" for row in rows)])
 
 
 def report(folder: Path) -> str:
-    rows = ["| card (mask) | profile | cap | batch | s/step | prompts/s | worker peak (NVML) | torch peak | "
-            "P40 projection | projection error here |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows = []
     for name in CARDS:
         path = folder / f"bench-{name}.json"
         if not path.exists():
@@ -136,16 +144,17 @@ def report(folder: Path) -> str:
         cc, cap, *_ = CARDS[name]
         g = r.get("generations") or {"mask_cc": cc, "cap_gb": cap, "exit_code": 0}
         if "seconds_per_step" not in r:
-            rows.append(f"| {name} | - | {g['cap_gb']} GB | - | failed (exit {g['exit_code']}) | | | | | |")
+            rows.append([name, "-", f"{g['cap_gb']} GB", "-", f"failed (exit {g['exit_code']})", "", "", "", "", ""])
             continue
         p = r["projection"]
         audit = ", op audit on: not a timing" if g.get("audit") else ""
-        rows.append(f"| {name} ({g['mask_cc'] or 'unmasked'}{audit}) | {r['profile']} | {g['cap_gb']} GB | "
-                    f"{r['settings']['train_batch_size']} | {r['seconds_per_step']} | {r['prompts_per_s']} | "
-                    f"{r['memory']['nvml_peak_process_gb']} GB | {r['torch_max_allocated_gb']:.2f} GB | "
-                    f"{p['p40']['step']} s/step, {p['p40']['hours_per_gsm8k_epoch']} h/epoch | "
-                    f"{p['this_gpu']['error_pct_vs_measured']:+} % |")
-    return "\n".join(rows)
+        rows.append([f"{name} ({g['mask_cc'] or 'unmasked'}{audit})", r["profile"], f"{g['cap_gb']} GB",
+                     r["settings"]["train_batch_size"], r["seconds_per_step"], r["prompts_per_s"],
+                     f"{r['memory']['nvml_peak_process_gb']} GB", f"{r['torch_max_allocated_gb']:.2f} GB",
+                     f"{p['p40']['step']} s/step, {p['p40']['hours_per_gsm8k_epoch']} h/epoch",
+                     f"{p['this_gpu']['error_pct_vs_measured']:+} %"])
+    return markdown_table(["card (mask)", "profile", "cap", "batch", "s/step", "prompts/s", "worker peak (NVML)",
+                           "torch peak", "P40 projection", "projection error here"], rows)
 
 
 def main() -> None:

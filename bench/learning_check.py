@@ -8,27 +8,20 @@ learning-check-<date>.json and .png (reward mean per step).
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
 
-from ppo_runner import environment, run_train
+from ppo_runner import environment, run_arguments, run_train
 
 HERE = Path(__file__).resolve().parent
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--data", required=True)
-    parser.add_argument("--out", default="bench/results")
-    parser.add_argument("--work", default="/tmp/bench-learn")
-    parser.add_argument("--steps", type=int, default=50)
+    parser = run_arguments("/tmp/bench-learn", 50)
     parser.add_argument("--response-length", type=int, default=64)
     parser.add_argument("--actor-lr", default="3e-5")
     parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--cap-gb", type=float, default=24)
     args = parser.parse_args()
     train_args = [
         "--profile", "p40", "--model", args.model, "--data", args.data, "--gpu-memory-cap-gb", str(args.cap_gb),

@@ -8,12 +8,11 @@ commands, GPU and versions) and p40-profile-<date>.png (time per PPO phase, both
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
 
-from ppo_runner import PHASES, environment, run_train
+from ppo_runner import PHASES, environment, run_arguments, run_train
 
 SEED_SETTINGS = [  # the seed tutorial's ppo_config.yaml, with what a P40 forces: HF rollout, fp32 (its sed)
     "data.train_batch_size=1", "data.max_prompt_length=256", "data.max_response_length=256",
@@ -30,14 +29,8 @@ SEED_SETTINGS = [  # the seed tutorial's ppo_config.yaml, with what a P40 forces
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--data", required=True)
-    parser.add_argument("--out", default="bench/results")
-    parser.add_argument("--work", default="/tmp/bench-p40")
-    parser.add_argument("--steps", type=int, default=5)
+    parser = run_arguments("/tmp/bench-p40", 5)
     parser.add_argument("--seed-steps", type=int, default=10)
-    parser.add_argument("--cap-gb", type=float, default=24)
     parser.add_argument("--batches", default=None,
                         help="comma list of train_batch_size to try, largest first; the first that runs is kept "
                         "(mini-batch = batch/4). Default: the profile's")

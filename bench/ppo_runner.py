@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import subprocess
@@ -12,6 +13,18 @@ from pathlib import Path
 from verl_p40.trainer_log import read_steps
 
 PHASES = ("gen", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor", "step")
+
+
+def run_arguments(work: str, steps: int) -> argparse.ArgumentParser:
+    """The options every bench script that runs verl-p40 train shares."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--out", default="bench/results")
+    parser.add_argument("--work", default=work)
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument("--cap-gb", type=float, default=24)
+    return parser
 
 
 def run_train(name: str, train_args: list[str], logs: Path, timeout: float) -> dict:
@@ -59,7 +72,6 @@ def summarise(steps: list[dict], train_args: list[str]) -> dict:
 def environment() -> dict:
     import torch
     import transformers
-
     import verl
 
     gpu = torch.cuda.is_available()
