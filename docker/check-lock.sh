@@ -13,7 +13,7 @@ for lock in "${locks[@]}"; do
   python3 -m venv "$venv"
   # shellcheck disable=SC1091
   . "$venv/bin/activate"
-  python -m pip install -q "pip==25.1.1"
+  python -m pip install -q "pip==25.1.1" "setuptools==80.9.0" "wheel==0.45.1"  # as the Dockerfile
   python -m pip install -q "torch==2.6.0"  # with its CUDA wheels: torch will not import without them
   python -m pip install -q --no-deps -r "docker/$lock"
   python -m pip install -q --no-deps verl==0.5.0
@@ -46,6 +46,7 @@ PY
   verl-p40 patch-verl
   verl-p40 patch-verl --check
   python -c "import verl_p40.cli, verl.workers.fsdp_workers; print('patched verl imports:', verl.workers.fsdp_workers.__file__)"
+  tensorboard --version_tb  # the tensorboard service's program starts (it needs setuptools' pkg_resources)
   deactivate
   rm -rf "$(dirname "$venv")"
 done

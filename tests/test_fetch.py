@@ -124,3 +124,37 @@ def test_out_that_is_a_file_is_refused(tmp_path):
     result = fetch(target, "http://127.0.0.1:9")
     assert result.returncode == 2 and result.stderr.strip() == f"verl-p40 fetch-model: error: --out {target}: is a file, not a folder"
     assert target.read_text() == "not a folder"
+
+
+def test_air_gapped_copy_from_a_folder_brought_on_a_disk(model_repo, tmp_path):
+    """`fetch-model --from DIR` with no hub at all (HF_HUB_OFFLINE=1, an unreachable endpoint): the folder is checked,
+    copied file by file with a manifest, and a second run finds everything in place."""
+    bundle = tmp_path / "disk" / "Qwen2.5-0.5B-Instruct"
+    bundle.mkdir(parents=True)
+    for item in model_repo.iterdir():
+        (bundle / item.name).write_bytes(item.read_bytes())
+    out = tmp_path / "models" / "Qwen2.5-0.5B-Instruct"
+    first = fetch(out, "http://127.0.0.1:9", "--from", str(bundle), offline="1")
+    assert first.returncode == 0, first.stderr
+    assert "copied" in first.stdout and (out / MANIFEST).is_file()
+    assert (out / "model.safetensors").read_bytes() == (bundle / "model.safetensors").read_bytes()
+    assert not (out / "pytorch_model.bin.unused.txt").exists()  # only what a model folder needs
+    again = fetch(out, "http://127.0.0.1:9", "--from", str(bundle), offline="1")
+    assert again.returncode == 0 and "already in place" in again.stdout
+
+
+def test_air_gapped_copy_refuses_an_incomplete_folder_and_writes_nothing(model_repo, tmp_path):
+    bundle = tmp_path / "disk" / "model"
+    bundle.mkdir(parents=True)
+    for item in model_repo.iterdir():
+        if item.suffix != ".safetensors":
+            (bundle / item.name).write_bytes(item.read_bytes())
+    out = tmp_path / "models" / "m"
+    out.mkdir(parents=True)
+    (out / "keep.txt").write_text("mine")
+    result = fetch(out, "http://127.0.0.1:9", "--from", str(bundle), offline="1")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"verl-p40 fetch-model: error: --from {bundle}: not a complete model folder (no weights (*.safetensors)); "
+        "nothing copied"]
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]

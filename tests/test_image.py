@@ -29,7 +29,8 @@ def test_hadolint_reports_nothing():
 
 @pytest.fixture(scope="module")
 def compose() -> dict:
-    result = subprocess.run([_tool("docker-compose"), "--env-file", ".env.example", "--profile", "eval", "config",
+    result = subprocess.run([_tool("docker-compose"), "--env-file", ".env.example", "--profile", "eval",
+                             "--profile", "tensorboard", "config",
                              "--format", "json"], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
@@ -37,7 +38,11 @@ def compose() -> dict:
 
 def test_compose_services_volumes_and_wiring(compose):
     services = compose["services"]
-    assert set(services) == {"model-fetch", "data-prep", "doctor", "trainer", "gpu-monitor", "eval"}
+    assert set(services) == {"model-fetch", "data-prep", "doctor", "trainer", "gpu-monitor", "eval", "tensorboard"}
+    board = services["tensorboard"]
+    assert board["profiles"] == ["tensorboard"] and "deploy" not in board  # no GPU reserved for it
+    assert [(v["source"], v["target"], v.get("read_only")) for v in board["volumes"]] == [("logs", "/logs", True)]
+    assert [(p["host_ip"], p["published"], p["target"]) for p in board["ports"]] == [("127.0.0.1", "6006", 6006)]
     assert set(compose["volumes"]) >= {"models", "data", "checkpoints", "logs", "hf-cache"}
     trainer, doctor = services["trainer"], services["doctor"]
     # the preflight runs once after the one-offs, and the trainer only after it passed
@@ -64,6 +69,9 @@ def test_compose_services_volumes_and_wiring(compose):
     # a local GSM8K folder reaches data-prep through a read-only bind mount
     (source,) = [v for v in services["data-prep"]["volumes"] if v["target"] == "/source"]
     assert source["type"] == "bind" and source["read_only"] is True and source["source"] == str(REPO / "data" / "source")
+    # and an air-gapped model folder reaches model-fetch the same way
+    (model,) = [v for v in services["model-fetch"]["volumes"] if v["target"] == "/source-model"]
+    assert model["read_only"] is True and model["source"] == str(REPO / "data" / "source-model")
     for name, service in services.items():
         assert service["image"].startswith("ghcr.io/") and ":" in service["image"].rsplit("/", 1)[1], name
         assert service["build"]["context"] == str(REPO), name
@@ -102,10 +110,12 @@ def test_the_image_constrains_torch_in_every_pip_call():
 
 def test_entrypoints_only_exec_the_cli():
     scripts = sorted((REPO / "entrypoints").glob("*.sh"))
-    assert {s.stem for s in scripts} == {"model-fetch", "data-prep", "doctor", "trainer", "gpu-monitor", "eval"}
+    assert {s.stem for s in scripts} == {"model-fetch", "data-prep", "doctor", "trainer", "gpu-monitor", "eval",
+                                         "tensorboard"}
     for script in scripts:
         code = [ln for ln in script.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
-        assert len(code) == 1 and code[0].startswith("exec verl-p40 ") and code[0].endswith('"$@"'), script
+        program = "tensorboard" if script.stem == "tensorboard" else "verl-p40 "  # TensorBoard's own program, as is
+        assert len(code) == 1 and code[0].startswith(f"exec {program}") and code[0].endswith('"$@"'), script
         assert os.access(script, os.X_OK), script
 
 
@@ -148,6 +158,16 @@ def test_model_fetch_entrypoint_through_a_local_mirror(tokenizer_dir, tmp_path):
         result = _run_entrypoint("model-fetch", env=env)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "models" / "Qwen2.5-0.5B-Instruct" / "model.safetensors").is_file()
+
+
+def test_model_fetch_entrypoint_copies_from_a_disk_with_no_hub(tiny_model, tmp_path):
+    """MODEL_FROM=/source-model in .env: the model-fetch service copies the folder and never calls the hub."""
+    out = tmp_path / "models" / "Qwen2.5-0.5B-Instruct"
+    env = {"VERL_P40_MODEL_FROM": str(tiny_model), "VERL_P40_MODEL": str(out), "HF_HUB_OFFLINE": "1",
+           "HF_ENDPOINT": "http://127.0.0.1:9"}
+    result = _run_entrypoint("model-fetch", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "copied" in result.stdout and (out / "config.json").is_file() and any(out.glob("*.safetensors"))
 
 
 def test_trainer_entrypoint_dry_run_reads_the_profile_from_the_environment(tiny_model, prepared):

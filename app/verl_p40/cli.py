@@ -39,11 +39,16 @@ def cmd_prep(args: argparse.Namespace) -> int:
 def cmd_fetch_model(args: argparse.Namespace) -> int:
     from verl_p40.fetch import fetch_model
 
-    result = fetch_model(args.repo, Path(args.out), revision=args.revision, force=args.force)
+    if args.from_dir:
+        from verl_p40.fetch import copy_model
+
+        result = copy_model(Path(args.from_dir), Path(args.out))
+        source, state = args.from_dir, "already in place" if result.skipped else "copied"
+    else:
+        result = fetch_model(args.repo, Path(args.out), revision=args.revision, force=args.force)
+        source, state = args.repo, "already complete" if result.skipped else "downloaded"
     size = sum(v or 0 for v in result.files.values()) / 1e6
-    state = "already complete" if result.skipped else "downloaded"
-    note = result.note or "verified"
-    print(f"{args.repo}: {state} in {result.path} ({len(result.files)} files, {size:.1f} MB, {note})")
+    print(f"{source}: {state} in {result.path} ({len(result.files)} files, {size:.1f} MB, {result.note or 'verified'})")
     return 0
 
 
@@ -222,6 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--revision", default=None, help="branch, tag or commit [main]")
     p.add_argument("--out", default=defaults.MODEL.get(), help="[%(default)s]")
     p.add_argument("--force", action="store_true", help="download again even when complete")
+    p.add_argument("--from", dest="from_dir", metavar="DIR", default=os.environ.get("VERL_P40_MODEL_FROM") or None,
+                   help="no hub: copy a complete model folder brought on a disk (air-gapped hosts) "
+                   "($VERL_P40_MODEL_FROM)")
 
     p = add("config", cmd_config, "print the complete verl config a profile gives, as YAML")
     _add_run_options(p)

@@ -172,3 +172,45 @@ def fetch_model(repo: str, out: Path, revision: str | None = None, force: bool =
         raise UserError(f"{repo}: downloaded files do not match the hub's list: {'; '.join(problems)}")
     _write_manifest(out, repo, sha, files)
     return FetchResult(out, files, skipped=False)
+
+
+def copy_model(source: Path, out: Path) -> FetchResult:
+    """`fetch-model --from DIR`: the air-gapped path. A model folder brought on a disk (made by `fetch-model --out` on
+    a connected host, or copied from the hub by hand) is checked as doctor checks it, then copied into `out` file by
+    file (each appears whole or not at all); nothing in `out` is deleted, and files already equal are kept."""
+    import shutil
+
+    from verl_p40.atomic import staged
+
+    source, out = Path(source), Path(out)
+    if not source.is_dir():
+        raise UserError(f"--from {source}: not a folder")
+    problems = local_problems(source)
+    if problems:
+        raise UserError(f"--from {source}: not a complete model folder ({'; '.join(problems[:3])}); nothing copied")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: is a file, not a folder")
+    if out.resolve() == source.resolve():
+        raise UserError(f"--out {out} is the --from folder; choose another --out")
+    files = {p.name: p.stat().st_size for p in sorted(source.iterdir()) if p.is_file() and _wanted(p.name)}
+    manifest = _manifest(source) or {}
+    copied = []
+    try:
+        for name, size in files.items():
+            target = out / name
+            if target.is_file() and target.stat().st_size == size and _same(source / name, target):
+                continue
+            with staged([target]) as (temp,):
+                shutil.copyfile(source / name, temp)
+            copied.append(name)
+        _write_manifest(out, manifest.get("repo") or f"local:{source.resolve()}", manifest.get("revision", ""), files)
+    except OSError as exc:
+        raise UserError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
+    note = f"copied {len(copied)} of {len(files)} files from {source}" if copied else f"already equal to {source}"
+    return FetchResult(out, files, skipped=not copied, note=note)
+
+
+def _same(a: Path, b: Path) -> bool:
+    import filecmp
+
+    return filecmp.cmp(a, b, shallow=False)
