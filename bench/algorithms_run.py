@@ -3,7 +3,8 @@ Qwen2.5-0.5B's exact shape, real GSM8K: `verl-p40 bench --algorithm grpo` for n 
 and `verl-p40 train --algorithm grpo --samples-per-prompt 8` with the mask's op audit on (a short run).
 
 Run on the GPU machine after `bash .gpu-bundle/install.sh && source bench/gpu_setup.sh`:
-    python3 bench/algorithms_run.py grpo --out $OUT
+    python3 bench/algorithms_run.py grpo --out $OUT     (then audit, then lora: .gpu-shared needs
+    qwen2.5-1.5b-instruct copied from ../shared/data for the 1.5B shape)
 `report` prints the table from the returned JSONs: python3 bench/algorithms_run.py report --dir DIR
 """
 
@@ -15,30 +16,40 @@ import sys
 import time
 from pathlib import Path
 
-from generations import COMMON, markdown_table, mask_env, pack_logs, save, verl_p40
+from generations import markdown_table, mask_env, pack_logs, save, verl_p40
 
 WORK = Path("/tmp/algorithms")
 P40 = ("6.1", 24)
-# name: (verl-p40 command, algorithm options, steps, audit)
-RUNS = {
-    "grpo-n4": ("bench", ["--algorithm", "grpo", "--samples-per-prompt", "4"], 5, False),
-    "grpo-n8": ("bench", ["--algorithm", "grpo", "--samples-per-prompt", "8"], 5, False),
-    "grpo-n8-audit": ("train", ["--algorithm", "grpo", "--samples-per-prompt", "8"], 3, True),
+SHAPES = {  # model shape: (its config and tokenizer, where bench keeps its random weights)
+    "0.5b": (".gpu-shared/qwen2.5-0.5b-instruct", "/tmp/qwen-random"),
+    "1.5b": (".gpu-shared/qwen2.5-1.5b-instruct", "/tmp/qwen-1.5b-random"),
 }
-PHASES = {"grpo": ["grpo-n4", "grpo-n8", "grpo-n8-audit"]}
+# name: (verl-p40 command, options, steps, audit, model shape)
+RUNS = {
+    "grpo-n4": ("bench", ["--algorithm", "grpo", "--samples-per-prompt", "4"], 5, False, "0.5b"),
+    "grpo-n8": ("bench", ["--algorithm", "grpo", "--samples-per-prompt", "8"], 5, False, "0.5b"),
+    "grpo-n8-audit": ("train", ["--algorithm", "grpo", "--samples-per-prompt", "8"], 3, True, "0.5b"),
+    # the next session's GPU plan (not run yet): the audit in a call of its own, then LoRA on both shapes
+    "grpo-n4-audit": ("train", ["--algorithm", "grpo", "--samples-per-prompt", "4"], 2, True, "0.5b"),
+    "lora-grpo-0.5b": ("bench", ["--algorithm", "grpo", "--lora-rank", "32"], 4, False, "0.5b"),
+    "lora-grpo-1.5b": ("bench", ["--algorithm", "grpo", "--lora-rank", "32"], 3, False, "1.5b"),
+}
+PHASES = {"grpo": ["grpo-n4", "grpo-n8", "grpo-n8-audit"], "audit": ["grpo-n4-audit"],
+          "lora": ["lora-grpo-0.5b", "lora-grpo-1.5b"]}
 
 
 def run(name: str, out: Path) -> None:
-    command, options, steps, audit = RUNS[name]
+    command, options, steps, audit, shape = RUNS[name]
+    config, weights = SHAPES[shape]
     audit_file = WORK / f"audit-{name}.jsonl" if audit else None
     logs = WORK / f"logs-{name}"
-    common = ["--profile", "auto", "--gpu-memory-cap-gb", str(P40[1]), *options, *COMMON]
+    common = ["--profile", "auto", "--gpu-memory-cap-gb", str(P40[1]), *options, "--data", "/tmp/gsm8k"]
     if command == "bench":
-        args = ["bench", *common, "--steps", str(steps), "--out", str(WORK / f"{name}.json"), "--logs", str(logs)]
-    else:  # the product's train command, with the model and data bench built
-        args = ["train", *[a for a in common if a != "--keep-model" and a != "/tmp/qwen-random"], "--logs", str(logs),
-                "--checkpoints", str(WORK / "ckpt"), f"trainer.total_training_steps={steps}", "trainer.save_freq=-1"]
-        args[args.index(".gpu-shared/qwen2.5-0.5b-instruct")] = "/tmp/qwen-random"
+        args = ["bench", *common, "--model", config, "--keep-model", weights, "--steps", str(steps),
+                "--out", str(WORK / f"{name}.json"), "--logs", str(logs)]
+    else:  # the product's train command, on the random weights bench (or gpu_setup.sh) built
+        args = ["train", *common, "--model", weights, "--logs", str(logs), "--checkpoints", str(WORK / "ckpt"),
+                f"trainer.total_training_steps={steps}", "trainer.save_freq=-1"]
     started = time.time()
     code = verl_p40(*args, env=mask_env(P40[0], audit_file), log=WORK / f"{name}.log", timeout=150 + 60 * steps)
     result = json.loads((WORK / f"{name}.json").read_text()) if (WORK / f"{name}.json").exists() else {}
