@@ -30,15 +30,27 @@ def test_hadolint_reports_nothing():
 @pytest.fixture(scope="module")
 def compose() -> dict:
     result = subprocess.run([_tool("docker-compose"), "--env-file", ".env.example", "--profile", "eval",
-                             "--profile", "tensorboard", "config",
+                             "--profile", "tensorboard", "--profile", "export", "config",
                              "--format", "json"], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
 
+def trainer_stop_grace(services: dict) -> str:
+    """compose's normalised stop_grace_period of the trainer: the time a graceful stop gets (see train.run_trainer)."""
+    return services["trainer"]["stop_grace_period"]
+
+
 def test_compose_services_volumes_and_wiring(compose):
     services = compose["services"]
-    assert set(services) == {"model-fetch", "data-prep", "doctor", "trainer", "gpu-monitor", "eval", "tensorboard"}
+    assert set(services) == {"model-fetch", "data-prep", "doctor", "trainer", "gpu-monitor", "eval", "tensorboard",
+                             "export"}
+    exporter = services["export"]
+    assert exporter["profiles"] == ["export"] and exporter["restart"] == "no" and "deploy" not in exporter
+    assert exporter["command"] == ["--model", "latest", "--out", "/exports", "--gguf", "f16,q8_0"]
+    assert {v["target"]: v["source"] for v in exporter["volumes"]} == {"/checkpoints": "checkpoints",
+                                                                        "/exports": str(REPO / "exports")}
+    assert trainer_stop_grace(services) == "3m0s"
     board = services["tensorboard"]
     assert board["profiles"] == ["tensorboard"] and "deploy" not in board  # no GPU reserved for it
     assert [(v["source"], v["target"], v.get("read_only")) for v in board["volumes"]] == [("logs", "/logs", True)]
@@ -111,7 +123,7 @@ def test_the_image_constrains_torch_in_every_pip_call():
 def test_entrypoints_only_exec_the_cli():
     scripts = sorted((REPO / "entrypoints").glob("*.sh"))
     assert {s.stem for s in scripts} == {"model-fetch", "data-prep", "doctor", "trainer", "gpu-monitor", "eval",
-                                         "tensorboard"}
+                                         "tensorboard", "export"}
     for script in scripts:
         code = [ln for ln in script.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
         program = "tensorboard" if script.stem == "tensorboard" else "verl-p40 "  # TensorBoard's own program, as is

@@ -83,3 +83,62 @@ def test_train_log_shows_each_line_while_the_trainer_still_runs(tmp_path):
         release.touch()
         proc.wait(timeout=30)
     assert proc.returncode == 0
+
+
+def _stand_in_runner(tmp_path, trainer: str) -> str:
+    return ("import sys\n"
+            "from verl_p40.train import run_trainer\n"
+            "class Plan:\n"
+            "    env, overrides = {}, []\n"
+            f"    def command(self): return [sys.executable, '-c', {trainer!r}]\n"
+            f"sys.exit(run_trainer(Plan(), {str(tmp_path / 'logs')!r}))\n")
+
+
+# a stand-in for verl's patched loop: it finishes its "step" when trainer.stop_file appears, or never
+STOPPABLE = ("import os, sys, time\n"
+             "stop = next(a.split('=', 1)[1] for a in sys.argv if a.startswith('+trainer.stop_file='))\n"
+             "print('step:1 - critic/score/mean:0.5', flush=True)\n"
+             "while not os.path.exists(stop):\n"
+             "    time.sleep(0.05)\n"
+             "print('verl-p40: stopped on request after step 1', flush=True)\n")
+
+
+def _start_after_step_one(tmp_path, trainer: str):
+    """run_trainer on a stand-in trainer, returned once its first step line is in the log."""
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-c", _stand_in_runner(tmp_path, trainer)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(200):
+        logs = list((tmp_path / "logs").glob("train-*.log"))
+        if logs and "step:1" in logs[0].read_text():
+            break
+        time.sleep(0.05)
+    return proc
+
+
+def test_the_first_sigterm_asks_the_loop_to_stop_and_the_run_ends_cleanly(tmp_path):
+    import signal
+
+    proc = _start_after_step_one(tmp_path, STOPPABLE)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "stop requested" in err and "stopped on request with the last step saved" in err
+    assert not list((tmp_path / "logs").glob(".stop-requested-*"))
+
+
+def test_a_second_sigterm_stops_the_trainer_at_once(tmp_path):
+    import signal
+    import time
+
+    stubborn = STOPPABLE.replace("while not os.path.exists(stop):", "while True:")  # a step that never ends
+    proc = _start_after_step_one(tmp_path, stubborn)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    assert proc.poll() is None  # the first only asked
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert proc.returncode != 0  # the trainer was killed by the second

@@ -110,6 +110,20 @@ def test_two_ppo_steps_then_resume_then_eval_the_checkpoint(cluster, run_dirs):
     assert json.loads((merged / "config.json").read_text())["torch_dtype"] == "float32"
     assert report["questions"] == 3 and report["curves"] == "curves.png"
 
+    # export takes the same checkpoint home: its fp32 Hugging Face folder gives the checkpoint's logits
+    exported = subprocess.run(
+        [sys.executable, "-m", "verl_p40.cli", "export", "--checkpoints", str(run_dirs["checkpoints"]),
+         "--out", str(run_dirs["root"] / "exports"), "--dtype", "fp32"],
+        env=cluster, capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    ids = torch.tensor([[151644, 872, 198, 17, 10, 17, 30, 151645, 198, 151644, 77091, 198]])
+    logits = [AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32).eval()(ids).logits.detach()
+              for path in (merged, run_dirs["root"] / "exports" / "global_step_3-hf-fp32")]
+    assert (logits[0] - logits[1]).abs().max() <= 1e-5
+
 
 def test_two_grpo_steps_with_two_samples_per_prompt(cluster, run_dirs, tmp_path):
     """GRPO through verl's real loop and the HF rollout with n = 2: no critic, KL as a loss, and every prompt
@@ -159,6 +173,47 @@ def test_lora_grpo_checkpoint_is_merged_and_scored(cluster, run_dirs, tmp_path):
     assert set(trained) == set(base)
     name = "model.layers.0.self_attn.q_proj.weight"
     assert (trained[name] - base[name]).abs().max() > 0
+    # and the adapter alone, with the run's alpha, for those who load it over the base model
+    exported = subprocess.run(
+        [sys.executable, "-m", "verl_p40.cli", "export", "--checkpoints", str(dirs["checkpoints"]),
+         "--out", str(tmp_path / "exports"), "--lora", "adapter"],
+        env=cluster, capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    adapter = tmp_path / "exports" / "global_step_2-lora-adapter"
+    assert json.loads((adapter / "adapter_config.json").read_text())["lora_alpha"] == 8
+    assert (adapter / "adapter_model.safetensors").is_file()
+
+
+def test_sigterm_saves_the_step_in_progress_and_the_same_command_resumes_from_it(cluster, run_dirs, tmp_path):
+    """`docker compose stop trainer`: SIGTERM to verl-p40 -> the training loop finishes its step, saves it and ends
+    (exit 0) -> the same command continues with the next step: no step is lost or run twice."""
+    import signal
+    import time
+
+    dirs = {**run_dirs, "checkpoints": tmp_path / "ckpt"}
+    command = [sys.executable, "-m", "verl_p40.cli", "train", "--profile", "p40", "--model", str(dirs["model"]),
+               "--data", str(dirs["data"]), "--checkpoints", str(dirs["checkpoints"]), "--logs", str(tmp_path / "logs"),
+               *CPU_OVERRIDES, "trainer.save_freq=100", "trainer.total_training_steps=4"]
+    trainer = subprocess.Popen(command, env=cluster, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 600
+    while time.time() < deadline and trainer.poll() is None:  # stop once the first step is logged
+        logs = sorted((tmp_path / "logs").glob("train-*.log"))
+        if logs and read_steps(logs[0]):
+            break
+        time.sleep(1)
+    trainer.send_signal(signal.SIGTERM)
+    out, err = trainer.communicate(timeout=600)
+    log = sorted((tmp_path / "logs").glob("train-*.log"))[0]
+    assert trainer.returncode == 0, log.read_text()[-4000:] + err[-2000:]
+    assert "stop requested" in err and "stopped on request" in err
+    done = [int(s["step"]) for s in read_steps(log)]
+    assert done and done == list(range(1, done[-1] + 1)) and done[-1] < 4  # stopped before the end of the run
+    experiment = dirs["checkpoints"] / "model-gsm8k-ppo"
+    assert (experiment / "latest_checkpointed_iteration.txt").read_text().strip() == str(done[-1])
+    assert not list((tmp_path / "logs").glob(".stop-requested-*"))  # the request does not outlive the run
+    again = _train(cluster, dirs, tmp_path / "logs2", 4, "trainer.save_freq=100")
+    log2 = _trainer_log(again, tmp_path / "logs2")
+    assert [int(s["step"]) for s in read_steps(log2)] == list(range(done[-1] + 1, 5))
 
 
 def test_a_zero_byte_parquet_ends_with_the_trainers_one_line(cluster, run_dirs, tmp_path):

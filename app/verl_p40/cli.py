@@ -159,6 +159,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from verl_p40 import export
+
+    kinds = [k.strip() for k in (args.gguf or "").split(",") if k.strip()]
+    for path in export.run(args.model, Path(args.checkpoints), Path(args.out), dtype=args.dtype, gguf_kinds=kinds,
+                           lora=args.lora):
+        size = sum(p.stat().st_size for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file()) / 1e6
+        print(f"wrote {path} ({size:.1f} MB)")
+    return 0
+
+
 def cmd_profiles(args: argparse.Namespace) -> int:
     from verl_p40 import profiles
 
@@ -293,6 +304,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--examples", type=number(int, 0), default=10, help="questions shown side by side in report.md [%(default)s]")
     p.add_argument("--engine", choices=("auto", "hf", "vllm"), default="auto",
                    help="generation engine: auto = vLLM where installed on sm_70+, else HF generate [%(default)s]")
+
+    p = add("export", cmd_export, "a trained model to take home: Hugging Face folder (fp16/fp32), LoRA adapter, GGUF")
+    p.add_argument("--model", default="latest", help="verl checkpoint .../global_step_N/actor, latest, or a Hugging Face "
+                   "folder [%(default)s]")
+    p.add_argument("--checkpoints", default=defaults.CHECKPOINTS.get(), help="for 'latest' [%(default)s]")
+    p.add_argument("--out", default=os.environ.get("VERL_P40_EXPORT") or "exports", help="output folder [%(default)s]")
+    p.add_argument("--dtype", choices=("fp16", "fp32"), default="fp16", help="of the Hugging Face folder [%(default)s]")
+    p.add_argument("--lora", choices=("merged", "adapter"), default="merged",
+                   help="a LoRA run: the adapter folded into the weights, or the adapter alone [%(default)s]")
+    p.add_argument("--gguf", metavar="f16,q8_0", default="", help="also write GGUF files for llama.cpp/Ollama")
 
     add("profiles", cmd_profiles, "list the hardware profiles")
     return parser

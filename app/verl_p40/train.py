@@ -238,12 +238,18 @@ def preflight(options: RunOptions, skip: dict[str, str], quiet: bool = False) ->
 
 
 def run_trainer(run: RunPlan, logs: str) -> int:
-    """Run verl's trainer, copy its output into logs/train-<time>.log, pass SIGTERM/SIGINT on to it."""
+    """Run verl's trainer, copy its output into logs/train-<time>.log, and stop it gracefully: the first SIGTERM or
+    SIGINT asks the training loop (patched: trainer.stop_file) to save the step in progress and end; a second one
+    stops the trainer at once."""
     log_dir = Path(logs).expanduser()
     log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"train-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    log_path = log_dir / f"train-{stamp}.log"
+    stop_file = log_dir.absolute() / f".stop-requested-{stamp}"
+    stop_file.unlink(missing_ok=True)
     env = {**os.environ, **run.env, "PYTHONUNBUFFERED": "1"}
-    overrides = [*run.overrides, f"hydra.run.dir={log_dir.absolute()}/hydra/{time.strftime('%Y%m%d-%H%M%S')}"]
+    overrides = [*run.overrides, f"hydra.run.dir={log_dir.absolute()}/hydra/{stamp}",
+                 f"+trainer.stop_file={hydra_value(str(stop_file))}"]
     print(f"[verl-p40] logging to {log_path}", flush=True)
     # line-buffered: whoever follows the log (tail -f, a bench that stops the run at a step) sees each line as
     # verl prints it, not 8 KB later
@@ -254,13 +260,18 @@ def run_trainer(run: RunPlan, logs: str) -> int:
             text=True, bufsize=1, start_new_session=True,
         )
 
-        def forward(signum, _frame):
+        def stop(signum, _frame):
+            if not stop_file.exists():
+                stop_file.touch()
+                print("[verl-p40] stop requested: the trainer finishes this step, saves a checkpoint and exits "
+                      "(the same signal again stops it at once)", file=sys.stderr, flush=True)
+                return
             try:
                 os.killpg(child.pid, signum)
             except ProcessLookupError:
                 pass
 
-        previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
         diagnosis = Diagnosis()
         try:
             assert child.stdout is not None
@@ -275,7 +286,11 @@ def run_trainer(run: RunPlan, logs: str) -> int:
                 print(f"verl-p40 train: error: {said} (full output: {log_path})", file=sys.stderr, flush=True)
                 log.write(f"verl-p40 train: error: {said}\n")
                 return 2
+            if code == 0 and stop_file.exists():
+                print("[verl-p40] stopped on request with the last step saved; the same command resumes from it",
+                      file=sys.stderr, flush=True)
             return code
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            stop_file.unlink(missing_ok=True)

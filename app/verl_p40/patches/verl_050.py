@@ -226,4 +226,35 @@ EDITS: list[Edit] = [
         new="from verl.utils import hf_processor, hf_tokenizer\nfrom verl.utils.p40_dtypes import merge_dtype\n",
         why="import for merger-model-dtype",
     ),
+    Edit(
+        name="stop-request-saves-the-step",
+        file="trainer/ppo/ray_trainer.py",
+        old="                    if self.config.trainer.save_freq > 0 and (\n"
+        "                        is_last_step\n",
+        new="                    # verl-p40: `verl-p40 train` got SIGTERM/SIGINT and wrote trainer.stop_file: this step is the\n"
+        "                    # last, saved like the last step of the run\n"
+        '                    stop_file = self.config.trainer.get("stop_file", None)\n'
+        "                    stop_requested = bool(stop_file) and os.path.exists(stop_file)\n"
+        "                    if self.config.trainer.save_freq > 0 and (\n"
+        "                        is_last_step\n"
+        "                        or stop_requested\n",
+        why="a stop (docker compose stop, Ctrl-C) killed the run and lost every step since the last checkpoint; a stop "
+        "request is now checked between steps and the step in progress is saved",
+    ),
+    Edit(
+        name="stop-request-ends-the-run",
+        file="trainer/ppo/ray_trainer.py",
+        old='                    pprint(f"Final validation metrics: {last_val_metrics}")\n'
+        "                    progress_bar.close()\n"
+        "                    return\n",
+        new='                    pprint(f"Final validation metrics: {last_val_metrics}")\n'
+        "                    progress_bar.close()\n"
+        "                    return\n"
+        "                if stop_requested:  # verl-p40: the stop request above, after the step's checkpoint\n"
+        '                    print(f"verl-p40: stopped on request after step {self.global_steps - 1}", flush=True)\n'
+        "                    progress_bar.close()\n"
+        "                    return\n",
+        why="the stop request ends the training loop after the saved step, so main_ppo exits 0 and a resume continues "
+        "with the next step",
+    ),
 ]
