@@ -7,7 +7,8 @@ import pytest
 from conftest import cli
 
 from verl_p40 import UserError, algorithms
-from verl_p40.train import RunOptions, plan, write_record
+from verl_p40.checkpoints import write_run_record
+from verl_p40.train import RunOptions, plan
 
 
 def _words(result):
@@ -61,7 +62,7 @@ def test_lora_settings_and_their_origin_in_errors(tiny_model, prepared):
 
 def test_the_run_record_refuses_to_resume_other_settings(tmp_path):
     first = plan(RunOptions(profile="p40", algorithm="grpo", checkpoints=str(tmp_path)))
-    path = write_record(first)
+    path = write_run_record(first.record)
     record = json.loads(path.read_text())
     assert path.parent.name == "qwen2.5-0.5b-gsm8k-grpo"
     assert record["algorithm"] == "grpo" and record["samples_per_prompt"] == 4 and record["lora"] is None
@@ -70,9 +71,9 @@ def test_the_run_record_refuses_to_resume_other_settings(tmp_path):
                             sets=["trainer.experiment_name=qwen2.5-0.5b-gsm8k-grpo"]))
     before = path.read_bytes()
     with pytest.raises(UserError, match="made with algorithm 'grpo', this run has 'ppo'"):
-        write_record(other)
+        write_run_record(other.record)
     assert path.read_bytes() == before
-    write_record(first)  # the same settings resume
+    write_run_record(first.record)  # the same settings resume
 
 
 def test_batch_per_prompt_names_the_divisors():

@@ -110,3 +110,25 @@ def fold(merged: Path, actor: Path, out: Path) -> str:
     AutoTokenizer.from_pretrained(merged).save_pretrained(out)
     shutil.copytree(adapter, out / ADAPTER)
     return f"LoRA adapter (rank {config['r']}, alpha {lora['alpha']}) merged into the weights; adapter kept in {out / ADAPTER}"
+
+
+def write_run_record(record: dict) -> Path:
+    """`<checkpoints>/<experiment>/verl-p40-run.json` from a run plan's `record`: how the run's checkpoints were made
+    (LoRA's alpha is read back by `fold`). A resumed run must agree with it on what the checkpoints hold."""
+    from verl_p40.atomic import write_text
+
+    folder = Path(record["checkpoints"])
+    path = folder / RUN_RECORD
+    if path.is_file():
+        try:
+            before = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            before = {}
+        for key in ("algorithm", "lora"):
+            if key in before and before[key] != record[key]:
+                raise UserError(f"{folder}: its checkpoints were made with {key} {before[key]!r}, this run has "
+                                f"{record[key]!r}; resume with the same settings, or pass "
+                                "--set trainer.experiment_name=NEW for a fresh run")
+    folder.mkdir(parents=True, exist_ok=True)
+    write_text(path, json.dumps(record, indent=2) + "\n")
+    return path

@@ -80,7 +80,8 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from verl_p40 import doctor
-    from verl_p40.train import plan, preflight, run_trainer, write_record
+    from verl_p40.checkpoints import write_run_record
+    from verl_p40.train import plan, preflight, run_trainer
 
     options = _run_options(args)
     skip = doctor.skips(args.skip_check)
@@ -92,7 +93,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(run.shell())
         return 0
     preflight(options, skip)
-    write_record(run)
+    write_run_record(run.record)
     return run_trainer(run, options.logs)
 
 

@@ -135,7 +135,7 @@ def gguf_file(source: Path, target: Path, kind: str) -> Path:
 def run(model: str, checkpoints: Path, out: Path, dtype: str = "fp16", gguf_kinds: list[str] | None = None,
         lora: str = "merged") -> list[Path]:
     """Export `model` (a checkpoint, `latest` or an HF folder) into `out`; the paths written."""
-    from verl_p40.checkpoints import resolve_model
+    from verl_p40.checkpoints import MERGED, resolve_model
 
     unknown = [k for k in gguf_kinds or [] if k not in GGUF_KINDS]
     if unknown:
@@ -143,7 +143,7 @@ def run(model: str, checkpoints: Path, out: Path, dtype: str = "fp16", gguf_kind
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out}: is a file, not a folder")
     source = resolve_model(model, checkpoints)  # a checkpoint is merged (fp32, LoRA folded in) once, and cached
-    name = source.parent.parent.name if source.name == "merged_hf_fp32" else source.name  # global_step_N or the folder
+    name = source.parent.parent.name if source.name == MERGED else source.name  # global_step_N or the folder
     written = []
     if lora == "adapter":
         written.append(adapter_folder(source, out / f"{name}-lora-adapter"))

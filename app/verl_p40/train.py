@@ -25,11 +25,6 @@ from verl_p40.verlconfig import (Override, compose, hydra_value, parse_set, prof
                                  to_hydra)
 
 
-
-def _algorithms() -> list[str]:
-    return algorithms.available()
-
-
 @dataclass
 class RunOptions:
     """What `config`, `train`, `bench` and `doctor` take; each field is also its command-line option."""
@@ -46,7 +41,7 @@ class RunOptions:
                                  env="VERL_P40_FORMAT_BONUS", kind=float, low=0)
     algorithm: str = option(algorithms.DEFAULT, "RL algorithm (config/algorithms/NAME.yaml): ppo has a critic; grpo, "
                             "rloo and reinforce_plus_plus sample several answers per prompt and need none",
-                            env="VERL_P40_ALGORITHM", choices=_algorithms)
+                            env="VERL_P40_ALGORITHM", choices=algorithms.available)
     samples_per_prompt: int | None = option(None, "answers sampled per prompt (verl's rollout.n); the profile's "
                                             "sequences per step are kept, so prompts per step = batch / N",
                                             env="VERL_P40_SAMPLES_PER_PROMPT", kind=int, low=1,
@@ -188,31 +183,6 @@ def _plain(value):
     from omegaconf import OmegaConf
 
     return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
-
-
-def write_record(run: RunPlan) -> Path:
-    """`<checkpoints>/<experiment>/verl-p40-run.json`: how the run's checkpoints were made (eval reads LoRA's alpha
-    there). A resumed run must agree with it on what the checkpoints hold."""
-    import json
-
-    from verl_p40.atomic import write_text
-    from verl_p40.checkpoints import RUN_RECORD
-
-    folder = Path(run.record["checkpoints"])
-    path = folder / RUN_RECORD
-    if path.is_file():
-        try:
-            before = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            before = {}
-        for key in ("algorithm", "lora"):
-            if key in before and before[key] != run.record[key]:
-                raise UserError(f"{folder}: its checkpoints were made with {key} {before[key]!r}, this run has "
-                                f"{run.record[key]!r}; resume with the same settings, or pass "
-                                "--set trainer.experiment_name=NEW for a fresh run")
-    folder.mkdir(parents=True, exist_ok=True)
-    write_text(path, json.dumps(run.record, indent=2) + "\n")
-    return path
 
 
 def config_yaml(run: RunPlan) -> str:
