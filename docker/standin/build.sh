@@ -99,6 +99,14 @@ set +e
 inside verl-p40 doctor --profile p40 --model /models/tiny-qwen --data /data/gsm8k
 echo "doctor exit code: $?"
 set -e
+echo "--- the services added since: tensorboard starts; export and the air-gapped model copy run on the tiny model"
+inside /opt/verl-p40/entrypoints/tensorboard.sh --version_tb
+# /models is a VOLUME: what buildah copies there is hidden by the volume `buildah run` mounts, so /tmp it is
+buildah "${store[@]}" copy --chown 1000:1000 "$c" "$work/tiny-qwen" /tmp/tiny-qwen
+inside bash -c 'HF_HUB_OFFLINE=1 /opt/verl-p40/entrypoints/export.sh --model /tmp/tiny-qwen --out /tmp/exports \
+  --gguf q8_0 && ls /tmp/exports'
+inside bash -c 'HF_HUB_OFFLINE=1 VERL_P40_MODEL_FROM=/tmp/tiny-qwen VERL_P40_MODEL=/tmp/models/m \
+  /opt/verl-p40/entrypoints/model-fetch.sh'
 if [ "$variant" = vllm ]; then
   inside bash -c 'pip check; python -c "import vllm, verl.workers.rollout.vllm_rollout; print(\"vllm\", vllm.__version__, \"and verl.workers.rollout.vllm_rollout import\")"'
   inside bash -c 'pip list 2>/dev/null | grep -i -E "^(torch|vllm|xformers|verl|verl-p40|transformers|ray) "'
