@@ -3,8 +3,8 @@ Qwen2.5-0.5B's exact shape, real GSM8K: `verl-p40 bench --algorithm grpo` for n 
 and `verl-p40 train --algorithm grpo --samples-per-prompt 8` with the mask's op audit on (a short run).
 
 Run on the GPU machine after `bash .gpu-bundle/install.sh && source bench/gpu_setup.sh`:
-    python3 bench/algorithms_run.py grpo --out $OUT     (then audit, then lora: .gpu-shared needs
-    qwen2.5-1.5b-instruct copied from ../shared/data for the 1.5B shape)
+    python3 bench/algorithms_run.py grpo --out $OUT     (then audit, lora and lora-1.5b, one call each:
+    .gpu-shared needs qwen2.5-1.5b-instruct copied from ../shared/data for the 1.5B shape)
 `report` prints the table from the returned JSONs: python3 bench/algorithms_run.py report --dir DIR
 """
 
@@ -29,13 +29,14 @@ RUNS = {
     "grpo-n4": ("bench", ["--algorithm", "grpo", "--samples-per-prompt", "4"], 5, False, "0.5b"),
     "grpo-n8": ("bench", ["--algorithm", "grpo", "--samples-per-prompt", "8"], 5, False, "0.5b"),
     "grpo-n8-audit": ("train", ["--algorithm", "grpo", "--samples-per-prompt", "8"], 3, True, "0.5b"),
-    # the next session's GPU plan (not run yet): the audit in a call of its own, then LoRA on both shapes
+    # the second session: the audit in a call of its own, then LoRA on each shape in a call of its own
     "grpo-n4-audit": ("train", ["--algorithm", "grpo", "--samples-per-prompt", "4"], 2, True, "0.5b"),
     "lora-grpo-0.5b": ("bench", ["--algorithm", "grpo", "--lora-rank", "32"], 4, False, "0.5b"),
-    "lora-grpo-1.5b": ("bench", ["--algorithm", "grpo", "--lora-rank", "32"], 3, False, "1.5b"),
+    "lora-grpo-1.5b": ("bench", ["--algorithm", "grpo", "--lora-rank", "32"], 2, False, "1.5b"),
 }
+# a call has 10 minutes: LoRA-GRPO on 0.5B took 284 s of wall time for 4 steps, so each shape has its own call
 PHASES = {"grpo": ["grpo-n4", "grpo-n8", "grpo-n8-audit"], "audit": ["grpo-n4-audit"],
-          "lora": ["lora-grpo-0.5b", "lora-grpo-1.5b"]}
+          "lora": ["lora-grpo-0.5b"], "lora-1.5b": ["lora-grpo-1.5b"]}
 
 
 def run(name: str, out: Path) -> None:
@@ -51,7 +52,8 @@ def run(name: str, out: Path) -> None:
         args = ["train", *common, "--model", weights, "--logs", str(logs), "--checkpoints", str(WORK / "ckpt"),
                 f"trainer.total_training_steps={steps}", "trainer.save_freq=-1"]
     started = time.time()
-    code = verl_p40(*args, env=mask_env(P40[0], audit_file), log=WORK / f"{name}.log", timeout=150 + 60 * steps)
+    code = verl_p40(*args, env=mask_env(P40[0], audit_file), log=WORK / f"{name}.log",
+                    timeout=(300 if shape == "1.5b" else 150) + (100 if audit else 60) * steps)  # the audit slows a step ~2.7x
     result = json.loads((WORK / f"{name}.json").read_text()) if (WORK / f"{name}.json").exists() else {}
     if command == "train":
         from verl_p40.trainer_log import read_steps
