@@ -56,7 +56,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from verl_p40.evaluate import discordant
+from verl_p40 import stats
 from verl_p40.trainer_log import read_steps
 
 HERE = Path(__file__).resolve().parent
@@ -269,11 +269,9 @@ def sign_test(records: list[dict]) -> dict:
     """Paired comparison on the same questions: questions only the trained model gets right vs only the base."""
     out = {}
     for kind in ("strict", "flexible"):
-        better, worse = discordant(((r["models"]["base"], r["models"]["trained"]) for r in records), kind)
-        n = better + worse
-        # two-sided exact binomial test of better vs worse under p = 0.5
-        tail = sum(math.comb(n, k) for k in range(0, min(better, worse) + 1)) / 2**n if n else 1.0
-        out[kind] = {"trained_only_right": better, "base_only_right": worse, "p_value_two_sided": min(1.0, 2 * tail)}
+        test = stats.paired(((r["models"]["base"], r["models"]["trained"]) for r in records), kind)
+        out[kind] = {"trained_only_right": test["second_higher"], "base_only_right": test["first_higher"],
+                     "p_value_two_sided": test["p_value"]}
     return out
 
 
@@ -315,7 +313,7 @@ def repeat_eval(first: list[dict], second: list[dict], model: str = "base") -> d
     for kind in ("strict", "flexible"):
         out[kind] = {"first": round(statistics.mean(a[kind] for a, _ in pairs), 4),
                      "second": round(statistics.mean(b[kind] for _, b in pairs), 4),
-                     "scores_differing": sum(discordant(pairs, kind))}
+                     "scores_differing": sum(stats.paired(pairs, kind)[k] for k in ("second_higher", "first_higher"))}
     return out
 
 

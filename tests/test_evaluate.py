@@ -6,7 +6,7 @@ import shutil
 import pytest
 from conftest import cli, make_tiny_qwen
 
-from verl_p40 import checkpoints, generation, reward
+from verl_p40 import UserError, checkpoints, evaluate, generation, reward, stats
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +44,15 @@ def test_report_agrees_with_answers(tiny_models, prepared, tmp_path):
         assert m["format_rate"] == round(sum(r["format"] for r in rows) / 4, 4)
         assert m["mean_response_tokens"] == round(sum(r["response_tokens"] for r in rows) / 4, 1)
         assert m["samples_per_s"] > 0
+    assert report["dtype"] == "fp32" and {r["dtype"] for r in records} == {"fp32"}
+    assert report["comparison"] == evaluate.paired_differences(records, "base", "trained")
     md = (out / "report.md").read_text()
-    assert "| base |" in md and "| trained |" in md and "4 questions" in md
+    assert "| base |" in md and "| trained |" in md and "4 questions, greedy decoding in fp32" in md
+    for kind in ("strict accuracy", "flexible accuracy", "format rate"):  # every difference printed has its p-value
+        c = report["comparison"][{"strict accuracy": "strict", "flexible accuracy": "flexible",
+                                  "format rate": "format"}[kind]]
+        assert f"| {kind} | {c['difference']:+.1%} | {c['trained_only']} | {c['base_only']} | {c['p_value']:.3g} |" in md
+    assert "sign test p =" in result.stdout
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG" and report["curves"] == "curves.png"
     assert records[0]["ground_truth"] == "18" and records[0]["question"].startswith("Janet")
 
@@ -121,3 +128,44 @@ def test_greedy_ignores_the_checkpoints_repetition_penalty(tokenizer_dir, prepar
     decode = lambda row: generator.tokenizer.decode(row[ids["input_ids"].shape[1]:], skip_special_tokens=True)  # noqa: E731
     assert decode(plain[0]) != decode(penalised[0])  # the penalty would change this model's answer
     assert answer == decode(plain[0])
+
+
+def test_sign_test_values():
+    # exact two-sided binomial p-values, worked by hand: 2 * P(X <= min) for X ~ Bin(n, 1/2)
+    assert stats.sign_test(12, 0) == pytest.approx(2 / 2**12)
+    assert stats.sign_test(7, 2) == pytest.approx(2 * (1 + 9 + 36) / 2**9)  # 0.1797
+    assert stats.sign_test(2, 7) == stats.sign_test(7, 2)
+    assert stats.sign_test(5, 5) == 1.0 and stats.sign_test(0, 0) == 1.0
+    assert stats.sign_test(1, 0) == 1.0  # one discordant question proves nothing
+
+
+def test_compare_counts_only_discordant_questions():
+    def rec(base, trained):
+        return {"models": {"base": {"strict": base, "flexible": base, "format": 0.0},
+                           "trained": {"strict": trained, "flexible": trained, "format": 1.0}}}
+    # 10 questions only the trained model gets, 1 only the base, 30 both, 59 neither
+    records = [rec(0.0, 1.0)] * 10 + [rec(1.0, 0.0)] + [rec(1.0, 1.0)] * 30 + [rec(0.0, 0.0)] * 59
+    c = evaluate.paired_differences(records, "base", "trained")
+    assert c["flexible"] == {"difference": 0.09, "trained_only": 10, "base_only": 1,
+                             "p_value": round(2 * (1 + 11) / 2**11, 6)}
+    assert c["format"]["trained_only"] == 100 and c["format"]["p_value"] < 1e-20
+
+
+def test_dtype_choice_and_refusals(tiny_models, prepared, tmp_path, monkeypatch):
+    import torch
+
+    assert generation.torch_dtype("fp32", "cpu") is torch.float32
+    assert generation.torch_dtype("bf16", "cpu") is torch.bfloat16
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (6, 1))
+    with pytest.raises(UserError, match="sm_61 and has no bf16"):
+        generation.torch_dtype("bf16", "cuda:0")
+    assert generation.torch_dtype("fp32", "cuda:0") is torch.float32
+    # answers generated in one dtype are not continued in another: the file is left as it was
+    out = tmp_path / "out"
+    assert _eval(*tiny_models, prepared, out, "--limit", "1").returncode == 0
+    before = (out / "answers.jsonl").read_bytes()
+    result = _eval(*tiny_models, prepared, out, "--limit", "2", "--dtype", "bf16")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].endswith(
+        "answers generated in fp32, this run asks for bf16; use another --out or remove it")
+    assert (out / "answers.jsonl").read_bytes() == before

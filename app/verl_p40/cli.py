@@ -152,10 +152,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
         model=args.model, compare=args.compare, data=Path(args.data), out=Path(args.out), limit=args.limit,
         batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, checkpoints=Path(args.checkpoints),
         logs=Path(args.logs) if args.logs else None, device=args.device, examples=args.examples, engine=args.engine,
+        dtype=args.dtype,
     )
     for label, m in report["models"].items():
         print(f"{label:>8}: strict {m['accuracy_strict']:.1%}  flexible {m['accuracy_flexible']:.1%}  "
               f"format {m['format_rate']:.1%}  {m['mean_response_tokens']} tokens  {m['samples_per_s']} samples/s")
+    for kind, c in (report["comparison"] or {}).items():
+        print(f"{kind:>8}: trained - base {c['difference']:+.1%} ({c['trained_only']} only trained, "
+              f"{c['base_only']} only base; sign test p = {c['p_value']:.3g})")
     print(f"report: {Path(args.out) / 'report.md'} ({report['questions']} questions)")
     return 0
 
@@ -305,6 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--examples", type=number(int, 0), default=10, help="questions shown side by side in report.md [%(default)s]")
     p.add_argument("--engine", choices=("auto", "hf", "vllm"), default="auto",
                    help="generation engine: auto = vLLM where installed on sm_70+, else HF generate [%(default)s]")
+    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
+                   help="of the weights while generating; bf16 greedy answers do not repeat run to run, so compare "
+                   "models in fp32 [%(default)s]")
 
     p = add("export", cmd_export, "a trained model to take home: Hugging Face folder (fp16/fp32), LoRA adapter, GGUF")
     p.add_argument("--model", default="latest", help="verl checkpoint .../global_step_N/actor, latest, or a Hugging Face "

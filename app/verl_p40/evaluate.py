@@ -1,5 +1,7 @@
 """`verl-p40 eval`: what training changed. Greedy GSM8K answers of a model (and optionally a second one), scored
-with `verl_p40.reward`, written as report.json, answers.jsonl, report.md and curves.png.
+with `verl_p40.reward`, written as report.json, answers.jsonl, report.md and curves.png. Two models are compared
+question by question, each difference with its paired sign test (`verl_p40.stats`); the report names the dtype the
+answers were generated in (fp32 unless --dtype says otherwise).
 
 A model is a Hugging Face folder, a verl FSDP checkpoint folder (`.../global_step_N/actor`) or `latest`
 (`verl_p40.checkpoints` merges those); answers come from `verl_p40.generation`. answers.jsonl is appended per
@@ -10,13 +12,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
-from verl_p40 import UserError, plots, reward
+from verl_p40 import UserError, plots, reward, stats
 from verl_p40.atomic import write_text
 from verl_p40.checkpoints import resolve_model
-from verl_p40.generation import HfGenerator, Question, VllmGenerator, load_questions, pick_engine
+from verl_p40.generation import HfGenerator, Question, VllmGenerator, load_questions, pick_engine, torch_dtype
 
 # ------------------------------------------------------------------------------------------------ answers
 
@@ -49,7 +51,8 @@ def read_answers(path: Path) -> dict[int, dict]:
 
 
 def generate_answers(models: dict[str, Path], questions: list[Question], out: Path, batch_size: int,
-                     device: str, max_new_tokens: int, engine: type = HfGenerator) -> dict[int, dict]:
+                     device: str, max_new_tokens: int, engine: type = HfGenerator,
+                     dtype: str = "fp32") -> dict[int, dict]:
     """Append one line per question (every model's answer and scores) to answers.jsonl, skipping done questions."""
     from tqdm import tqdm
 
@@ -58,10 +61,14 @@ def generate_answers(models: dict[str, Path], questions: list[Question], out: Pa
     if done and any(set(r["models"]) != set(models) for r in done.values()):
         raise UserError(f"{path}: written for other models ({sorted(next(iter(done.values()))['models'])}); "
                         "use another --out or remove it")
+    other = next((r.get("dtype") for r in done.values() if r.get("dtype") != dtype), dtype)
+    if other != dtype:
+        raise UserError(f"{path}: answers generated in {other or 'an unrecorded dtype'}, this run asks for {dtype}; "
+                        "use another --out or remove it")
     pending = [q for q in questions if q.index not in done]
     if not pending:
         return done
-    generators = {label: engine(path_, device, max_new_tokens) for label, path_ in models.items()}
+    generators = {label: engine(path_, device, max_new_tokens, dtype) for label, path_ in models.items()}
     with open(path, "a", encoding="utf-8") as handle, tqdm(total=len(pending), desc="eval", unit="q") as bar:
         for batch in _batches(pending, batch_size):
             per_model = {}
@@ -72,7 +79,7 @@ def generate_answers(models: dict[str, Path], questions: list[Question], out: Pa
                 per_model[label] = (answers, seconds)
             for i, q in enumerate(batch):
                 record = {"index": q.index, "question": q.question, "prompt": q.prompt[-1]["content"],
-                          "ground_truth": q.ground_truth, "models": {}}
+                          "ground_truth": q.ground_truth, "dtype": dtype, "models": {}}
                 for label, (answers, seconds) in per_model.items():
                     text, tokens = answers[i]
                     record["models"][label] = {"answer": text, "response_tokens": tokens,
@@ -104,13 +111,21 @@ def summarise(records: list[dict], labels: list[str]) -> dict:
     return out
 
 
-def discordant(pairs: Iterable[tuple[dict, dict]], kind: str) -> tuple[int, int]:
-    """Over (first, second) scores of the same questions: how often only the second is right, and only the first."""
-    better = worse = 0
-    for first, second in pairs:
-        better += second[kind] > first[kind]
-        worse += second[kind] < first[kind]
-    return better, worse
+KINDS = {"strict": "strict accuracy", "flexible": "flexible accuracy", "format": "format rate"}
+
+
+def paired_differences(records: list[dict], first: str, second: str) -> dict:
+    """Every score kind of `second` against `first` on the same questions: the difference, the questions only one of
+    them scores on, and the sign test's p-value."""
+    out = {}
+    for kind in KINDS:
+        pairs = [(r["models"][first], r["models"][second]) for r in records]
+        test = stats.paired(pairs, kind)
+        n = len(pairs)
+        out[kind] = {"difference": round(sum(b[kind] - a[kind] for a, b in pairs) / n, 4) if n else 0.0,
+                     f"{second}_only": test["second_higher"], f"{first}_only": test["first_higher"],
+                     "p_value": test["p_value"]}
+    return out
 
 
 def _md_cell(text: str) -> str:
@@ -118,21 +133,26 @@ def _md_cell(text: str) -> str:
 
 
 def markdown(summary: dict, records: list[dict], labels: list[str], examples: int, models: dict[str, str],
-             curves: bool) -> str:
-    lines = ["# GSM8K evaluation", "", f"{len(records)} questions, greedy decoding.", ""]
+             curves: bool, dtype: str = "fp32", comparison: dict | None = None) -> str:
+    lines = ["# GSM8K evaluation", "", f"{len(records)} questions, greedy decoding in {dtype}.", ""]
     lines += ["| model | path | strict accuracy | flexible accuracy | format rate | mean response tokens | samples/s |",
               "| --- | --- | --- | --- | --- | --- | --- |"]
     for label in labels:
         s = summary[label]
         lines.append(f"| {label} | `{models[label]}` | {s['accuracy_strict']:.1%} | {s['accuracy_flexible']:.1%} | "
                      f"{s['format_rate']:.1%} | {s['mean_response_tokens']} | {s['samples_per_s']} |")
-    if len(labels) == 2:
+    if len(labels) == 2 and comparison:
         a, b = labels
+        lines += ["", "Paired on the same questions (sign test over the questions where only one model scores):", "",
+                  f"| score | difference ({b} - {a}) | only {b} | only {a} | p (two-sided) |",
+                  "| --- | --- | --- | --- | --- |"]
+        for kind, title in KINDS.items():
+            c = comparison[kind]
+            lines.append(f"| {title} | {c['difference']:+.1%} | {c[f'{b}_only']} | {c[f'{a}_only']} | "
+                         f"{c['p_value']:.3g} |")
         diff = [r for r in records if r["models"][a]["flexible"] != r["models"][b]["flexible"]
                 or r["models"][a]["strict"] != r["models"][b]["strict"]]
-        better, worse = discordant(((r["models"][a], r["models"][b]) for r in diff), "flexible")
-        lines += ["", f"The models' scores differ on {len(diff)} questions: {b} is right where {a} is wrong on "
-                  f"{better}, wrong where {a} is right on {worse} (flexible scoring).", ""]
+        lines += ["", f"The models' strict or flexible scores differ on {len(diff)} questions.", ""]
         if diff:
             lines += [f"## The first {min(examples, len(diff))} of them", "",
                       f"| # | question | answer | {a} | {b} |", "| --- | --- | --- | --- | --- |"]
@@ -147,7 +167,7 @@ def markdown(summary: dict, records: list[dict], labels: list[str], examples: in
 
 def run(model: str, compare: str | None, data: Path, out: Path, limit: int | None, batch_size: int,
         max_new_tokens: int, checkpoints: Path, logs: Path | None, device: str | None, examples: int,
-        engine: str = "auto") -> dict:
+        engine: str = "auto", dtype: str = "fp32") -> dict:
     import torch
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -156,17 +176,19 @@ def run(model: str, compare: str | None, data: Path, out: Path, limit: int | Non
     models = {label: resolve_model(spec, checkpoints) for label, spec in specs.items()}
     questions = load_questions(data, limit)
     generator = pick_engine(engine, device)
-    done = generate_answers(models, questions, out, batch_size, device, max_new_tokens, generator)
+    torch_dtype(dtype, device)  # refuses a dtype the device has not before any model is read
+    done = generate_answers(models, questions, out, batch_size, device, max_new_tokens, generator, dtype)
     wanted = {q.index for q in questions}
     records = [done[i] for i in sorted(done) if i in wanted]
     labels = list(models)
     summary = summarise(records, labels)
+    comparison = paired_differences(records, *labels) if len(labels) == 2 else None
     curves = plots.training_curves(logs, out / "curves.png") if logs else False
-    report = {"data": str(data), "questions": len(records), "device": device, "max_new_tokens": max_new_tokens,
-              "engine": "vllm" if generator is VllmGenerator else "hf",
+    report = {"data": str(data), "questions": len(records), "device": device, "dtype": dtype,
+              "max_new_tokens": max_new_tokens, "engine": "vllm" if generator is VllmGenerator else "hf",
               "models": {label: {"path": str(models[label]), **summary[label]} for label in labels},
-              "curves": "curves.png" if curves else None}
+              "comparison": comparison, "curves": "curves.png" if curves else None}
     write_text(out / "report.json", json.dumps(report, indent=2) + "\n")
     write_text(out / "report.md", markdown(summary, records, labels, examples, {k: str(v) for k, v in models.items()},
-                                           curves))
+                                           curves, dtype, comparison))
     return report

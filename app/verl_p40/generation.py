@@ -36,13 +36,21 @@ def load_questions(path: Path, limit: int | None) -> list[Question]:
     return out
 
 
-def pick_dtype(device: str):
-    """fp32 below sm_80 (Pascal/Volta/Turing have no bf16) and on the CPU; bf16 on Ampere and newer."""
+DTYPES = ("fp32", "bf16", "fp16")
+
+
+def torch_dtype(name: str, device: str):
+    """The torch dtype `verl-p40 eval --dtype` names. fp32 is the default because greedy decoding in bf16 does not
+    repeat (two evaluations of one model gave different answers to 98 of 256 questions), so two models compared in
+    bf16 differ partly by rounding; bf16 needs a GPU of compute capability 8.0 or newer (or the CPU)."""
     import torch
 
-    if device.startswith("cuda") and torch.cuda.get_device_capability(device) >= (8, 0):
-        return torch.bfloat16
-    return torch.float32
+    if name not in DTYPES:
+        raise UserError(f"--dtype {name}: not one of {', '.join(DTYPES)}")
+    if name == "bf16" and device.startswith("cuda") and torch.cuda.get_device_capability(device) < (8, 0):
+        major, minor = torch.cuda.get_device_capability(device)
+        raise UserError(f"--dtype bf16: this GPU is sm_{major}{minor} and has no bf16 (sm_80 and newer); use fp32")
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
 
 
 class HfGenerator:
@@ -51,7 +59,7 @@ class HfGenerator:
     Plain greedy decoding of the policy the trainer optimises: no repetition penalty, whatever the checkpoint's
     generation_config.json suggests (Qwen2.5's says 1.05), as the vLLM engine and verl's validation decode."""
 
-    def __init__(self, model_dir: Path, device: str, max_new_tokens: int):
+    def __init__(self, model_dir: Path, device: str, max_new_tokens: int, dtype: str = "fp32"):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
@@ -59,7 +67,7 @@ class HfGenerator:
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir), padding_side="left")
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.dtype = pick_dtype(device)
+        self.dtype = torch_dtype(dtype, device)
         attn = "sdpa"
         self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), torch_dtype=self.dtype,
                                                           attn_implementation=attn).to(device).eval()
@@ -91,14 +99,12 @@ class HfGenerator:
 class VllmGenerator:
     """Greedy generation with vLLM (sm_70+, where the image was built with INSTALL_VLLM=1)."""
 
-    def __init__(self, model_dir: Path, device: str, max_new_tokens: int):
-        import torch
+    def __init__(self, model_dir: Path, device: str, max_new_tokens: int, dtype: str = "fp32"):
         from transformers import AutoTokenizer
         from vllm import LLM, SamplingParams
 
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-        dtype = "float32" if pick_dtype(device) == torch.float32 else "bfloat16"
-        self.llm = LLM(model=str(model_dir), dtype=dtype, gpu_memory_utilization=0.5, enforce_eager=True)
+        self.llm = LLM(model=str(model_dir), dtype=torch_dtype(dtype, device), gpu_memory_utilization=0.5, enforce_eager=True)
         self.params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
 
     def __call__(self, prompts: list[list[dict]]) -> list[tuple[str, int]]:
