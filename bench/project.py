@@ -52,13 +52,19 @@ def project_run(name: str, command: str, steps: list[dict], shape: projection.Sh
     cfg = plan(options_from(command)).config()
     phases = projection.median_phases(steps)
     generated = statistics.median(s.get("response_length/max", 0.0) for s in steps)
+    # every recorded run predates trim_padding: projected at the full width they ran at (no `longest`)
     run = projection.run_from_config(cfg, generated)
     host = projection.host_overhead_per_token(phases.get("gen", 0.0), shape, run, H200)
     here, p40 = projection.project(shape, run, H200, host), projection.project(shape, run, projection.P40, host)
     prompts = int(cfg.data.train_batch_size)
+    # what trim_padding (on in every profile since) is projected to make of the same steps: their logged lengths
+    trimmed = projection.run_from_config(cfg, generated, projection.longest_lengths(steps))
+    p40_trimmed = projection.project(shape, trimmed, projection.P40, host)
     return {"run": name, "measured_s_per_step": phases.get("step"), "measured_phases_s": phases,
             "h200_projection": here, "p40_projection": p40,
             "p40_hours_per_gsm8k_epoch": projection.epoch_hours(p40["step"], prompts), "train_batch_size": prompts,
+            "with_trim_padding": {"pass_width": trimmed.width, "p40_projection": p40_trimmed,
+                                  "p40_hours_per_gsm8k_epoch": projection.epoch_hours(p40_trimmed["step"], prompts)},
             "command": command}
 
 
@@ -93,8 +99,11 @@ def main() -> None:
     args.out.write_text(json.dumps({"model": projection.__doc__.split("\n\n")[1], "h200": projection.card_dict(H200),
                                     "p40": projection.card_dict(projection.P40), "runs": rows}, indent=2) + "\n")
     for r in rows:
+        t = r["with_trim_padding"]
         print(f"{r['run']}: measured {r['measured_s_per_step']} s/step, H200 model {r['h200_projection']['step']}, "
-              f"P40 {r['p40_projection']['step']} s/step ({r['p40_hours_per_gsm8k_epoch']} h/epoch)", file=sys.stderr)
+              f"P40 {r['p40_projection']['step']} s/step ({r['p40_hours_per_gsm8k_epoch']} h/epoch); with trim_padding "
+              f"at width {t['pass_width']}: {t['p40_projection']['step']} s/step ({t['p40_hours_per_gsm8k_epoch']} h/epoch)",
+              file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -62,7 +62,8 @@ def test_host_overhead_is_what_the_gpu_work_does_not_explain(shape):
 def test_bench_summary_from_recorded_steps(shape):
     steps = [{"step": i, "timing_s/step": 20.0 + (i == 1) * 30, "timing_s/gen": 8.0, "timing_s/update_actor": 4.2,
               "timing_s/update_critic": 4.1, "timing_s/old_log_prob": 1.0, "timing_s/ref": 1.1, "timing_s/values": 1.0,
-              "response_length/max": 256.0, "perf/max_memory_allocated_gb": 14.8} for i in range(1, 5)]
+              "response_length/max": 256.0, "prompt_length/max": 150.0 + i, "perf/max_memory_allocated_gb": 14.8}
+             for i in range(1, 5)]
     cfg = plan(RunOptions(profile="p40")).config()
     card = projection.Card("H200 (measured)", 45.0, 4000.0, 40.0, "test")
     summary = benchmark.summarise(steps, cfg, shape, card)
@@ -72,6 +73,24 @@ def test_bench_summary_from_recorded_steps(shape):
     assert here["error_pct_vs_measured"] == round(100 * (here["step"] - 20.0) / 20.0, 1)
     assert p40["step"] > here["step"] and p40["hours_per_gsm8k_epoch"] == projection.epoch_hours(p40["step"], 64)
     assert "Tesla P4" in p40["card"]["source"]
+    # the p40 profile trims padding: its passes are projected at the steps' longest prompt + response (median of
+    # 151, 152, 153 and 154 -> 152.5, plus 256), beside the same run at verl's full width
+    assert summary["projection"]["pass_width"] == 152.5 + 256
+    full = summary["projection"]["p40_at_full_width"]
+    assert full["pass_width"] == 320 + 256 and full["step"] > p40["step"] and full["gen"] == p40["gen"]
+    assert full["update_actor"] > p40["update_actor"] * 1.3
+
+
+def test_trimmed_width_only_where_trimming_is_on(shape):
+    cfg = plan(RunOptions(profile="p40")).config()
+    assert projection.run_from_config(cfg, 256, (150.0, 256.0)).width == 406
+    assert projection.run_from_config(cfg, 256, (400.0, 256.0)).width == 576  # never wider than verl's own
+    assert projection.run_from_config(cfg, 256).width == 576  # no lengths logged: the full width
+    off = plan(RunOptions(profile="p40", sets=["actor_rollout_ref.model.trim_padding=false"])).config()
+    assert projection.run_from_config(off, 256, (150.0, 256.0)).width == 576
+    narrow, wide = (projection.phases(shape, projection.run_from_config(cfg, 256, lengths))["ref"]["flops"]
+                    for lengths in ((150.0, 256.0), (320.0, 256.0)))
+    assert narrow < wide * 406 / 576 * 1.01
 
 
 def test_bench_needs_a_gpu_and_says_so(tmp_path):

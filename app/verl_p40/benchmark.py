@@ -6,6 +6,7 @@ against the measurement, beside the projection for a Tesla P40. P40 owners who r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import statistics
@@ -98,11 +99,12 @@ def summarise(steps: list[dict], cfg: Any, shape: projection.Shape, measured_car
     """Measured medians (warm-up step left out), and the projection for this GPU (its error) and for a P40."""
     phases = projection.median_phases(steps)
     generated = statistics.median(s.get("response_length/max", 0.0) for s in steps)
-    run = projection.run_from_config(cfg, generated)
+    run = projection.run_from_config(cfg, generated, projection.longest_lengths(steps))
     prompts = int(cfg.data.train_batch_size)
     host = projection.host_overhead_per_token(phases.get("gen", 0.0), shape, run, measured_card)
     here = projection.project(shape, run, measured_card, host)
     p40 = projection.project(shape, run, projection.P40, host)
+    full_width = projection.project(shape, dataclasses.replace(run, pass_width=None), projection.P40, host)
     measured_step = phases.get("step")
     error = round(100 * (here["step"] - measured_step) / measured_step, 1) if measured_step else None
     return {
@@ -117,6 +119,9 @@ def summarise(steps: list[dict], cfg: Any, shape: projection.Shape, measured_car
             "this_gpu": {**here, "error_pct_vs_measured": error, "card": projection.card_dict(measured_card)},
             "p40": {**p40, "hours_per_gsm8k_epoch": projection.epoch_hours(p40["step"], prompts),
                     "card": projection.card_dict(projection.P40)},
+            "pass_width": run.width,
+            "p40_at_full_width": {**full_width, "pass_width": run.prompt_width + run.response_width,
+                                  "hours_per_gsm8k_epoch": projection.epoch_hours(full_width["step"], prompts)},
             "host_seconds_per_generated_token": round(host, 5),
             "model": projection.__doc__.split("\n\n")[1],
         },

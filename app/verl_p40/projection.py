@@ -1,7 +1,8 @@
 """How long a PPO/GRPO step takes on another GPU: each phase's FLOPs and bytes from the run's own token counts, over a
 card's constants.
 
-Model (per phase, fp32, no padding removal, so every sequence runs at the full prompt+response width):
+Model (per phase, fp32, no padding removal, so every sequence runs at the full prompt+response width, or with
+trim_padding (patches/p40_trim.py) at the step's longest prompt + longest response, a bound for every micro-batch):
 - forward passes (old log-probs, reference, values): 2 x matmul parameters x padded tokens, plus attention
   (4 x width^2 x hidden per layer and sequence) and the logits' memory traffic (vocab x tokens x 4 bytes, 3 passes);
 - updates: forward + backward + the recomputation of gradient checkpointing = 4 forwards' FLOPs, plus the Adam step's
@@ -77,6 +78,13 @@ class Run:
     reference: bool
     lora: bool
     offload: dict[str, bool]  # actor_optimizer, reference_params, critic_params, critic_optimizer
+    # columns the actor, reference and critic passes run at with trim_padding: the step's longest prompt + longest
+    # response (each micro-batch is at most that wide); None: the full prompt_width + response_width
+    pass_width: float | None = None
+
+    @property
+    def width(self) -> float:
+        return self.pass_width or self.prompt_width + self.response_width
 
 
 def _forward_flops(shape: Shape, tokens: float, width: int, lm_head: bool) -> float:
@@ -87,7 +95,7 @@ def _forward_flops(shape: Shape, tokens: float, width: int, lm_head: bool) -> fl
 
 def phases(shape: Shape, run: Run) -> dict[str, dict[str, float]]:
     """{phase: {"flops", "bytes", "host_bytes"}} of one step (generation is separate: see generation())."""
-    width = run.prompt_width + run.response_width
+    width = run.width
     tokens = run.sequences * width
     logits_bytes = 3 * shape.vocab * tokens * FP32
     weights = shape.parameters * FP32
@@ -142,11 +150,15 @@ def host_overhead_per_token(measured_gen_s: float, shape: Shape, run: Run, measu
     return max(per_token, (measured_gen_s - prefill) / max(run.generated, 1.0))
 
 
-def run_from_config(cfg: Any, generated: float) -> Run:
+def run_from_config(cfg: Any, generated: float, longest: tuple[float, float] | None = None) -> Run:
+    """The Run of a composed verl config; `longest` (the step's longest prompt and response, from its log) sets the
+    passes' width where trim_padding is on."""
     from omegaconf import OmegaConf
 
     get = lambda key, default=None: OmegaConf.select(cfg, key, default=default)  # noqa: E731
     estimator = get("algorithm.adv_estimator", "gae")
+    full = int(get("data.max_prompt_length")) + int(get("data.max_response_length"))
+    trims = bool(get("actor_rollout_ref.model.trim_padding", False)) and not get("actor_rollout_ref.model.use_remove_padding", False)
     return Run(
         sequences=int(get("data.train_batch_size")) * int(get("actor_rollout_ref.rollout.n", 1)),
         prompt_width=int(get("data.max_prompt_length")), response_width=int(get("data.max_response_length")),
@@ -157,7 +169,15 @@ def run_from_config(cfg: Any, generated: float) -> Run:
                  "reference_params": bool(get("actor_rollout_ref.ref.fsdp_config.param_offload", False)),
                  "critic_params": bool(get("critic.model.fsdp_config.param_offload", False)),
                  "critic_optimizer": bool(get("critic.model.fsdp_config.optimizer_offload", False))},
+        pass_width=min(float(sum(longest)), full) if trims and longest else None,
     )
+
+
+def longest_lengths(steps: list[dict[str, float]]) -> tuple[float, float] | None:
+    """Median over the steps of each step's longest prompt and longest response (verl's */max metrics)."""
+    prompts = [s["prompt_length/max"] for s in steps if "prompt_length/max" in s]
+    responses = [s["response_length/max"] for s in steps if "response_length/max" in s]
+    return (statistics.median(prompts), statistics.median(responses)) if prompts and responses else None
 
 
 def epoch_hours(seconds_per_step: float, prompts_per_step: int, prompts_per_epoch: int = 7473) -> float:

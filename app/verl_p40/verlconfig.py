@@ -22,6 +22,7 @@ EXTENSION_KEYS = (
     "*.fsdp_config.model_dtype",
     "*.fsdp_config.mixed_precision.*",
     "*.model.override_config.*",
+    "*.model.trim_padding",  # verl-p40's own (patches/p40_trim.py)
     "actor_rollout_ref.rollout.micro_batch_size",
     "custom_reward_function.reward_kwargs.*",
 )

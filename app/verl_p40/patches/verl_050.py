@@ -13,6 +13,23 @@ from verl_p40.patches import Edit
 
 _BERT_PADDING = (Path(__file__).parent / "bert_padding_torch.py").read_text(encoding="utf-8")
 _P40_DTYPES = (Path(__file__).parent / "p40_dtypes.py").read_text(encoding="utf-8")
+_P40_TRIM = (Path(__file__).parent / "p40_trim.py").read_text(encoding="utf-8")
+_SEQLEN_IMPORT = "from verl.utils.seqlen_balancing import prepare_dynamic_batch, restore_dynamic_batch\n"
+_TRIM_IMPORT = _SEQLEN_IMPORT + "from verl.utils.p40_trim import forward_trimmed, length_grouped\n"
+_MODEL_CALL_ARGS = """                    input_ids=input_ids,
+                    attention_mask=attention_mask,
+                    position_ids=position_ids,
+                    **multi_modal_inputs,
+                    use_cache=False,
+"""
+_SPLIT_OLD = "        else:\n            micro_batches = data.split(micro_batch_size)\n\n"
+_SPLIT_NEW = (
+    "        elif self.trim_padding:  # verl-p40: rows of similar length share a micro-batch (p40_trim.py)\n"
+    "            micro_batches, batch_idx_list = length_grouped(data, micro_batch_size)\n"
+    "            use_dynamic_bsz = True  # put back in order below by verl's restore_dynamic_batch\n"
+) + _SPLIT_OLD
+_TRIM_WHY = ("without flash-attn verl runs every micro-batch at max_prompt_length + max_response_length (576 columns "
+             "where GSM8K rows hold ~330 tokens); trim_padding runs the model on the columns some row uses")
 
 _FLASH_IMPORT_OLD = """if is_cuda_available:
     from flash_attn.bert_padding import index_first_axis, pad_input, rearrange, unpad_input
@@ -256,5 +273,99 @@ EDITS: list[Edit] = [
         "                    return\n",
         why="the stop request ends the training loop after the saved step, so main_ppo exits 0 and a resume continues "
         "with the next step",
+    ),
+    Edit(
+        name="p40-trim",
+        file="utils/p40_trim.py",
+        old=None,
+        new=_P40_TRIM,
+        why="helpers for the trim edits: a model call on the columns in use, its outputs laid out as verl slices "
+        "them, and length-grouped micro-batches for forward-only passes",
+    ),
+    Edit(
+        name="actor-trim-import",
+        file="workers/actor/dp_actor.py",
+        old=_SEQLEN_IMPORT,
+        new=_TRIM_IMPORT,
+        why="import for the actor's trim edits",
+    ),
+    Edit(
+        name="actor-trim-setting",
+        file="workers/actor/dp_actor.py",
+        old='        self.use_fused_kernels = self.config.get("use_fused_kernels", False)\n',
+        new='        self.use_fused_kernels = self.config.get("use_fused_kernels", False)\n'
+        "        # verl-p40: model.trim_padding (copied into the actor/ref config by the worker), where rmpad is off\n"
+        '        self.trim_padding = bool(self.config.get("trim_padding", False)) and not (\n'
+        "            self.use_remove_padding or self.use_fused_kernels\n"
+        "        )\n",
+        why=_TRIM_WHY,
+    ),
+    Edit(
+        name="actor-trim-forward",
+        file="workers/actor/dp_actor.py",
+        old="                output = self.actor_module(\n" + _MODEL_CALL_ARGS + "                    **extra_args,\n",
+        new="                output = forward_trimmed(  # verl-p40: the columns in use (p40_trim.py); as before when off\n"
+        "                    self.actor_module,\n"
+        "                    self.trim_padding and not multi_modal_inputs,\n"
+        "                    response_length,\n"
+        "                    True,\n" + _MODEL_CALL_ARGS + "                    **extra_args,\n",
+        why=_TRIM_WHY + " (actor updates, old log-probs and the reference)",
+    ),
+    Edit(
+        name="actor-trim-grouping",
+        file="workers/actor/dp_actor.py",
+        old=_SPLIT_OLD + "        log_probs_lst = []\n",
+        new=_SPLIT_NEW + "        log_probs_lst = []\n",
+        why="old log-probs and the reference are forward-only: ordering their rows by length before cutting "
+        "micro-batches lets trimming cut more, and the order is restored exactly",
+    ),
+    Edit(
+        name="critic-trim-import",
+        file="workers/critic/dp_critic.py",
+        old=_SEQLEN_IMPORT,
+        new=_TRIM_IMPORT,
+        why="import for the critic's trim edits",
+    ),
+    Edit(
+        name="critic-trim-setting",
+        file="workers/critic/dp_critic.py",
+        old='        self.use_remove_padding = self.config.model.get("use_remove_padding", False)\n',
+        new='        self.use_remove_padding = self.config.model.get("use_remove_padding", False)\n'
+        '        self.trim_padding = bool(self.config.model.get("trim_padding", False)) and not self.use_remove_padding\n',
+        why=_TRIM_WHY,
+    ),
+    Edit(
+        name="critic-trim-forward",
+        file="workers/critic/dp_critic.py",
+        old="                output = self.critic_module(\n" + _MODEL_CALL_ARGS,
+        new="                output = forward_trimmed(  # verl-p40: the columns in use (p40_trim.py); as before when off\n"
+        "                    self.critic_module,\n"
+        '                    self.trim_padding and not multi_modal_inputs and not hasattr(self.critic_module, "v_head"),\n'
+        "                    response_length,\n"
+        "                    False,\n" + _MODEL_CALL_ARGS,
+        why=_TRIM_WHY + " (critic updates and values)",
+    ),
+    Edit(
+        name="critic-trim-grouping",
+        file="workers/critic/dp_critic.py",
+        old=_SPLIT_OLD + "        values_lst = []\n",
+        new=_SPLIT_NEW + "        values_lst = []\n",
+        why="the value pass is forward-only: length-ordered micro-batches, order restored exactly",
+    ),
+    Edit(
+        name="actor-trim-config",
+        file="workers/fsdp_workers.py",
+        old="                self.config.actor.use_remove_padding = use_remove_padding\n",
+        new="                self.config.actor.use_remove_padding = use_remove_padding\n"
+        '                self.config.actor.trim_padding = self.config.model.get("trim_padding", False)  # verl-p40\n',
+        why="actor_rollout_ref.model.trim_padding reaches the actor as use_remove_padding does",
+    ),
+    Edit(
+        name="ref-trim-config",
+        file="workers/fsdp_workers.py",
+        old="                self.config.ref.use_remove_padding = use_remove_padding\n",
+        new="                self.config.ref.use_remove_padding = use_remove_padding\n"
+        '                self.config.ref.trim_padding = self.config.model.get("trim_padding", False)  # verl-p40\n',
+        why="and the reference model",
     ),
 ]

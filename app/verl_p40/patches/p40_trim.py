@@ -1,0 +1,61 @@
+# Installed into verl by verl-p40's patch set as verl/utils/p40_trim.py.
+"""Padding trimming for the actor, reference and critic passes without FlashAttention (`trim_padding`).
+
+Without flash-attn's varlen kernels verl 0.5.0 cannot remove padding (`use_remove_padding`), so every micro-batch
+runs at the full prompt + response width: prompts left-padded to max_prompt_length, responses right-padded to
+max_response_length. `forward_trimmed` runs the model on the columns that hold a token in at least one row of the
+micro-batch and hands back outputs laid out as verl slices them: its `logits[:, -response_length - 1 : -1]` are the
+same positions as with the full width. Position ids are verl's own (from the attention mask), so the tokens the
+model sees and where it sees them are unchanged; dropped columns are ones every row masks out.
+
+`length_grouped` orders a forward-only pass (old log-probs, reference, values) by length before it is cut into
+micro-batches, so that rows of similar length share one and trimming cuts more; the results are put back in the
+original order through verl's own `restore_dynamic_batch`. Update passes keep verl's micro-batches: verl 0.5.0
+averages the loss per micro-batch, so regrouping rows would change the weights of the gradient.
+"""
+
+import torch
+import torch.nn.functional as F
+
+
+def kept_columns(attention_mask: torch.Tensor, response_length: int) -> tuple[int, int]:
+    """(left, kept): the first column any row attends to (at most the last prompt column, whose logits predict the
+    first response token) and how many response columns any row attends to (at least 1)."""
+    prompt_width = attention_mask.shape[1] - response_length
+    used = attention_mask.bool().any(dim=0)
+    prompt_used = torch.nonzero(used[:prompt_width])
+    left = min(int(prompt_used[0]), prompt_width - 1) if len(prompt_used) else prompt_width - 1
+    response_used = torch.nonzero(used[prompt_width:])
+    kept = int(response_used[-1]) + 1 if len(response_used) else 1
+    return left, kept
+
+
+def forward_trimmed(module, enabled: bool, response_length: int, causal_lm: bool, input_ids: torch.Tensor,
+                    attention_mask: torch.Tensor, position_ids: torch.Tensor, **kwargs):
+    """`module(...)` on the columns in use; `output.logits` then holds the last prompt column and the response
+    columns (response_length + 1 of them, zeros past the longest response), so verl's slice picks the same
+    positions. A causal LM computes logits for those columns only (transformers' `logits_to_keep`)."""
+    if not enabled:
+        return module(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, **kwargs)
+    prompt_width = input_ids.shape[1] - response_length
+    left, kept = kept_columns(attention_mask, response_length)
+    end = prompt_width + kept
+    if causal_lm:
+        kwargs["logits_to_keep"] = kept + 1
+    output = module(input_ids=input_ids[:, left:end], attention_mask=attention_mask[:, left:end],
+                    position_ids=position_ids[..., left:end], **kwargs)
+    logits = output.logits[:, -(kept + 1):]
+    if kept < response_length:
+        logits = F.pad(logits, (0, 0, 0, response_length - kept))
+    output.logits = logits
+    return output
+
+
+def length_grouped(data, micro_batch_size: int):
+    """The rows of `data` (a DataProto) ordered by attended length and cut into micro-batches of micro_batch_size,
+    with the index lists verl's restore_dynamic_batch takes to put the results back in the original order."""
+    lengths = data.batch["attention_mask"].sum(dim=-1)
+    order = torch.argsort(lengths, stable=True)
+    micro_batches = data.select_idxs(order).split(micro_batch_size)
+    indices = order.tolist()
+    return micro_batches, [indices[i:i + micro_batch_size] for i in range(0, len(indices), micro_batch_size)]
