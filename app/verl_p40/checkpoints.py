@@ -112,6 +112,30 @@ def fold(merged: Path, actor: Path, out: Path) -> str:
     return f"LoRA adapter (rank {config['r']}, alpha {lora['alpha']}) merged into the weights; adapter kept in {out / ADAPTER}"
 
 
+def saved_world_size(experiment: Path) -> tuple[Path, int] | None:
+    """(the newest checkpoint's actor folder, how many processes wrote it) under an experiment folder, or None."""
+    tracker = Path(experiment) / "latest_checkpointed_iteration.txt"
+    try:
+        actor = Path(experiment) / f"global_step_{tracker.read_text().strip()}" / "actor"
+    except OSError:
+        return None
+    sizes = {int(p.name.split("_")[3]) for p in actor.glob("model_world_size_*_rank_*.pt")}
+    return (actor, sizes.pop()) if len(sizes) == 1 else None
+
+
+def check_resume(record: dict) -> None:
+    """A run that will resume (resume_mode auto) must have the GPU count its checkpoint was saved with: verl 0.5.0
+    loads each rank's own FSDP shard and cannot reshard one."""
+    if record.get("resume_mode", "auto") == "disable" or "world_size" not in record:
+        return
+    saved = saved_world_size(Path(record["checkpoints"]))
+    if saved and saved[1] != record["world_size"]:
+        actor, size = saved
+        raise UserError(f"{actor.parent}: saved by {size} GPUs and this run has {record['world_size']}; verl 0.5.0 "
+                        f"cannot reshard it: resume on {size} GPUs (GPUS / --gpus, NODES / --nodes), or start afresh "
+                        "with --set trainer.experiment_name=NEW (verl-p40 eval and export read it on any GPU count)")
+
+
 def write_run_record(record: dict) -> Path:
     """`<checkpoints>/<experiment>/verl-p40-run.json` from a run plan's `record`: how the run's checkpoints were made
     (LoRA's alpha is read back by `fold`). A resumed run must agree with it on what the checkpoints hold."""

@@ -80,13 +80,14 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from verl_p40 import doctor
-    from verl_p40.checkpoints import write_run_record
+    from verl_p40.checkpoints import check_resume, write_run_record
     from verl_p40.train import plan, preflight, run_trainer
 
     options = _run_options(args)
     skip = doctor.skips(args.skip_check)
     run = plan(options)
     _print_notes(run.notes)
+    check_resume(run.record)
     if args.dry_run:  # the files a run needs are checked (no GPU, no Ray)
         file_checks = {name: "--dry-run" for name in doctor.DEFAULT if name not in ("model", "data")}
         preflight(options, {**file_checks, **skip}, quiet=True)

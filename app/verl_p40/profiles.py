@@ -48,6 +48,9 @@ class Profile(Settings):
     """A hardware profile; `verl` has base.yaml and every profile it extends merged under its own values."""
 
     match: dict[str, float] = field(default_factory=dict)
+    # what the profile was measured at on one GPU (its own file only): worker_peak_gb (NVML), card_gb, and
+    # model_parameters; layout.unoffload reads it to keep sharded states on the GPU when a run has several
+    measured: dict[str, float] = field(default_factory=dict)
 
     def fits(self, gpu: GPUInfo) -> bool:
         lo = self.match.get("min_compute_capability", 0.0)
@@ -102,17 +105,20 @@ def load(name: str) -> Profile:
         path=folder / f"{name}.yaml",
         description=str(data.get("description", "")),
         match={k: float(v) for k, v in (data.get("match") or {}).items()},
+        measured={k: float(v) for k, v in (data.get("measured") or {}).items()},
         verl=OmegaConf.to_container(merged),
     )
 
 
-def select(gpus: list[GPUInfo]) -> tuple[Profile, list[str]]:
-    """The profile for the first GPU, and notes worth printing (memory below what the profile was sized for,
-    mixed GPU models).
+def select(gpus: list[GPUInfo] | tuple[GPUInfo, ...]) -> tuple[Profile, list[str]]:
+    """The profile for the weakest of the GPUs a run uses, and notes worth printing (memory below what the profile
+    was sized for, mixed GPU models).
 
     Among the profiles whose compute-capability range holds the GPU, the narrowest range wins, then the largest
     memory size (`match.memory_gib`) the GPU has (10 % tolerance: a 24 GB card reports 23.9 GiB)."""
-    gpu = gpus[0]
+    from verl_p40.layout import weakest
+
+    gpu = weakest(gpus)
     candidates = [load(name) for name in available()]
     matching = [p for p in candidates if p.fits(gpu)]
     if not matching:
@@ -134,6 +140,6 @@ def select(gpus: list[GPUInfo]) -> tuple[Profile, list[str]]:
             f"{gpu.memory_total_gib:.1f} GiB: lower data.train_batch_size and the micro-batch sizes, or offload "
             "(actor_rollout_ref.actor.fsdp_config.param_offload=true ...)"
         )
-    if len({g.name for g in gpus}) > 1:
-        notes.append("warning: mixed GPU models; the profile follows GPU 0")
+    if len({(g.name, g.compute_capability, round(g.memory_total_gib)) for g in gpus}) > 1:
+        notes.append(f"mixed GPUs ({'; '.join(g.describe() for g in gpus)}): sized for the weakest, GPU {gpu.index}")
     return profile, notes

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from verl_p40 import UserError, algorithms, defaults, engines, reward
+from verl_p40 import layout as layout_mod
 from verl_p40.failures import Diagnosis
 from verl_p40.options import option
 from verl_p40 import profiles as profiles_mod
@@ -53,6 +54,10 @@ class RunOptions:
     gpu_memory_cap_gb: float | None = option(None, "cap PyTorch's memory per GPU process at N*10^9 bytes (size a run "
                                              "for a smaller card)", env=defaults.GPU_MEMORY_CAP_ENV, kind=float,
                                              low=0.5, shown="no cap")
+    gpus: str = option("all", "this host's GPUs to train on, as nvidia-smi numbers them (all, or e.g. 0,1); the "
+                       "batch grows with their count, the per-GPU work stays the profile's", env="VERL_P40_GPUS")
+    nodes: int = option(1, "hosts in the Ray cluster (trainer.nnodes); above 1 the trainer joins the cluster at "
+                        "RAY_ADDRESS (verl-p40 cluster head / join)", env="VERL_P40_NODES", kind=int, low=1)
     sets: list[str] = field(default_factory=list)  # verl config values: --set KEY=VALUE and the positional ones
 
 
@@ -77,23 +82,64 @@ class RunPlan:
         return f"{env} {cmd}" if env else cmd
 
 
-def resolve_profile(name: str) -> tuple[profiles_mod.Profile, list[str], float | None]:
-    """The profile, notes on the choice, and the GPU's compute capability where NVML sees one (else None)."""
+def detect_gpus() -> list | None:
+    """Every GPU NVML reports, or None where there is no driver (a config made on another machine)."""
     from verl_p40.gpu import detect
 
-    if name != "auto":
-        try:
-            sm: float | None = detect()[0].sm
-        except UserError:
-            sm = None
-        return profiles_mod.load(name), [f"profile: {name} (chosen by name)"], sm
     try:
-        gpus = detect()
-        profile, notes = profiles_mod.select(gpus)
-    except UserError as exc:
-        raise UserError(f"--profile auto: {exc}; pass --profile NAME ({', '.join(profiles_mod.available())})",
-                        exc.exit_code) from None
-    return profile, notes, gpus[0].sm
+        return detect()
+    except UserError:
+        return None
+
+
+def resolve_profile(name: str, gpus: tuple | None) -> tuple[profiles_mod.Profile, list[str], float | None]:
+    """The profile for the run's GPUs (the weakest of them, for auto), notes on the choice, and the weakest GPU's
+    compute capability (None without a driver)."""
+    from verl_p40.layout import weakest
+
+    sm = weakest(gpus).sm if gpus else None
+    if name != "auto":
+        return profiles_mod.load(name), [f"profile: {name} (chosen by name)"], sm
+    if not gpus:
+        from verl_p40.gpu import detect
+
+        try:
+            detect()  # the driver's own reason, with its exit code
+            reason, code = "no GPU", 3
+        except UserError as exc:
+            reason, code = str(exc), exc.exit_code
+        raise UserError(f"--profile auto: {reason}; pass --profile NAME ({', '.join(profiles_mod.available())})", code)
+    profile, notes = profiles_mod.select(gpus)
+    return profile, notes, sm
+
+
+def layout_overrides(layout: layout_mod.Layout, profile: profiles_mod.Profile, model: str,
+                     cap_gb: float | None) -> tuple[list[Override], list[str]]:
+    """verl settings for the GPUs and hosts: counts, batches scaled by the world size, and offloaded states that fit
+    on the GPU once sharded (from the profile's one-GPU measurement of the same model size)."""
+    from verl_p40 import budget
+
+    values, notes = layout_mod.settings(layout, profile.verl)
+    origin = f"--gpus/--nodes ({layout.describe()})"
+    out = [Override(key, str(value), origin) for key, value in values.items()]
+    measured = profile.measured
+    if layout.world > 1 and measured:
+        try:
+            parameters = budget.model_parameters(Path(model).expanduser())
+        except (OSError, UserError, ValueError, KeyError):
+            parameters = None
+        if parameters and abs(parameters - measured["model_parameters"]) <= 0.01 * measured["model_parameters"]:
+            card = min([g.memory_total_gib * 2**30 / 1e9 for g in layout.gpus] + [cap_gb or float("inf"),
+                                                                                  measured["card_gb"]])
+            sharded = 8 * parameters * (1 - 1 / layout.world) / 1e9  # the actor's weights and gradients, sharded
+            keep, why = layout_mod.unoffload(layout, profile.verl, parameters,
+                                             card - measured["worker_peak_gb"] + sharded)
+            out += [Override(key, "false", f"{origin}: sharded {layout.world} ways") for key in keep]
+            notes += why
+        else:
+            notes.append(f"offloading as the profile says: its memory was measured with "
+                         f"{measured['model_parameters'] / 1e6:.0f}M parameters, not this model's")
+    return out, notes
 
 
 def _tensorboard_available() -> bool:
@@ -101,11 +147,24 @@ def _tensorboard_available() -> bool:
 
 
 def plan(options: RunOptions) -> RunPlan:
-    profile, notes, sm = resolve_profile(options.profile)
+    layout = layout_mod.choose(detect_gpus(), options.gpus, options.nodes)
+    profile, notes, sm = resolve_profile(options.profile, layout.gpus)
     completed, choices = engines.complete(profile.verl, engines.here(sm))
     profile = dataclasses.replace(profile, verl=completed)
     notes += choices
     overrides: list[Override] = profile_overrides(profile)
+    placed, placement_notes = layout_overrides(layout, profile, options.model, options.gpu_memory_cap_gb)
+    overrides += placed
+    notes += placement_notes
+    # the algorithm divides the batch per prompt: it starts from the batch the layout scaled
+    scaled = {o.key: int(o.value) for o in placed if o.key in layout_mod.BATCH_KEYS}
+    if scaled:
+        from omegaconf import OmegaConf
+
+        tree = OmegaConf.create(profile.verl)
+        for key, value in scaled.items():
+            OmegaConf.update(tree, key, value)
+        profile = dataclasses.replace(profile, verl=OmegaConf.to_container(tree))
     algorithm = algorithms.load(options.algorithm)
     overrides += settings_overrides(algorithm.verl, str(algorithm.path))
     lora = algorithms.lora(options.lora_rank, options.lora_alpha)
@@ -128,7 +187,8 @@ def plan(options: RunOptions) -> RunPlan:
     model = str(Path(options.model).expanduser())
     data = Path(options.data).expanduser()
     checkpoints = Path(options.checkpoints).expanduser().absolute()
-    env: dict[str, str] = {"TENSORBOARD_DIR": str(Path(options.logs).expanduser().absolute() / "tensorboard")}
+    env: dict[str, str] = {"TENSORBOARD_DIR": str(Path(options.logs).expanduser().absolute() / "tensorboard"),
+                           **layout_mod.env(layout)}
     # Without expandable segments the caching allocator kept 4 GB reserved-but-unusable at the 24 GB cap and
     # the actor update ran out of memory (bench/results, first p40-profile run).
     env.setdefault("PYTORCH_CUDA_ALLOC_CONF", os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"))
@@ -172,6 +232,8 @@ def plan(options: RunOptions) -> RunPlan:
     rules.check(cfg, base_config(), {o.key.lstrip("+~"): o.origin for o in overrides})
     model_cfg = cfg.actor_rollout_ref.model
     record = {"checkpoints": str(cfg.trainer.default_local_dir), "profile": profile.name,
+              "world_size": int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes),
+              "resume_mode": str(cfg.trainer.resume_mode),
               "algorithm": algorithm.name, "adv_estimator": str(cfg.algorithm.adv_estimator),
               "samples_per_prompt": int(cfg.actor_rollout_ref.rollout.n), "model": str(model_cfg.path),
               "lora": ({"rank": int(model_cfg.lora_rank), "alpha": int(model_cfg.lora_alpha),
