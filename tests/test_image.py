@@ -30,7 +30,7 @@ def test_hadolint_reports_nothing():
 @pytest.fixture(scope="module")
 def compose() -> dict:
     result = subprocess.run([_tool("docker-compose"), "--env-file", ".env.example", "--profile", "eval",
-                             "--profile", "tensorboard", "--profile", "export", "config",
+                             "--profile", "tensorboard", "--profile", "export", "--profile", "cluster", "config",
                              "--format", "json"], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
@@ -44,7 +44,7 @@ def trainer_stop_grace(services: dict) -> str:
 def test_compose_services_volumes_and_wiring(compose):
     services = compose["services"]
     assert set(services) == {"model-fetch", "data-prep", "doctor", "trainer", "gpu-monitor", "eval", "tensorboard",
-                             "export"}
+                             "export", "ray-head", "ray-worker"}
     exporter = services["export"]
     assert exporter["profiles"] == ["export"] and exporter["restart"] == "no" and "deploy" not in exporter
     assert exporter["command"] == ["--model", "latest", "--out", "/exports", "--gguf", "f16,q8_0"]
@@ -63,9 +63,21 @@ def test_compose_services_volumes_and_wiring(compose):
         "data-prep": {"condition": "service_completed_successfully", "required": True},
     }
     assert trainer["depends_on"] == {"doctor": {"condition": "service_completed_successfully", "required": True}}
-    for gpu_service in (trainer, doctor, services["gpu-monitor"], services["eval"]):
+    for gpu_service in (trainer, doctor, services["gpu-monitor"], services["eval"], services["ray-head"],
+                        services["ray-worker"]):
         (device,) = gpu_service["deploy"]["resources"]["reservations"]["devices"]
-        assert device["capabilities"] == ["gpu"] and device["device_ids"] == ["0"]
+        # every GPU reserved; GPUS picks among them inside (a device_ids list from one variable breaks under CDI)
+        assert device["capabilities"] == ["gpu"] and device["count"] == -1 and "device_ids" not in device
+    assert trainer["environment"]["VERL_P40_GPUS"] == "all" == doctor["environment"]["VERL_P40_GPUS"]
+    head, worker = services["ray-head"], services["ray-worker"]
+    for node in (head, worker):  # Ray's ports on every host: host networking, the profile keeps them opt-in
+        assert node["profiles"] == ["cluster"] and node["network_mode"] == "host" and node["restart"] == "no"
+        assert {v["target"]: v["source"] for v in node["volumes"]} == {v["target"]: v["source"]
+                                                                       for v in trainer["volumes"]}
+        assert set(node["depends_on"]) == {"model-fetch", "data-prep"} and node["init"] is True
+    assert head["environment"]["VERL_P40_NODES"] == "2" and head["environment"]["RAY_PORT"] == "6379"
+    assert head["environment"]["VERL_P40_PROFILE"] == "auto" and head["stop_grace_period"] == "3m0s"
+    assert worker["environment"]["RAY_HEAD"] == "" and worker["environment"]["VERL_P40_GPUS"] == "all"
     assert int(trainer["shm_size"]) >= 8 * 2**30 and int(doctor["shm_size"]) == int(trainer["shm_size"])
     # a deterministic failure must not repeat: no restart policy; PID 1 reaps what Ray leaves behind
     assert trainer["restart"] == "no" and trainer["init"] is True
@@ -123,7 +135,7 @@ def test_the_image_constrains_torch_in_every_pip_call():
 def test_entrypoints_only_exec_the_cli():
     scripts = sorted((REPO / "entrypoints").glob("*.sh"))
     assert {s.stem for s in scripts} == {"model-fetch", "data-prep", "doctor", "trainer", "gpu-monitor", "eval",
-                                         "tensorboard", "export"}
+                                         "tensorboard", "export", "ray-head", "ray-worker"}
     for script in scripts:
         code = [ln for ln in script.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
         program = "tensorboard" if script.stem == "tensorboard" else "verl-p40 "  # TensorBoard's own program, as is
@@ -215,7 +227,7 @@ def test_doctor_entrypoint_reports_every_check(tmp_path):
     assert result.returncode == 2
     lines = result.stdout.splitlines()
     assert [ln.split()[1] for ln in lines[:-1]] == ["gpu", "kernels", "compute", "verl", "model", "data", "writable",
-                                                     "disk", "shm", "ram"]
+                                                     "disk", "shm", "ram", "cluster"]
     assert lines[0].startswith("FAIL  gpu") and lines[-1].startswith("doctor: ")
 
 

@@ -98,6 +98,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     return run_trainer(run, options.logs)
 
 
+def cmd_cluster(args: argparse.Namespace) -> int:
+    from verl_p40 import cluster
+
+    if args.role == "join":
+        return cluster.cmd_join(args, _run_options(args))
+    return cluster.cmd_head(args, _run_options(args), lambda: cmd_train(args))
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from verl_p40 import benchmark, doctor
 
@@ -260,6 +268,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_skip_check(p)
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="verl config values, as with --set")
 
+    p = add("cluster", cmd_cluster, "several hosts: start a Ray head here and train on the cluster, or join one")
+    from verl_p40.cluster import add_arguments as add_cluster_arguments
+
+    add_cluster_arguments(p)
+    _add_run_options(p)
+    _add_gpu_memory_cap(p)
+    _add_skip_check(p)
+    p.set_defaults(dry_run=False)
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="head: verl config values, as with train")
+
     p = add("bench", cmd_bench, "a few training steps on random weights of the model's shape: s/step, peak memory and "
             "the P40 projection, as a shareable JSON")
     _add_run_options(p)
@@ -283,36 +301,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="report each patch; exit 1 unless all are applied")
     p.add_argument("--force", action="store_true", help=f"patch a verl other than {VERL_VERSION}")
 
+    from verl_p40.monitor import add_arguments as monitor_arguments
+
     p = add("monitor", cmd_monitor, "sample the GPUs through NVML: CSV, Prometheus metrics, summary and plot")
-    p.add_argument("--interval", type=number(float, 0.05), default=1.0, help="seconds between samples [%(default)s]")
-    p.add_argument("--out", default=defaults.LOGS.join("gpu"), help="output folder [%(default)s]")
-    p.add_argument("--port", type=number(int, 1, 65535), default=None, help="serve Prometheus metrics on this port")
-    p.add_argument("--bind", default="127.0.0.1", help="address for the metrics port [%(default)s]")
-    p.add_argument("--gpus", help="comma list of GPU indices [all]")
-    p.add_argument("--once", action="store_true", help="take one sample, print it, exit")
-    p.add_argument("--samples", type=number(int, 1), default=None, help="stop after N samples [run until SIGTERM/SIGINT]")
-    p.add_argument("--alert-mem-pct", type=number(float, 0, 100), default=None, help="warn when a GPU's memory use crosses N %%")
-    p.add_argument("--max-csv-mb", type=number(float, 0.01), default=50, help="rotate gpu.csv at this size [%(default)s]")
-    p.add_argument("--plot", metavar="CSV", help="only redraw the picture from a gpu.csv")
-    p.add_argument("--plot-out", help="with --plot: where to write the PNG [beside the CSV]")
+    monitor_arguments(p)
+
+    from verl_p40.evaluate import add_arguments as eval_arguments
 
     p = add("eval", cmd_eval, "GSM8K accuracy of a model, or of two side by side (before/after PPO)")
-    p.add_argument("--model", required=True, help="Hugging Face folder, verl checkpoint .../global_step_N/actor, or latest")
-    p.add_argument("--compare", help="a second model, same forms (the trained one)")
-    p.add_argument("--data", default=defaults.DATA.join("test.parquet"), help="[%(default)s]")
-    p.add_argument("--out", default=defaults.LOGS.join("eval"), help="[%(default)s]")
-    p.add_argument("--limit", type=number(int, 1), help="only the first N questions")
-    p.add_argument("--batch-size", type=number(int, 1), default=32, help="[%(default)s]")
-    p.add_argument("--max-new-tokens", type=number(int, 1), default=512, help="[%(default)s]")
-    p.add_argument("--checkpoints", default=defaults.CHECKPOINTS.get(), help="for 'latest' [%(default)s]")
-    p.add_argument("--logs", default=defaults.LOGS.get(), help="trainer logs for curves.png [%(default)s]")
-    p.add_argument("--device", help="cuda, cuda:1 or cpu [cuda when available]")
-    p.add_argument("--examples", type=number(int, 0), default=10, help="questions shown side by side in report.md [%(default)s]")
-    p.add_argument("--engine", choices=("auto", "hf", "vllm"), default="auto",
-                   help="generation engine: auto = vLLM where installed on sm_70+, else HF generate [%(default)s]")
-    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
-                   help="of the weights while generating; bf16 greedy answers do not repeat run to run, so compare "
-                   "models in fp32 [%(default)s]")
+    eval_arguments(p)
 
     p = add("export", cmd_export, "a trained model to take home: Hugging Face folder (fp16/fp32), LoRA adapter, GGUF")
     p.add_argument("--model", default="latest", help="verl checkpoint .../global_step_N/actor, latest, or a Hugging Face "

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from verl_p40 import VERL_VERSION, UserError
 from verl_p40.checks import (CheckFailed, CheckSkipped, Context, check_apex, check_compute, check_gpu, check_kernels,
                              check_torch_build, check_verl, check_vllm)
+from verl_p40.cluster import check_cluster
 from verl_p40.host_checks import check_data, check_disk, check_model, check_ram, check_shm, check_writable
 
 __all__ = ["Context", "Result", "run_checks", "report", "skips", "parse_names", "names_help", "DEFAULT"]
@@ -55,6 +56,8 @@ CHECKS = [
     Check("disk", check_disk, "free disk for the checkpoints the run keeps"),
     Check("shm", check_shm, "/dev/shm for Ray's object store and NCCL"),
     Check("ram", check_ram, "host memory for offloaded state and Ray"),
+    Check("cluster", check_cluster, "with --nodes above 1: every host joined, sees the model and data, shares the "
+          "checkpoints folder"),
     Check("torch-build", check_torch_build, "the torch build has sm_60 kernels (image build check)"),
     Check("apex", check_apex, "Apex's CUDA extensions import (image build check)"),
     Check("vllm", check_vllm, "vLLM and verl's vLLM rollout import (build check of the -vllm variant)"),

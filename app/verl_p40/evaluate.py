@@ -192,3 +192,25 @@ def run(model: str, compare: str | None, data: Path, out: Path, limit: int | Non
     write_text(out / "report.md", markdown(summary, records, labels, examples, {k: str(v) for k, v in models.items()},
                                            curves, dtype, comparison))
     return report
+
+def add_arguments(p) -> None:
+    """`verl-p40 eval`'s options."""
+    from verl_p40 import defaults
+    from verl_p40.options import number
+
+    p.add_argument("--model", required=True, help="Hugging Face folder, verl checkpoint .../global_step_N/actor, or latest")
+    p.add_argument("--compare", help="a second model, same forms (the trained one)")
+    p.add_argument("--data", default=defaults.DATA.join("test.parquet"), help="[%(default)s]")
+    p.add_argument("--out", default=defaults.LOGS.join("eval"), help="[%(default)s]")
+    p.add_argument("--limit", type=number(int, 1), help="only the first N questions")
+    p.add_argument("--batch-size", type=number(int, 1), default=32, help="[%(default)s]")
+    p.add_argument("--max-new-tokens", type=number(int, 1), default=512, help="[%(default)s]")
+    p.add_argument("--checkpoints", default=defaults.CHECKPOINTS.get(), help="for 'latest' [%(default)s]")
+    p.add_argument("--logs", default=defaults.LOGS.get(), help="trainer logs for curves.png [%(default)s]")
+    p.add_argument("--device", help="cuda, cuda:1 or cpu [cuda when available]")
+    p.add_argument("--examples", type=number(int, 0), default=10, help="questions shown side by side in report.md [%(default)s]")
+    p.add_argument("--engine", choices=("auto", "hf", "vllm"), default="auto",
+                   help="generation engine: auto = vLLM where installed on sm_70+, else HF generate [%(default)s]")
+    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
+                   help="of the weights while generating; bf16 greedy answers do not repeat run to run, so compare "
+                   "models in fp32 [%(default)s]")
