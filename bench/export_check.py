@@ -1,0 +1,88 @@
+"""Does the exported fp16 model answer as the checkpoint does? (issue 21's GPU check, real weights.)
+
+On the GPU machine under the Pascal mask (a P40, 24 GB cap), with real weights of Qwen2.5-0.5B's shape: two PPO
+steps of the p40 profile saved as a checkpoint, `verl-p40 export --model latest --dtype fp16`, then greedy answers to
+64 GSM8K test questions from the checkpoint (merged by verl's merger, fp32) and from the exported folder (fp16), and
+how many are the same text. Every step through the product's CLI.
+
+After staging the GGUF (bench/results/README.md, "Real weights") and `bash .gpu-bundle/install.sh && source
+bench/gpu_setup.sh`:
+    python3 bench/export_check.py --gguf /tmp/model.gguf --out $OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from generations import mask_env, verl_p40
+
+HERE = Path(__file__).parent
+WORK = Path("/tmp/export-check")
+QUESTIONS = 64
+
+
+def answers(folder: Path) -> dict[int, str]:
+    records = [json.loads(line) for line in (folder / "answers.jsonl").read_text().splitlines() if line.strip()]
+    return {r["index"]: r["models"]["base"]["answer"] for r in records}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gguf", default="/tmp/model.gguf")
+    parser.add_argument("--model", type=Path, default=Path("/tmp/qwen-real"), help="made from --gguf when absent")
+    parser.add_argument("--tokenizer", default=".gpu-shared/qwen2.5-0.5b-instruct")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    WORK.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    log, env = WORK / "commands.log", mask_env("6.1")
+    if not (args.model / "config.json").is_file():
+        subprocess.run([sys.executable, str(HERE / "gguf_to_hf.py"), "--gguf", args.gguf, "--tokenizer",
+                        args.tokenizer, "--out", str(args.model)], check=True)
+    ckpt, exports = WORK / "ckpt", WORK / "exports"
+    steps = [
+        ("train", ["train", "--profile", "p40", "--gpu-memory-cap-gb", "24", "--model", str(args.model), "--data",
+                   "/tmp/gsm8k", "--logs", str(WORK / "logs"), "--checkpoints", str(ckpt),
+                   "--reward-method", "flexible", "trainer.total_training_steps=2", "trainer.save_freq=2"], 420),
+        ("export", ["export", "--model", "latest", "--checkpoints", str(ckpt), "--out", str(exports),
+                    "--dtype", "fp16"], 240),
+        ("eval-checkpoint", ["eval", "--model", "latest", "--checkpoints", str(ckpt), "--data",
+                             "/tmp/gsm8k/test.parquet", "--limit", str(QUESTIONS), "--dtype", "fp32", "--max-new-tokens",
+                             "320", "--batch-size", "64", "--out", str(WORK / "eval-checkpoint"), "--logs", ""], 240),
+    ]
+    result: dict = {"questions": QUESTIONS, "mask_cc": "6.1", "cap_gb": 24, "steps": {}}
+    for name, command, timeout in steps:
+        started = time.time()
+        code = verl_p40(*command, env=env, log=log, timeout=timeout)
+        result["steps"][name] = {"command": "verl-p40 " + " ".join(command), "exit_code": code,
+                                 "wall_s": round(time.time() - started, 1)}
+        if code != 0:
+            break
+    exported = next(exports.glob("*-hf-fp16"), None) if exports.is_dir() else None
+    if exported:
+        command = ["eval", "--model", str(exported), "--data", "/tmp/gsm8k/test.parquet", "--limit", str(QUESTIONS),
+                   "--dtype", "fp16", "--max-new-tokens", "320", "--batch-size", "64", "--out",
+                   str(WORK / "eval-export"), "--logs", ""]
+        code = verl_p40(*command, env=env, log=log, timeout=240)
+        result["steps"]["eval-export"] = {"command": "verl-p40 " + " ".join(command), "exit_code": code}
+        if code == 0:
+            first, second = answers(WORK / "eval-checkpoint"), answers(WORK / "eval-export")
+            same = sum(first[i] == second.get(i) for i in first)
+            result["same_answers"] = same
+            result["same_share"] = round(same / len(first), 4)
+            result["passes_95pct"] = same / len(first) >= 0.95
+            for name in ("eval-checkpoint", "eval-export"):
+                result[name] = json.loads((WORK / name / "report.json").read_text())["models"]["base"]
+    (args.out / "export-check.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    kept = [name for name in ("logs", "eval-checkpoint", "eval-export", "commands.log") if (WORK / name).exists()]
+    subprocess.run(["tar", "-czf", str(args.out / "logs-export-check.tgz"), "-C", str(WORK), *kept])  # no weights
+
+
+if __name__ == "__main__":
+    main()
