@@ -276,7 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_gpu_memory_cap(p)
     _add_skip_check(p)
     p.set_defaults(dry_run=False)
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="head: verl config values, as with train")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="head: verl config values, as with train (right after the role, or with --set)")
 
     p = add("bench", cmd_bench, "a few training steps on random weights of the model's shape: s/step, peak memory and "
             "the P40 projection, as a shareable JSON")
