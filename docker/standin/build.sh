@@ -107,6 +107,9 @@ inside bash -c 'HF_HUB_OFFLINE=1 /opt/verl-p40/entrypoints/export.sh --model /tm
   --gguf q8_0 && ls /tmp/exports'
 inside bash -c 'HF_HUB_OFFLINE=1 VERL_P40_MODEL_FROM=/tmp/tiny-qwen VERL_P40_MODEL=/tmp/models/m \
   /opt/verl-p40/entrypoints/model-fetch.sh'
+echo "--- the cluster services: Ray's own command is there, and ray-worker without RAY_HEAD says what it needs"
+inside ray --version
+inside bash -c '/opt/verl-p40/entrypoints/ray-worker.sh; echo "ray-worker exit code: $?"'
 if [ "$variant" = vllm ]; then
   inside bash -c 'pip check; python -c "import vllm, verl.workers.rollout.vllm_rollout; print(\"vllm\", vllm.__version__, \"and verl.workers.rollout.vllm_rollout import\")"'
   inside bash -c 'pip list 2>/dev/null | grep -i -E "^(torch|vllm|xformers|verl|verl-p40|transformers|ray) "'
