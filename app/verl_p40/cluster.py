@@ -23,9 +23,7 @@ import time
 import uuid
 from pathlib import Path
 
-from verl_p40 import UserError
-from verl_p40.layout import env as layout_env
-
+from verl_p40 import UserError, layout as layout_mod
 
 
 def ray_command() -> str:
@@ -43,11 +41,10 @@ def ray_start(extra: list[str], gpus: int, ip: str | None, base: int) -> list[st
     return command + (["--node-ip-address", ip] if ip else [])
 
 
-def _layout(options):
-    from verl_p40 import layout
+def _layout(options) -> layout_mod.Layout:
     from verl_p40.train import detect_gpus
 
-    return layout.choose(detect_gpus(), options.gpus, options.nodes)
+    return layout_mod.choose(detect_gpus(), options.gpus, options.nodes)
 
 
 def _run(command: list[str], env: dict[str, str]) -> None:
@@ -140,7 +137,7 @@ def cmd_head(args: argparse.Namespace, options, train) -> int:
     layout = _layout(options)
     port, ip = str(args.port), args.node_ip or None
     address = f"{ip or '127.0.0.1'}:{port}"
-    env = layout_env(layout)  # Ray's workers here see the chosen GPUs only
+    env = layout_mod.env(layout)  # Ray's workers here see the chosen GPUs only
     _run(ray_start(["--head", "--port", port, "--include-dashboard", "false"], layout.per_node, ip, args.port), env)
     try:
         wait_for(address, options.nodes, layout.per_node, args.wait_s)
@@ -158,7 +155,7 @@ def cmd_join(args: argparse.Namespace, options) -> int:
     if not args.address:
         raise UserError("--address HEAD:PORT (RAY_HEAD) is needed: where `verl-p40 cluster head` runs")
     layout = _layout(options)
-    env = layout_env(layout)
+    env = layout_mod.env(layout)
     command = ray_start(["--address", args.address, "--block"], layout.per_node, args.node_ip or None, args.port)
     print("$ " + " ".join(command), flush=True)
     os.execvpe(command[0], command, {**os.environ, **env})

@@ -113,22 +113,35 @@ def settings(layout: Layout, verl: dict) -> tuple[dict[str, int], list[str]]:
     return out, notes
 
 
-def unoffload(layout: Layout, verl: dict, parameters: int, headroom_gb: float) -> tuple[dict[str, bool], list[str]]:
+def headroom_gb(layout: Layout, measured: dict[str, float], parameters: int, cap_gb: float | None) -> float:
+    """Room left on each GPU by the profile's one-GPU measurement: the card (the smallest of the GPUs, the cap and the
+    card it was measured on) minus the worker's measured peak, plus what sharding the actor's weights and gradients
+    (8 bytes a parameter) W ways gives back."""
+    card = min([g.memory_total_gib * 2**30 / 1e9 for g in layout.gpus] + [cap_gb or float("inf"), measured["card_gb"]])
+    return card - measured["worker_peak_gb"] + 8 * parameters * (1 - 1 / layout.world) / 1e9
+
+
+def unoffload(layout: Layout, verl: dict, parameters: int | None, measured: dict[str, float],
+              cap_gb: float | None) -> tuple[dict[str, bool], list[str]]:
     """States the profile offloads that fit on the GPU once sharded W ways: each state (bytes per parameter / W) is
-    kept on the GPU, cheapest first, while the sum stays within `headroom_gb` (the profile's measured room below
-    the card: its memory minus the worker's measured peak). Returns {offload key: False} and notes."""
+    kept on the GPU, cheapest first, while the sum stays within `headroom_gb`. Only for the model size the profile
+    was measured with (`measured`, from its yaml). Returns {offload key: False} and notes."""
     from omegaconf import OmegaConf
 
-    tree = OmegaConf.create(verl)
-    if layout.world < 2 or headroom_gb <= 0:
+    if layout.world < 2 or not measured:
         return {}, []
+    if not parameters or abs(parameters - measured["model_parameters"]) > 0.01 * measured["model_parameters"]:
+        return {}, [f"offloading as the profile says: its memory was measured with "
+                    f"{measured['model_parameters'] / 1e6:.0f}M parameters, not this model's"]
+    room = headroom_gb(layout, measured, parameters, cap_gb)
+    tree = OmegaConf.create(verl)
     out, notes, used = {}, [], 0.0
     for key, what, per_parameter in OFFLOADS:
         if OmegaConf.select(tree, key) is not True:
             continue
         size = per_parameter * parameters / layout.world / 1e9
-        if used + size > headroom_gb:
-            notes.append(f"{what} stay offloaded ({size:.1f} GB a GPU would not fit the {headroom_gb:.1f} GB left)")
+        if used + size > room:
+            notes.append(f"{what} stay offloaded ({size:.1f} GB a GPU would not fit the {room:.1f} GB left)")
             continue
         used += size
         out[key] = False

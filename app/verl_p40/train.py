@@ -122,23 +122,14 @@ def layout_overrides(layout: layout_mod.Layout, profile: profiles_mod.Profile, m
     values, notes = layout_mod.settings(layout, profile.verl)
     origin = f"--gpus/--nodes ({layout.describe()})"
     out = [Override(key, str(value), origin) for key, value in values.items()]
-    measured = profile.measured
-    if layout.world > 1 and measured:
+    if layout.world > 1 and profile.measured:
         try:
             parameters = budget.model_parameters(Path(model).expanduser())
         except (OSError, UserError, ValueError, KeyError):
             parameters = None
-        if parameters and abs(parameters - measured["model_parameters"]) <= 0.01 * measured["model_parameters"]:
-            card = min([g.memory_total_gib * 2**30 / 1e9 for g in layout.gpus] + [cap_gb or float("inf"),
-                                                                                  measured["card_gb"]])
-            sharded = 8 * parameters * (1 - 1 / layout.world) / 1e9  # the actor's weights and gradients, sharded
-            keep, why = layout_mod.unoffload(layout, profile.verl, parameters,
-                                             card - measured["worker_peak_gb"] + sharded)
-            out += [Override(key, "false", f"{origin}: sharded {layout.world} ways") for key in keep]
-            notes += why
-        else:
-            notes.append(f"offloading as the profile says: its memory was measured with "
-                         f"{measured['model_parameters'] / 1e6:.0f}M parameters, not this model's")
+        keep, why = layout_mod.unoffload(layout, profile.verl, parameters, profile.measured, cap_gb)
+        out += [Override(key, "false", f"{origin}: sharded {layout.world} ways") for key in keep]
+        notes += why
     return out, notes
 
 
