@@ -46,7 +46,7 @@ def main() -> None:
                         args.tokenizer, "--out", str(args.model)], check=True)
     ckpt, exports = WORK / "ckpt", WORK / "exports"
     steps = [
-        ("train", ["train", "--profile", "p40", "--gpu-memory-cap-gb", "24", "--model", str(args.model), "--data",
+        ("train", ["train", "--profile", "p40", "--gpu-memory-cap-gb", "24", "--gpus", "0", "--model", str(args.model), "--data",
                    "/tmp/gsm8k", "--logs", str(WORK / "logs"), "--checkpoints", str(ckpt),
                    "--reward-method", "flexible", "trainer.total_training_steps=2", "trainer.save_freq=2"], 420),
         ("export", ["export", "--model", "latest", "--checkpoints", str(ckpt), "--out", str(exports),

@@ -2,7 +2,7 @@
 each, audit off), random weights of Qwen2.5-0.5B's shape, real GSM8K, the product's own settings only:
 
 - `bench`: `verl-p40 bench --gpus 0` and `--gpus 0,1` (the layout scales the batch and keeps sharded states on the
-  GPU), 4 steps each: s/step, prompts/s, the speed-up, peak memory per GPU (NVML, `verl-p40 monitor`'s sampler).
+  GPU), 3 steps each (2 timed): s/step, prompts/s, the speed-up, peak memory per GPU (NVML, `verl-p40 monitor`'s sampler).
 - `cluster`: two Ray hosts on this machine, started as the compose services start them (`verl-p40 cluster head
   --nodes 2 --gpus 0` training 2 steps with a checkpoint, `verl-p40 cluster join --gpus 1`), then that 2-GPU
   checkpoint resumed on 1 GPU (expected: exit 2 and one line) and read by `verl-p40 eval --model latest`.
@@ -33,7 +33,7 @@ def bench(out: Path) -> None:
     for name, gpus in (("one-gpu", "0"), ("two-gpus", "0,1")):
         started = time.time()
         code = verl_p40("bench", *COMMON, "--gpus", gpus, "--model", ".gpu-shared/qwen2.5-0.5b-instruct",
-                        "--keep-model", "/tmp/qwen-random", "--steps", "4", "--out", str(WORK / f"{name}.json"),
+                        "--keep-model", "/tmp/qwen-random", "--steps", "3", "--out", str(WORK / f"{name}.json"),
                         "--logs", str(WORK / f"logs-{name}"), env=mask_env("6.1"), log=WORK / f"{name}.log",
                         timeout=420)
         result = json.loads((WORK / f"{name}.json").read_text()) if (WORK / f"{name}.json").exists() else {}

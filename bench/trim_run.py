@@ -1,5 +1,5 @@
 """trim_padding on the GPU: `verl-p40 bench` with the p40 profile as it is (trim_padding on) and with it turned off,
-in one call, under the Pascal mask (a P40: sm_61, 24 GB cap, audit off), batch 64, on real weights of Qwen2.5-0.5B's
+in one call or two, on GPU 0, under the Pascal mask (a P40: sm_61, 24 GB cap, audit off), batch 64, on real weights of Qwen2.5-0.5B's
 shape (the real-weights proxy: its answers have real lengths, so the response side is trimmed too), real GSM8K.
 
 Run on the GPU machine after staging the GGUF (bench/results/README.md, "Real weights"),
@@ -25,7 +25,7 @@ RUNS = {"trimmed": [], "full-width": OFF}
 
 
 def run(name: str, model: Path, steps: int, out: Path) -> None:
-    args = ["bench", "--profile", "p40", "--gpu-memory-cap-gb", "24", *RUNS[name], "--data", "/tmp/gsm8k",
+    args = ["bench", "--profile", "p40", "--gpu-memory-cap-gb", "24", "--gpus", "0", *RUNS[name], "--data", "/tmp/gsm8k",
             "--model", str(model), "--keep-model", str(model), "--steps", str(steps),
             "--out", str(WORK / f"{name}.json"), "--logs", str(WORK / f"logs-{name}")]
     started = time.time()
@@ -59,6 +59,8 @@ def main() -> None:
     parser.add_argument("phase", choices=["run", "report"])
     parser.add_argument("--model", type=Path, default=Path("/tmp/qwen-real"))
     parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--runs", nargs="+", choices=list(RUNS), default=list(RUNS),
+                        help="which runs (two device calls may each take one)")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--dir", type=Path)
     args = parser.parse_args()
@@ -67,7 +69,7 @@ def main() -> None:
         return
     WORK.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    for name in RUNS:
+    for name in args.runs:
         run(name, args.model, args.steps, args.out)
         pack_logs(WORK, args.out / "logs-trim.tgz")
 
