@@ -32,8 +32,11 @@ def _free_base() -> int:
 
 
 def _start(*args: str) -> subprocess.Popen:
+    # with no `ray` script on PATH, as where Ray came with `pip --target` (the GPU machine's first attempt failed so)
+    path = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep) if not os.path.exists(os.path.join(d, "ray")))
     return subprocess.Popen([sys.executable, "-m", "verl_p40.cli", "cluster", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+                            stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PATH": path, "RAY_USAGE_STATS_ENABLED": "0"})
 
 
 def _wait_line(proc: subprocess.Popen, text: str, timeout: float = 120) -> list[str]:
@@ -65,7 +68,7 @@ def two_hosts():
         if joined:
             joined.terminate()
             joined.wait(timeout=60)
-        subprocess.run([ray_command(), "stop", "--force"], capture_output=True)
+        subprocess.run([*ray_command(), "stop", "--force"], capture_output=True)
 
 
 def test_the_head_waits_for_every_host(two_hosts):

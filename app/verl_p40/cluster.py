@@ -26,10 +26,10 @@ from pathlib import Path
 from verl_p40 import UserError, layout as layout_mod
 
 
-def ray_command() -> str:
-    """The `ray` beside this interpreter (a virtual environment's), else the one on PATH."""
-    beside = Path(sys.executable).with_name("ray")
-    return str(beside) if beside.exists() else "ray"
+def ray_command() -> list[str]:
+    """Ray's command line from the Ray this interpreter imports (the trainer's own), so that no `ray` script on PATH is
+    needed and none of another version is picked up (packages installed with `pip --target` come with no script)."""
+    return [sys.executable, "-m", "ray.scripts.scripts"]
 
 
 def ray_start(extra: list[str], gpus: int, ip: str | None, base: int) -> list[str]:
@@ -37,7 +37,7 @@ def ray_start(extra: list[str], gpus: int, ip: str | None, base: int) -> list[st
     manager, base+2 object manager, base+3 .. base+102 workers."""
     ports = ["--node-manager-port", str(base + 1), "--object-manager-port", str(base + 2),
              "--min-worker-port", str(base + 3), "--max-worker-port", str(base + 102)]
-    command = [ray_command(), "start", *extra, "--num-gpus", str(gpus), "--disable-usage-stats", *ports]
+    command = [*ray_command(), "start", *extra, "--num-gpus", str(gpus), "--disable-usage-stats", *ports]
     return command + (["--node-ip-address", ip] if ip else [])
 
 
@@ -51,7 +51,7 @@ def _run(command: list[str], env: dict[str, str]) -> None:
     print("$ " + " ".join(command), flush=True)
     result = subprocess.run(command, env={**os.environ, **env})
     if result.returncode != 0:
-        raise UserError(f"{' '.join(command[:3])} failed (exit {result.returncode}); see its output above")
+        raise UserError(f"ray {command[len(ray_command())]} failed (exit {result.returncode}); see its output above")
 
 
 def wait_for(address: str, nodes: int, gpus_each: int, timeout_s: float) -> None:
@@ -148,7 +148,7 @@ def cmd_head(args: argparse.Namespace, options, train) -> int:
             return 0
         return train()
     finally:
-        subprocess.run([ray_command(), "stop"], capture_output=True)
+        subprocess.run([*ray_command(), "stop"], capture_output=True)
 
 
 def cmd_join(args: argparse.Namespace, options) -> int:
