@@ -17,7 +17,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from verl_p40 import projection
+from verl_p40 import projection, train
+from verl_p40.gpu import GPUInfo
 from verl_p40.trainer_log import read_steps
 from verl_p40.train import RunOptions, plan
 
@@ -28,13 +29,15 @@ H200 = projection.Card("NVIDIA H200 (measured 2026-11-30)", 41.14, 4251.0, 22.3,
 
 
 def options_from(command: str) -> RunOptions:
-    """The verl config a recorded `verl-p40 train ...` command ran with (paths do not matter here)."""
-    words, sets, profile = shlex.split(command)[2:], [], "p40"
+    """The verl config a recorded `verl-p40 train|bench ...` command ran with (paths do not matter here)."""
+    words, sets, profile, gpus = shlex.split(command)[2:], [], "p40", None
     i = 0
     while i < len(words):
         word = words[i]
         if word == "--profile":
             profile, i = words[i + 1], i + 2
+        elif word == "--gpus":
+            gpus, i = words[i + 1], i + 2
         elif word == "--set":
             sets.append(words[i + 1])
             i += 2
@@ -45,22 +48,31 @@ def options_from(command: str) -> RunOptions:
             i += 1
         else:
             i += 1
-    return RunOptions(profile=profile, sets=sets)
+    return RunOptions(profile=profile, sets=sets, gpus=gpus or "all")
 
 
-def project_run(name: str, command: str, steps: list[dict], shape: projection.Shape) -> dict:
-    cfg = plan(options_from(command)).config()
+def masked_p40s(options: RunOptions) -> list[GPUInfo]:
+    """The GPUs the run's layout saw: P40s under the mask, as many as it was given (one where it named none)."""
+    count = 1 if options.gpus == "all" else len(options.gpus.split(","))
+    return [GPUInfo(index=i, name="Tesla P40", compute_capability=(6, 1), memory_total_gib=23.9) for i in range(count)]
+
+
+def project_run(name: str, command: str, steps: list[dict], shape: projection.Shape, recent: bool) -> dict:
+    """`recent`: run since trim_padding exists, so its config says whether it trimmed; older runs ran at full width."""
+    options = options_from(command)
+    train.detect_gpus = lambda: masked_p40s(options)  # the layout of the machine that ran it, not of this one
+    cfg = plan(options).config()
     phases = projection.median_phases(steps)
     generated = statistics.median(s.get("response_length/max", 0.0) for s in steps)
-    # every recorded run predates trim_padding: projected at the full width they ran at (no `longest`)
-    run = projection.run_from_config(cfg, generated)
+    trimming = recent and bool(cfg.actor_rollout_ref.model.get("trim_padding", False))
+    run = projection.run_from_config(cfg, generated, projection.longest_lengths(steps) if trimming else None)
     host = projection.host_overhead_per_token(phases.get("gen", 0.0), shape, run, H200)
     here, p40 = projection.project(shape, run, H200, host), projection.project(shape, run, projection.P40, host)
     prompts = int(cfg.data.train_batch_size)
     # what trim_padding (on in every profile since) is projected to make of the same steps: their logged lengths
     trimmed = projection.run_from_config(cfg, generated, projection.longest_lengths(steps))
     p40_trimmed = projection.project(shape, trimmed, projection.P40, host)
-    return {"run": name, "measured_s_per_step": phases.get("step"), "measured_phases_s": phases,
+    return {"run": name, "gpus": run.gpus, "measured_s_per_step": phases.get("step"), "measured_phases_s": phases,
             "h200_projection": here, "p40_projection": p40,
             "p40_hours_per_gsm8k_epoch": projection.epoch_hours(p40["step"], prompts), "train_batch_size": prompts,
             "with_trim_padding": {"pass_width": trimmed.width, "p40_projection": p40_trimmed,
@@ -68,13 +80,13 @@ def project_run(name: str, command: str, steps: list[dict], shape: projection.Sh
             "command": command}
 
 
-def collect() -> list[tuple[str, str, list[dict]]]:
+def collect() -> list[tuple[str, str, list[dict], bool]]:
     runs = []
     for r in json.loads((RESULTS / "p40-profile-2026-11-29.json").read_text())["runs"]:
-        runs.append((f"p40-profile-2026-11-29/{r['name']}", r["command"], r["steps"]))
+        runs.append((f"p40-profile-2026-11-29/{r['name']}", r["command"], r["steps"], False))
     for lr in ("lr3e-5", "lr1e-4"):
         r = json.loads((RESULTS / f"learning-check-2026-11-29-{lr}.json").read_text())["run"]
-        runs.append((f"learning-check-2026-11-29-{lr}", r["command"], r["steps"]))
+        runs.append((f"learning-check-2026-11-29-{lr}", r["command"], r["steps"], False))
     folder = "real-weights-ppo-warmup-2026-11-29"  # real weights: responses of real lengths
     command = json.loads((RESULTS / folder / "real-weights-state.json").read_text())["train_command"]
     with tarfile.open(RESULTS / folder / "real-weights-work.tgz") as tar:
@@ -85,7 +97,10 @@ def collect() -> list[tuple[str, str, list[dict]]]:
                     plain.flush()
                     steps = [s for s in read_steps(plain.name) if "timing_s/update_actor" in s]  # after warm-up
                 if steps:
-                    runs.append((f"{folder}/{member}", command, steps))
+                    runs.append((f"{folder}/{member}", command, steps, False))
+    for path in sorted([*RESULTS.glob("trim-2026-11-30/trim-*.json"), *RESULTS.glob("scale-2026-11-30/scale-*.json")]):
+        r = json.loads(path.read_text())  # `verl-p40 bench` results of the product's own settings
+        runs.append((f"{path.parent.name}/{path.stem}", r["command"], r["steps"][1:], True))  # step 1: warm-up
     return runs
 
 
@@ -95,7 +110,7 @@ def main() -> None:
     parser.add_argument("--config", type=Path, default=SHARED, help="the model's config.json folder [%(default)s]")
     args = parser.parse_args()
     shape = projection.Shape.from_config(json.loads((args.config / "config.json").read_text()))
-    rows = [project_run(name, command, steps, shape) for name, command, steps in collect()]
+    rows = [project_run(name, command, steps, shape, recent) for name, command, steps, recent in collect()]
     args.out.write_text(json.dumps({"model": projection.__doc__.split("\n\n")[1], "h200": projection.card_dict(H200),
                                     "p40": projection.card_dict(projection.P40), "runs": rows}, indent=2) + "\n")
     for r in rows:

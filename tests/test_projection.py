@@ -98,3 +98,21 @@ def test_bench_needs_a_gpu_and_says_so(tmp_path):
     assert result.returncode == 2 and not (tmp_path / "b.json").exists()
     assert result.stderr.strip().splitlines()[-1].startswith("verl-p40 bench: error: ")
     assert "Traceback" not in result.stderr
+
+
+def test_several_gpus_share_the_sequences_and_pay_for_fsdp_traffic(shape):
+    one = projection.run_from_config(plan(RunOptions(profile="p40")).config(), 256)
+    two = projection.run_from_config(plan(RunOptions(profile="p40", sets=[
+        "trainer.n_gpus_per_node=2", "data.train_batch_size=128"])).config(), 256)
+    assert (one.sequences, one.gpus, two.sequences, two.gpus) == (64, 1, 64, 2)  # each GPU does its 64
+    assert two.micro_batches == {"old_log_prob": 8, "ref": 8, "values": 16, "update_actor": 16, "update_critic": 16}
+    assert all("link_bytes" not in cost for cost in projection.phases(shape, one).values())
+    half = shape.parameters * 4 / 2  # (N-1)/N of the fp32 weights per collective
+    costs = projection.phases(shape, two)
+    assert costs["ref"]["link_bytes"] == 8 * half and costs["update_actor"]["link_bytes"] == 3 * 16 * half
+    # the same per-GPU work, plus the weights' traffic over a P40's PCIe (no NVLink): slower per step, not 2x slower
+    p40_one, p40_two = (projection.project(shape, run, projection.P40, 0.02)["step"] for run in (one, two))
+    assert p40_one < p40_two < 2 * p40_one
+    nvlink = projection.Card("two H200s", 41.0, 4251.0, 22.3, "test", link_gbs=300.0)
+    assert projection.project(shape, two, nvlink, 0.02)["step"] < projection.project(
+        shape, two, projection.Card("two H200s", 41.0, 4251.0, 22.3, "test"), 0.02)["step"]

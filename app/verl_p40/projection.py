@@ -8,6 +8,9 @@ trim_padding (patches/p40_trim.py) at the step's longest prompt + longest respon
 - updates: forward + backward + the recomputation of gradient checkpointing = 4 forwards' FLOPs, plus the Adam step's
   memory traffic (16 bytes read + 12 written per parameter);
 - host transfers of offloaded state over PCIe (optimizer states, critic and reference weights);
+- on several GPUs each does its share of the sequences, and FSDP (full sharding) moves the weights between them: an
+  all-gather per forward micro-batch, and an all-gather for the forward, another for the backward and a
+  reduce-scatter of the gradients per update micro-batch, (N-1)/N of the fp32 weights each, over the card's link;
 - generation (HF rollout): a prefill, then one decoding step per generated token whose GPU time is the larger of its
   FLOPs and its memory traffic (the weights once, the KV cache), and never less than the host's own per-token overhead
   (Python and kernel launches of transformers' generate), which is measured on the machine that ran the steps.
@@ -31,12 +34,18 @@ class Card:
     memory_gbs: float  # device memory bandwidth
     pcie_gbs: float  # host <-> device copies
     source: str
+    link_gbs: float | None = None  # GPU <-> GPU (NCCL); None: as pcie_gbs (cards without NVLink)
+
+    @property
+    def link(self) -> float:
+        return self.link_gbs or self.pcie_gbs
 
 
 # Tesla P40: 11.76 TFLOPS fp32 peak (3,840 cores x 2 x 1,531 MHz boost) and 347.1 GB/s GDDR5 (spec sheets, e.g.
 # https://pcpartcomparison.com/gpu/tesla-p40); PyTorch fp32 matmul reaches 83 % of peak on the Tesla P4, the same
 # Pascal generation (4.55 of 5.5 TFLOPS, https://github.com/zzc0721/torch-performance-test-data/issues/9), so
-# 0.83 x 11.76 = 9.8 TFLOPS; PCIe 3.0 x16: 15.75 GB/s theoretical, ~12 GB/s reached by pageable copies.
+# 0.83 x 11.76 = 9.8 TFLOPS; PCIe 3.0 x16: 15.75 GB/s theoretical, ~12 GB/s reached by pageable copies. A P40 has
+# no NVLink: NCCL between two of them runs over the same PCIe 3.0 x16 links (taken as the same 12 GB/s).
 P40 = Card("Tesla P40 (projected)", 9.8, 347.1, 12.0,
            "spec 11.76 TFLOPS x 0.83 (PyTorch fp32 matmul efficiency measured on a Tesla P4), 347.1 GB/s, PCIe 3.0 x16")
 
@@ -70,7 +79,7 @@ class Shape:
 class Run:
     """What one step processes, from the verl config and the step's logged lengths."""
 
-    sequences: int  # prompts x rollout n
+    sequences: int  # prompts x rollout n on each GPU (the batch / the GPUs of all hosts)
     prompt_width: int  # data.max_prompt_length (prompts are left-padded to it)
     response_width: int  # data.max_response_length
     generated: float  # decoding steps generate() ran (response_length/max)
@@ -81,6 +90,9 @@ class Run:
     # columns the actor, reference and critic passes run at with trim_padding: the step's longest prompt + longest
     # response (each micro-batch is at most that wide); None: the full prompt_width + response_width
     pass_width: float | None = None
+    gpus: int = 1  # GPUs of all hosts (FSDP's world size)
+    # micro-batches each GPU runs per phase in one step (each costs FSDP collectives when gpus > 1)
+    micro_batches: dict[str, int] | None = None
 
     @property
     def width(self) -> float:
@@ -116,6 +128,12 @@ def phases(shape: Shape, run: Run) -> dict[str, dict[str, float]]:
         out["values"] = {"flops": critic_fwd, "bytes": 0.0, "host_bytes": params_moves}
         out["update_critic"] = {"flops": 4 * critic_fwd, "bytes": adam_bytes,
                                 "host_bytes": params_moves + (2 * optim if run.offload.get("critic_optimizer") else 0.0)}
+    if run.gpus > 1:
+        shard_moves = weights * (run.gpus - 1) / run.gpus
+        per_micro = {"old_log_prob": 1, "ref": 1, "values": 1, "update_critic": 3,
+                     "update_actor": 2 if run.lora else 3}  # LoRA: the adapters' gradients are tiny
+        for name, cost in out.items():
+            cost["link_bytes"] = per_micro[name] * (run.micro_batches or {}).get(name, 1) * shard_moves
     return out
 
 
@@ -132,7 +150,7 @@ def generation_gpu_seconds(shape: Shape, run: Run, card: Card) -> tuple[float, f
 
 def phase_seconds(cost: dict[str, float], card: Card) -> float:
     return (cost["flops"] / (card.gemm_tflops * 1e12) + cost["bytes"] / (card.memory_gbs * 1e9)
-            + cost["host_bytes"] / (card.pcie_gbs * 1e9))
+            + cost["host_bytes"] / (card.pcie_gbs * 1e9) + cost.get("link_bytes", 0.0) / (card.link * 1e9))
 
 
 def project(shape: Shape, run: Run, card: Card, host_seconds_per_token: float) -> dict[str, float]:
@@ -159,8 +177,11 @@ def run_from_config(cfg: Any, generated: float, longest: tuple[float, float] | N
     estimator = get("algorithm.adv_estimator", "gae")
     full = int(get("data.max_prompt_length")) + int(get("data.max_response_length"))
     trims = bool(get("actor_rollout_ref.model.trim_padding", False)) and not get("actor_rollout_ref.model.use_remove_padding", False)
+    gpus = int(get("trainer.n_gpus_per_node", 1)) * int(get("trainer.nnodes", 1))
+    sequences = int(get("data.train_batch_size")) * int(get("actor_rollout_ref.rollout.n", 1)) // gpus
+    micro = lambda key, epochs="": -(-sequences // int(get(key) or sequences)) * int(get(epochs, 1) if epochs else 1)  # noqa: E731
     return Run(
-        sequences=int(get("data.train_batch_size")) * int(get("actor_rollout_ref.rollout.n", 1)),
+        sequences=sequences,
         prompt_width=int(get("data.max_prompt_length")), response_width=int(get("data.max_response_length")),
         generated=float(generated), critic=estimator == "gae",
         reference=bool(get("algorithm.use_kl_in_reward", False) or get("actor_rollout_ref.actor.use_kl_loss", False)),
@@ -170,6 +191,14 @@ def run_from_config(cfg: Any, generated: float, longest: tuple[float, float] | N
                  "critic_params": bool(get("critic.model.fsdp_config.param_offload", False)),
                  "critic_optimizer": bool(get("critic.model.fsdp_config.optimizer_offload", False))},
         pass_width=min(float(sum(longest)), full) if trims and longest else None,
+        gpus=gpus,
+        micro_batches={
+            "old_log_prob": micro("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"),
+            "ref": micro("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"),
+            "values": micro("critic.forward_micro_batch_size_per_gpu"),
+            "update_actor": micro("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "actor_rollout_ref.actor.ppo_epochs"),
+            "update_critic": micro("critic.ppo_micro_batch_size_per_gpu", "critic.ppo_epochs"),
+        },
     )
 
 
