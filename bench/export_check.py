@@ -8,6 +8,8 @@ how many are the same text. Every step through the product's CLI.
 After staging the GGUF (bench/results/README.md, "Real weights") and `bash .gpu-bundle/install.sh && source
 bench/gpu_setup.sh`:
     python3 bench/export_check.py --gguf /tmp/model.gguf --out $OUT
+Where the answers differ, an fp32 export and the fp16 export read in fp32 tell the export's part from fp16's (the
+commands of 2026-11-30 are in bench/results/README.md); `--compare DIR` counts the agreement of every eval-* folder.
 """
 
 from __future__ import annotations
@@ -31,13 +33,42 @@ def answers(folder: Path) -> dict[int, str]:
     return {r["index"]: r["models"]["base"]["answer"] for r in records}
 
 
+def agreement(work: Path) -> dict:
+    """How each evaluation under `work` (eval-*/answers.jsonl) agrees with the checkpoint's: the same text, the same
+    final number (the flexible reward's answer), and where the first differing text starts (characters)."""
+    from verl_p40.reward import extract_answer
+
+    reference, out = answers(work / "eval-checkpoint"), {}
+    for folder in sorted(work.glob("eval-*")):
+        if folder.name == "eval-checkpoint" or not (folder / "answers.jsonl").exists():
+            continue
+        other = answers(folder)
+        differ = [i for i in reference if reference[i] != other.get(i)]
+        first = [next((k for k, (a, b) in enumerate(zip(reference[i], other[i])) if a != b),
+                      min(len(reference[i]), len(other[i]))) for i in differ if i in other]
+        out[folder.name] = {
+            "same_text": len(reference) - len(differ), "questions": len(reference),
+            "same_final_number": sum(extract_answer(reference[i], "flexible") == extract_answer(other.get(i, ""), "flexible")
+                                     for i in reference),
+            "first_difference_at_char": sorted(first)}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gguf", default="/tmp/model.gguf")
     parser.add_argument("--model", type=Path, default=Path("/tmp/qwen-real"), help="made from --gguf when absent")
     parser.add_argument("--tokenizer", default=".gpu-shared/qwen2.5-0.5b-instruct")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--compare", type=Path, help="only compare the evaluations under this folder (the returned "
+                        "logs unpacked) and write agreement.json to --out")
     args = parser.parse_args()
+    if args.compare:
+        args.out.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(agreement(args.compare), indent=2) + "\n"
+        (args.out / "agreement.json").write_text(text)
+        print(text)
+        return
     WORK.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
     log, env = WORK / "commands.log", mask_env("6.1")

@@ -122,9 +122,12 @@ def phase(which: str, out: Path) -> None:
 
 
 def pack_logs(work: Path, target: Path) -> None:
-    """Every log, audit, CSV, JSON and picture under `work` into one .tgz (paths relative to `work`)."""
+    """Every log, audit, CSV, JSON and picture under `work` into one .tgz (paths relative to `work`), but none from a
+    checkpoint (ckpt*: its tokenizer.json files alone are 11 MB each)."""
     with tarfile.open(target, "w:gz") as tar:
         for path in sorted(work.rglob("*")):
+            if any(part.startswith("ckpt") for part in path.relative_to(work).parts):
+                continue
             if path.is_file() and path.suffix in (".log", ".jsonl", ".csv", ".json", ".png"):
                 tar.add(path, arcname=str(path.relative_to(work)))
 
