@@ -141,3 +141,39 @@ def test_summary_json_into_a_new_folder(small_source, tmp_path):
     summary = tmp_path / "reports" / "prep.json"
     result = _prep(small_source, tmp_path / "data", "--summary-json", str(summary))
     assert result.returncode == 0 and json.loads(summary.read_text())["splits"]["train"]["rows"] == 40
+
+
+def test_a_validation_slice_held_out_of_train(small_source, tmp_path):
+    """--val-size N: N train rows move to val.parquet (the same ones every time), the test split is untouched, the
+    trainer validates on val.parquet, and --skip-existing knows the slice."""
+    out = tmp_path / "data"
+    result = _prep(small_source, out, "--val-size", "8")
+    assert result.returncode == 0, result.stderr
+    tables = {split: pq.read_table(out / f"{split}.parquet").to_pylist() for split in ("train", "val", "test")}
+    assert [len(tables[s]) for s in ("train", "val", "test")] == [32, 8, 40]
+    questions = {s: {r["extra_info"]["question"] for r in rows} for s, rows in tables.items()}
+    assert not questions["train"] & questions["val"] and len(questions["train"] | questions["val"]) == 40
+    assert {r["extra_info"]["split"] for r in tables["val"]} == {"val"}
+    again = tmp_path / "again"
+    assert _prep(small_source, again, "--val-size", "8").returncode == 0
+    assert (again / "val.parquet").read_bytes() == (out / "val.parquet").read_bytes()  # the same rows each time
+    assert "are what this prep would write" in _prep(small_source, out, "--val-size", "8", "--skip-existing").stdout
+    redo = _prep(small_source, out, "--skip-existing")  # without the slice now: not what is there
+    assert redo.returncode == 0 and "made with val_size 8, now 0" in redo.stderr
+    assert not (out / "val.parquet").exists() and len(pq.read_table(out / "train.parquet")) == 40
+
+    from verl_p40.train import RunOptions, plan
+
+    with_val = plan(RunOptions(profile="p40", data=str(again)))
+    assert with_val.config().data.val_files == str(again / "val.parquet")
+    assert any(n.startswith("validation: val.parquet") for n in with_val.notes)
+    assert plan(RunOptions(profile="p40", data=str(out))).config().data.val_files == str(out / "test.parquet")
+
+
+def test_a_validation_slice_as_big_as_train_is_refused(small_source, tmp_path):
+    out = tmp_path / "data"
+    result = _prep(small_source, out, "--val-size", "40")
+    assert result.returncode == 2 and not out.exists()
+    assert result.stderr.strip().splitlines()[-1] == \
+        "verl-p40 prep: error: --val-size 40: the train split has only 40 rows; take fewer"
+    assert "Traceback" not in result.stderr

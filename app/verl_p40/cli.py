@@ -240,6 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=defaults.DATA.get(), help="output folder [%(default)s]")
     p.add_argument("--limit", type=number(int, 1), help="at most N rows per split")
     p.add_argument("--skip-invalid", action="store_true", help="skip bad rows (and count them) instead of stopping")
+    p.add_argument("--val-size", type=number(int, 0), default=defaults.VAL_SIZE.get(), help="also write val.parquet: N "
+                   "train rows held out for validation, so choosing settings never sees the test split [%(default)s]")
     p.add_argument("--instruction", default=None, help="text appended to each question")
     p.add_argument("--tokenizer", help="model/tokenizer folder: also print prompt-token statistics")
     p.add_argument("--cache-dir", default=os.environ.get("HF_DATASETS_CACHE"), help="datasets cache for hf: sources")

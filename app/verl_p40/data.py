@@ -190,6 +190,22 @@ def convert_split(
     return result
 
 
+VAL_SEED = 0  # the validation slice is the same rows on every run of prep
+
+
+def carve_validation(train: SplitResult, size: int) -> tuple[SplitResult, SplitResult]:
+    """(train without them, val): `size` rows of the train split drawn at random (seed VAL_SEED), for the trainer's
+    validation and for choosing settings, so that the test split stays unseen until the final evaluation."""
+    import random
+
+    if size >= len(train.rows):
+        raise UserError(f"--val-size {size}: the train split has only {len(train.rows)} rows; take fewer")
+    picked = set(random.Random(VAL_SEED).sample(range(len(train.rows)), size))
+    val = [{**row, "extra_info": {**row["extra_info"], "split": "val"}} for i, row in enumerate(train.rows) if i in picked]
+    rest = [row for i, row in enumerate(train.rows) if i not in picked]
+    return SplitResult(rows=rest, skipped=train.skipped), SplitResult(rows=val)
+
+
 def _arrow_schema():
     import pyarrow as pa
 
@@ -230,7 +246,7 @@ def folder_problems(folder: Path) -> tuple[list[str], dict[str, int]]:
     import pyarrow.parquet as pq
 
     problems, rows = [], {}
-    for split in SPLITS:
+    for split in (*SPLITS, *(["val"] if (Path(folder) / "val.parquet").exists() else [])):
         path = Path(folder) / f"{split}.parquet"
         if not path.is_file():
             problems.append(f"{path.name}: missing")
@@ -283,8 +299,10 @@ def prepare(
     instruction: str = DEFAULT_INSTRUCTION,
     cache_dir: str | None = None,
     progress: bool | None = None,
+    val_size: int = 0,
 ) -> tuple[dict[str, SplitResult], dict[str, Path]]:
-    """Convert every split of `source` and write the parquet files into `out_dir`."""
+    """Convert every split of `source` and write the parquet files into `out_dir` (with val.parquet, `val_size` rows
+    taken out of the train split, when it is above 0)."""
     from tqdm import tqdm
 
     if limit is not None and limit < 1:
@@ -301,12 +319,18 @@ def prepare(
         results[split] = convert_split(rows, split, instruction, limit, skip_invalid)
         if not results[split].rows:
             raise UserError(f"{source}: split {split!r} has no valid rows")
+    if val_size:
+        results["train"], val = carve_validation(results["train"], val_size)
+        results = {"train": results["train"], "val": val, "test": results["test"]}
     try:
         out.mkdir(parents=True, exist_ok=True)
         from verl_p40.prep import MANIFEST
 
         (out / MANIFEST).unlink(missing_ok=True)  # the old outputs stop being trusted before they are replaced
         paths = write_parquets(results, out)
+        if "val" not in results and (out / "val.parquet").is_file():
+            (out / "val.parquet").unlink()  # an earlier prep's slice: its rows are back in train.parquet now
+            print(f"removed {out / 'val.parquet'} (an earlier prep's validation slice; this one has none)")
     except OSError as exc:
         raise UserError(f"--out {out}: cannot write the parquet files ({exc.strerror or exc})") from None
     return results, paths

@@ -24,6 +24,7 @@ MODEL = Default("VERL_P40_MODEL", "models/Qwen2.5-0.5B-Instruct")
 MODEL_REPO = Default("VERL_P40_MODEL_REPO", "Qwen/Qwen2.5-0.5B-Instruct")
 DATA = Default("VERL_P40_DATA", "data/gsm8k")
 GSM8K_SOURCE = Default("VERL_P40_GSM8K_SOURCE", "hf:openai/gsm8k")
+VAL_SIZE = Default("VERL_P40_VAL_SIZE", "0")  # prep: train rows held out as val.parquet
 CHECKPOINTS = Default("VERL_P40_CHECKPOINTS", "checkpoints")
 LOGS = Default("VERL_P40_LOGS", "logs")
 

@@ -38,10 +38,15 @@ def source_identity(source: str) -> dict[str, Any]:
     return {"source": str(folder.resolve()), "files": {str(p.relative_to(folder)): _sha256(p) for p in files}}
 
 
-def request(source: str, limit: int | None, skip_invalid: bool, instruction: str) -> dict[str, Any]:
+def request(source: str, limit: int | None, skip_invalid: bool, instruction: str, val_size: int = 0) -> dict[str, Any]:
     """Everything that decides prep's output: if it matches a manifest, the output is what this run would write."""
     return {"schema_version": SCHEMA_VERSION, **source_identity(source), "limit": limit, "skip_invalid": skip_invalid,
-            "instruction": instruction}
+            "instruction": instruction, "val_size": val_size}
+
+
+def outputs(val_size: int) -> tuple[str, ...]:
+    """The splits prep writes: train and test, and val when a validation slice is asked for."""
+    return ("train", "val", "test") if val_size else SPLITS
 
 
 def manifest_problems(out_dir: Path, wanted: dict[str, Any]) -> list[str]:
@@ -62,8 +67,8 @@ def manifest_problems(out_dir: Path, wanted: dict[str, Any]) -> list[str]:
             problems.append(f"{path.name} is missing")
         elif path.stat().st_size != entry.get("bytes") or _sha256(path) != entry.get("sha256"):
             problems.append(f"{path.name} is not the file prep wrote")
-    if set(manifest.get("outputs") or {}) != set(SPLITS):
-        problems.append("the manifest does not list both splits")
+    if set(manifest.get("outputs") or {}) != set(outputs(wanted.get("val_size") or 0)):
+        problems.append("the manifest does not list every split")
     return problems
 
 
@@ -78,7 +83,7 @@ def write_manifest(out_dir: Path, wanted: dict[str, Any], results: dict[str, Spl
 
 def remove_stale_temps(out_dir: Path) -> list[Path]:
     """prep's own temporary files left by a killed run (`.train.parquet.*.tmp`, ...)."""
-    stale = [p for name in (*(f"{s}.parquet" for s in SPLITS), MANIFEST) for p in Path(out_dir).glob(f".{name}.*.tmp")]
+    stale = [p for name in (*(f"{s}.parquet" for s in outputs(1)), MANIFEST) for p in Path(out_dir).glob(f".{name}.*.tmp")]
     for path in stale:
         path.unlink(missing_ok=True)
     return stale
@@ -102,11 +107,12 @@ def main(args) -> int:
     if out.is_dir():
         for stale in remove_stale_temps(out):
             print(f"removed {stale} (left by an interrupted prep)", file=sys.stderr)
-    wanted = request(args.source, args.limit, args.skip_invalid, args.instruction)
+    wanted = request(args.source, args.limit, args.skip_invalid, args.instruction, args.val_size)
     if args.skip_existing:
         problems = manifest_problems(out, wanted)
         if not problems:
-            print(f"{args.out}: train.parquet and test.parquet are what this prep would write (--skip-existing)")
+            written = " and ".join(f"{split}.parquet" for split in outputs(args.val_size))
+            print(f"{args.out}: {written} are what this prep would write (--skip-existing)")
             return 0
         if any((out / f"{s}.parquet").exists() for s in data.SPLITS):
             print(f"{args.out}: preparing again: {'; '.join(problems)}", file=sys.stderr)
@@ -119,6 +125,7 @@ def main(args) -> int:
         instruction=args.instruction,
         cache_dir=args.cache_dir,
         progress=None if sys.stderr.isatty() else False,
+        val_size=args.val_size,
     )
     write_manifest(out, wanted, results, paths)
     elapsed = time.perf_counter() - started

@@ -133,6 +133,14 @@ def layout_overrides(layout: layout_mod.Layout, profile: profiles_mod.Profile, m
     return out, notes
 
 
+def validation_split(data: Path, notes: list[str]) -> str:
+    """The file verl validates on: val.parquet (`prep --val-size`) when the data folder has one, else test.parquet."""
+    if (data / "val.parquet").is_file():
+        notes.append("validation: val.parquet (train rows held out by prep --val-size; the test split stays unseen)")
+        return "val.parquet"
+    return "test.parquet"
+
+
 def _tensorboard_available() -> bool:
     return importlib.util.find_spec("tensorboard") is not None
 
@@ -194,7 +202,7 @@ def plan(options: RunOptions) -> RunPlan:
         Override("actor_rollout_ref.model.path", hydra_value(model), mine),
         Override("critic.model.path", hydra_value(model), mine),
         Override("data.train_files", hydra_value(str(data / "train.parquet")), mine),
-        Override("data.val_files", hydra_value(str(data / "test.parquet")), mine),
+        Override("data.val_files", hydra_value(str(data / validation_split(data, notes))), mine),
         Override("trainer.default_local_dir", f"{hydra_value(str(checkpoints))}/${{trainer.experiment_name}}", mine),
         Override("custom_reward_function.path", hydra_value(reward.__file__), mine),
         Override("custom_reward_function.name", "compute_score", mine),
