@@ -193,6 +193,11 @@ def convert_split(
 VAL_SEED = 0  # the validation slice is the same rows on every run of prep
 
 
+def written_splits(val_size: int) -> tuple[str, ...]:
+    """The parquet files prep writes: train and test, and val between them when a validation slice is asked for."""
+    return ("train", "val", "test") if val_size else SPLITS
+
+
 def carve_validation(train: SplitResult, size: int) -> tuple[SplitResult, SplitResult]:
     """(train without them, val): `size` rows of the train split drawn at random (seed VAL_SEED), for the trainer's
     validation and for choosing settings, so that the test split stays unseen until the final evaluation."""
@@ -320,8 +325,8 @@ def prepare(
         if not results[split].rows:
             raise UserError(f"{source}: split {split!r} has no valid rows")
     if val_size:
-        results["train"], val = carve_validation(results["train"], val_size)
-        results = {"train": results["train"], "val": val, "test": results["test"]}
+        results["train"], results["val"] = carve_validation(results["train"], val_size)
+        results = {split: results[split] for split in written_splits(val_size)}
     try:
         out.mkdir(parents=True, exist_ok=True)
         from verl_p40.prep import MANIFEST

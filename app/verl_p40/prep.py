@@ -12,7 +12,7 @@ from typing import Any
 
 from verl_p40 import UserError, data
 from verl_p40.atomic import write_text
-from verl_p40.data import SPLITS, SplitResult
+from verl_p40.data import SplitResult
 
 MANIFEST = ".verl-p40-data.json"
 SCHEMA_VERSION = 1
@@ -44,10 +44,6 @@ def request(source: str, limit: int | None, skip_invalid: bool, instruction: str
             "instruction": instruction, "val_size": val_size}
 
 
-def outputs(val_size: int) -> tuple[str, ...]:
-    """The splits prep writes: train and test, and val when a validation slice is asked for."""
-    return ("train", "val", "test") if val_size else SPLITS
-
 
 def manifest_problems(out_dir: Path, wanted: dict[str, Any]) -> list[str]:
     """Why the parquet files in `out_dir` are not what prep would write for `wanted` (empty: they are)."""
@@ -67,7 +63,7 @@ def manifest_problems(out_dir: Path, wanted: dict[str, Any]) -> list[str]:
             problems.append(f"{path.name} is missing")
         elif path.stat().st_size != entry.get("bytes") or _sha256(path) != entry.get("sha256"):
             problems.append(f"{path.name} is not the file prep wrote")
-    if set(manifest.get("outputs") or {}) != set(outputs(wanted.get("val_size") or 0)):
+    if set(manifest.get("outputs") or {}) != set(data.written_splits(wanted.get("val_size") or 0)):
         problems.append("the manifest does not list every split")
     return problems
 
@@ -83,7 +79,7 @@ def write_manifest(out_dir: Path, wanted: dict[str, Any], results: dict[str, Spl
 
 def remove_stale_temps(out_dir: Path) -> list[Path]:
     """prep's own temporary files left by a killed run (`.train.parquet.*.tmp`, ...)."""
-    stale = [p for name in (*(f"{s}.parquet" for s in outputs(1)), MANIFEST) for p in Path(out_dir).glob(f".{name}.*.tmp")]
+    stale = [p for name in (*(f"{s}.parquet" for s in data.written_splits(1)), MANIFEST) for p in Path(out_dir).glob(f".{name}.*.tmp")]
     for path in stale:
         path.unlink(missing_ok=True)
     return stale
@@ -111,7 +107,7 @@ def main(args) -> int:
     if args.skip_existing:
         problems = manifest_problems(out, wanted)
         if not problems:
-            written = " and ".join(f"{split}.parquet" for split in outputs(args.val_size))
+            written = " and ".join(f"{split}.parquet" for split in data.written_splits(args.val_size))
             print(f"{args.out}: {written} are what this prep would write (--skip-existing)")
             return 0
         if any((out / f"{s}.parquet").exists() for s in data.SPLITS):

@@ -20,6 +20,7 @@ that ran are measured (calibrate()); a P40's come from the sources cited in P40.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -179,7 +180,11 @@ def run_from_config(cfg: Any, generated: float, longest: tuple[float, float] | N
     trims = bool(get("actor_rollout_ref.model.trim_padding", False)) and not get("actor_rollout_ref.model.use_remove_padding", False)
     gpus = int(get("trainer.n_gpus_per_node", 1)) * int(get("trainer.nnodes", 1))
     sequences = int(get("data.train_batch_size")) * int(get("actor_rollout_ref.rollout.n", 1)) // gpus
-    micro = lambda key, epochs="": -(-sequences // int(get(key) or sequences)) * int(get(epochs, 1) if epochs else 1)  # noqa: E731
+
+    def micro(size_key: str, epochs_key: str | None = None) -> int:  # micro-batches per step on each GPU
+        passes = int(get(epochs_key, 1)) if epochs_key else 1
+        return passes * math.ceil(sequences / int(get(size_key) or sequences))
+
     return Run(
         sequences=sequences,
         prompt_width=int(get("data.max_prompt_length")), response_width=int(get("data.max_response_length")),
