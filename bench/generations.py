@@ -19,7 +19,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-MASK = str(Path(".gpu-shared/pascal-mask").absolute())
+# PASCAL_MASK_DIR: a copy outside the checkout, for processes that outlive the device call that carried .gpu-shared
+MASK = os.environ.get("PASCAL_MASK_DIR") or str(Path(".gpu-shared/pascal-mask").absolute())
 WORK = Path("/tmp/generations")
 COMMON = ["--model", ".gpu-shared/qwen2.5-0.5b-instruct", "--keep-model", "/tmp/qwen-random", "--data", "/tmp/gsm8k"]
 # name: (mask capability or None for unmasked, memory cap GB, steps, audit, extra verl overrides)

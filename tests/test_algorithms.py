@@ -17,7 +17,7 @@ def _words(result):
 
 
 def test_every_algorithm_file_composes_against_verl_and_names_a_verl_estimator():
-    assert algorithms.available() == ["grpo", "ppo", "reinforce_plus_plus", "rloo"]
+    assert algorithms.available() == ["grpo", "grpo-gsm8k", "ppo", "reinforce_plus_plus", "rloo"]
     for name in algorithms.available():
         run = plan(RunOptions(profile="p40", algorithm=name))
         cfg = run.config()
@@ -81,3 +81,16 @@ def test_batch_per_prompt_names_the_divisors():
         algorithms.batch_per_prompt({"data": {"train_batch_size": 64},
                                      "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 16}}}, 5, "--x")
     assert algorithms.batch_per_prompt({"data": {"train_batch_size": 64}}, 1, "--x") == {}
+
+
+def test_the_gsm8k_recipe_sets_its_reward_and_the_options_still_win():
+    recipe = plan(RunOptions(profile="p40", algorithm="grpo-gsm8k")).config()
+    assert dict(recipe.custom_reward_function.reward_kwargs) == {"method": "flexible", "format_bonus": 0.25}
+    assert recipe.actor_rollout_ref.actor.optim.lr == 3e-6
+    assert recipe.data.max_response_length == 320
+    assert recipe.data.train_batch_size == 8 and recipe.actor_rollout_ref.rollout.n == 8
+    chosen = plan(RunOptions(profile="p40", algorithm="grpo-gsm8k", reward_method="strict", format_bonus=0.0)).config()
+    assert dict(chosen.custom_reward_function.reward_kwargs) == {"method": "strict", "format_bonus": 0.0}
+    # an algorithm file without a reward keeps verl's own GSM8K rule
+    plain = plan(RunOptions(profile="p40", algorithm="grpo")).config()
+    assert dict(plain.custom_reward_function.reward_kwargs) == {"method": "strict", "format_bonus": 0.0}

@@ -26,6 +26,9 @@ from verl_p40.verlconfig import (Override, compose, hydra_value, parse_set, prof
                                  to_hydra)
 
 
+REWARD_DEFAULTS = {"method": "strict", "format_bonus": 0.0}  # verl's own GSM8K rule
+
+
 @dataclass
 class RunOptions:
     """What `config`, `train`, `bench` and `doctor` take; each field is also its command-line option."""
@@ -36,10 +39,12 @@ class RunOptions:
     data: str = option(defaults.DATA.value, "folder with train/test.parquet", env=defaults.DATA.env)
     checkpoints: str = option(defaults.CHECKPOINTS.value, "checkpoint root", env=defaults.CHECKPOINTS.env)
     logs: str = option(defaults.LOGS.value, "log folder", env=defaults.LOGS.env)
-    reward_method: str = option("strict", "GSM8K answer extraction: strict '#### N' (verl's) or the last number",
-                                env="VERL_P40_REWARD_METHOD", choices=reward.METHODS)
-    format_bonus: float = option(0.0, "reward added when the answer uses the '#### N' format",
-                                 env="VERL_P40_FORMAT_BONUS", kind=float, low=0)
+    reward_method: str | None = option(None, "GSM8K answer extraction: strict '#### N' (verl's) or the last number",
+                                       env="VERL_P40_REWARD_METHOD", choices=reward.METHODS,
+                                       shown="the algorithm's, else strict")
+    format_bonus: float | None = option(None, "reward added when the answer uses the '#### N' format",
+                                        env="VERL_P40_FORMAT_BONUS", kind=float, low=0,
+                                        shown="the algorithm's, else 0")
     algorithm: str = option(algorithms.DEFAULT, "RL algorithm (config/algorithms/NAME.yaml): ppo has a critic; grpo, "
                             "rloo and reinforce_plus_plus sample several answers per prompt and need none",
                             env="VERL_P40_ALGORITHM", choices=algorithms.available)
@@ -164,8 +169,17 @@ def plan(options: RunOptions) -> RunPlan:
         for key, value in scaled.items():
             OmegaConf.update(tree, key, value)
         profile = dataclasses.replace(profile, verl=OmegaConf.to_container(tree))
+    mine = "verl-p40 options"
+    # the reward: verl-p40's GSM8K rule, strict unless the algorithm file (a recipe) or the options say otherwise
+    overrides += [Override("custom_reward_function.path", hydra_value(reward.__file__), mine),
+                  Override("custom_reward_function.name", "compute_score", mine),
+                  *settings_overrides({"custom_reward_function": {"reward_kwargs": REWARD_DEFAULTS}}, mine)]
     algorithm = algorithms.load(options.algorithm)
     overrides += settings_overrides(algorithm.verl, str(algorithm.path))
+    overrides += [Override(f"custom_reward_function.reward_kwargs.{key}", hydra_value(value), f"--{flag}")
+                  for key, flag, value in (("method", "reward-method", options.reward_method),
+                                           ("format_bonus", "format-bonus", options.format_bonus))
+                  if value is not None]
     lora = algorithms.lora(options.lora_rank, options.lora_alpha)
     if lora:
         overrides += settings_overrides(lora.verl, f"--lora-rank {options.lora_rank} ({lora.path})")
@@ -180,7 +194,6 @@ def plan(options: RunOptions) -> RunPlan:
     prompts = per_prompt.get("data.train_batch_size", profile.verl.get("data", {}).get("train_batch_size"))
     notes.append(f"algorithm: {algorithm.name} ({algorithm.estimator}), {n} sample{'s' * (n > 1)} per prompt, "
                  f"{prompts} prompts a step")
-    mine = "verl-p40 options"
     overrides.append(Override("trainer.experiment_name",
                               algorithms.experiment_name(options.model, algorithm.name, options.lora_rank), mine))
     model = str(Path(options.model).expanduser())
@@ -204,13 +217,7 @@ def plan(options: RunOptions) -> RunPlan:
         Override("data.train_files", hydra_value(str(data / "train.parquet")), mine),
         Override("data.val_files", hydra_value(str(data / validation_split(data, notes))), mine),
         Override("trainer.default_local_dir", f"{hydra_value(str(checkpoints))}/${{trainer.experiment_name}}", mine),
-        Override("custom_reward_function.path", hydra_value(reward.__file__), mine),
-        Override("custom_reward_function.name", "compute_score", mine),
-        Override("custom_reward_function.reward_kwargs.method", hydra_value(options.reward_method), mine),
-        Override("custom_reward_function.reward_kwargs.format_bonus", hydra_value(float(options.format_bonus)), mine),
     ]
-    if options.reward_method not in reward.METHODS:
-        raise UserError(f"--reward-method must be one of {', '.join(reward.METHODS)}")
     if options.gpu_memory_cap_gb is not None:
         if options.gpu_memory_cap_gb <= 0:
             raise UserError("--gpu-memory-cap-gb must be positive")

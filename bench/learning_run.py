@@ -1,0 +1,292 @@
+"""GPU bench (real weights): does the GSM8K recipe (`--algorithm grpo-gsm8k`) make the model solve more problems?
+
+Issue 18's run, on the two-GPU machine (kind nvidia-h200-x2) under the Pascal mask (two P40s, 24 GB cap each, audit
+off), with the real-weights proxy (Qwen2.5-Coder-0.5B-Instruct of Qwen2.5-0.5B-Instruct's exact shape, staged as in
+bench/results/README.md, "Real weights"). After `bash .gpu-bundle/install.sh && VERL_P40_NO_RANDOM=1 source
+bench/gpu_setup.sh`, in device calls kept back to back (/tmp lives only while the machine stays warm):
+
+    python3 bench/learning_run.py prepare --out $OUT
+    setsid python3 bench/learning_run.py session --out /tmp/learn/out --budget-s 780 \
+        > /tmp/learn/session.log 2>&1 < /dev/null &
+    python3 bench/learning_run.py wait --timeout-s 580        # in each later call, until it says the session ended
+    python3 bench/learning_run.py final --out $OUT
+
+All through the product's CLI:
+- prepare: bench/gguf_to_hf.py, then `verl-p40 prep --val-size 256`: 256 train rows held out as val.parquet, which
+  the trainer validates on. The held-out set is the whole test split (1,319 questions): nothing in the recipe's
+  selection or the run reads it until `final`.
+- session: `verl-p40 monitor` beside `verl-p40 train --profile p40 --algorithm grpo-gsm8k --gpu-memory-cap-gb 24` on
+  every GPU; when --budget-s would run out it sends the trainer one SIGTERM, which finishes the step, saves it and
+  exits (the product's graceful stop).
+- final: the last checkpoint merged once (verl_p40.checkpoints), then `verl-p40 eval --model BASE --compare MERGED
+  --dtype fp32` on each half of the test split, one GPU each, then on the whole split (reading both halves' answers:
+  the report and its paired sign tests cover all 1,319), then `report`.
+- report (no GPU): learning-<date>.json (commands, accuracies, paired sign tests, rollouts, GPU-minutes, rollouts per
+  GPU-minute, peaks, P40 projection) and learning-<date>.png (training reward, validation reward, entropy, response
+  length), from the returned work bundle (`report --work DIR`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+from generations import mask_env
+from real_weights import State, cli, monitor_peaks, ray_stop, run, wait
+from verl_p40.trainer_log import read_steps
+
+HERE = Path(__file__).resolve().parent
+RECIPE = "grpo-gsm8k"
+VAL_SIZE = 256
+MAX_NEW_TOKENS = 320  # the recipe's data.max_response_length
+# P40 seconds per H200 second for a GRPO step of 64 sequences under the p40 profile (bench/project.py, the masked
+# grpo-n4 run in algorithms-2026-11-30: 16.09 s on the H200, 36.30 s projected on a P40).
+P40_PER_H200 = 36.299 / 16.087
+
+
+def prepare(args: argparse.Namespace, work: Path, out: Path, state: State) -> None:
+    model, data = work / "qwen-real", work / "gsm8k"
+    if not (model / "config.json").is_file():
+        run([sys.executable, str(HERE / "gguf_to_hf.py"), "--gguf", args.gguf, "--tokenizer", args.tokenizer,
+             "--out", str(model)])
+    command = cli("prep", "--source", args.gsm8k, "--out", str(data), "--tokenizer", args.tokenizer,
+                  "--val-size", str(VAL_SIZE))
+    run(command)
+    state.data["prep_command"] = "verl-p40 " + shlex.join(command[3:])
+
+
+def train_command(args: argparse.Namespace, work: Path) -> list[str]:
+    return cli("train", "--profile", "p40", "--algorithm", RECIPE, "--gpu-memory-cap-gb", "24",
+               "--model", str(work / "qwen-real"), "--data", str(work / "gsm8k"), "--checkpoints", str(work / "ckpt"),
+               "--logs", str(work / "logs"), "trainer.val_before_train=true", f"trainer.test_freq={args.test_freq}",
+               f"trainer.save_freq={args.save_freq}", f"trainer.total_training_steps={args.steps}", *args.override)
+
+
+def session(args: argparse.Namespace, work: Path, out: Path, state: State) -> None:
+    """The trainer under a time budget, meant to outlive the device call that starts it (setsid)."""
+    pid_file = work / "session.pid"
+    pid_file.write_text(str(os.getpid()))
+    logs = work / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    env = mask_env("6.1")
+    try:
+        ray_stop()
+        monitor = subprocess.Popen(cli("monitor", "--interval", "1", "--out", str(logs / "gpu")), env=env)
+        command = train_command(args, work)
+        print("$ " + shlex.join(command), flush=True)
+        started, stop_sent = time.time(), None
+        proc = subprocess.Popen(command, env=env)
+        while proc.poll() is None:
+            time.sleep(2)
+            if stop_sent is None and time.time() - started > args.budget_s - args.stop_s:
+                print("[learning_run] budget: SIGTERM (the trainer saves this step and exits)", flush=True)
+                proc.send_signal(signal.SIGTERM)
+                stop_sent = time.time() - started
+        code = proc.wait()
+        ray_stop()
+        monitor.send_signal(signal.SIGTERM)
+        monitor.wait(timeout=30)
+        log = sorted(logs.glob("train-*.log"))[-1]
+        steps = read_steps(log)
+        state.data.update({
+            "train_command": "verl-p40 " + shlex.join(command[3:]), "train_log": log.name, "returncode": code,
+            "stop_sent_at_s": stop_sent, "wall_s": round(time.time() - started, 1),
+            "last_step": int(steps[-1]["step"]) if steps else None,
+            "checkpoints": sorted(p.name for p in (work / "ckpt").rglob("global_step_*"))})
+        state.save(out)
+    finally:
+        pid_file.unlink(missing_ok=True)
+
+
+def halves(data: Path) -> list[Path]:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(data / "test.parquet")
+    middle = (table.num_rows + 1) // 2
+    paths = [data / "heldout-a.parquet", data / "heldout-b.parquet"]
+    pq.write_table(table.slice(0, middle), paths[0])
+    pq.write_table(table.slice(middle), paths[1])
+    return paths
+
+
+def final(args: argparse.Namespace, work: Path, out: Path, state: State) -> dict:
+    from verl_p40.checkpoints import resolve_model
+
+    os.environ.update(mask_env("6.1"))
+    started = time.time()
+    trained = resolve_model("latest", work / "ckpt")  # merged once, before two processes would both try
+    base, data = work / "qwen-real", work / "gsm8k"
+    common = ["--model", str(base), "--compare", str(trained), "--dtype", "fp32", "--max-new-tokens",
+              str(MAX_NEW_TOKENS), "--batch-size", str(args.eval_batch), "--logs", str(work / "logs")]
+    procs, commands = [], []
+    for gpu, part in enumerate(halves(data)):
+        command = cli("eval", *common, "--data", str(part), "--out", str(work / f"eval-{part.stem}"))
+        commands.append(f"CUDA_VISIBLE_DEVICES={gpu} verl-p40 " + shlex.join(command[3:]))
+        print("$ " + commands[-1], flush=True)
+        procs.append(subprocess.Popen(command, env={**os.environ, "CUDA_VISIBLE_DEVICES": str(gpu)}))
+    if any(p.wait() for p in procs):
+        raise SystemExit("an evaluation failed (output above)")
+    whole = work / "eval-final"
+    whole.mkdir(exist_ok=True)
+    with open(whole / "answers.jsonl", "w", encoding="utf-8") as handle:
+        for part in ("heldout-a", "heldout-b"):
+            handle.write((work / f"eval-{part}" / "answers.jsonl").read_text(encoding="utf-8"))
+    command = cli("eval", *common, "--data", str(data / "test.parquet"), "--out", str(whole))
+    run(command)  # every answer is there already: it only scores and reports
+    commands.append("verl-p40 " + shlex.join(command[3:]))
+    state.data["final_eval"] = {"commands": commands, "wall_s": round(time.time() - started, 1)}
+    state.save(out)
+    result = report(work, out, state)
+    with tarfile.open(out / "learning-work.tgz", "w:gz") as tar:
+        for name in ("state.json", "logs", "eval-final"):
+            if (work / name).exists():
+                tar.add(work / name, arcname=name, filter=lambda t: None if "/ckpt" in t.name else t)
+    return result
+
+
+def report(work: Path, out: Path, state: State) -> dict:
+    data = state.data
+    evaluation = json.loads((work / "eval-final" / "report.json").read_text())
+    log = work / "logs" / data["train_log"]
+    steps = read_steps(log)
+    setting = trainer_settings(log)
+    gpus = int(setting["trainer.n_gpus_per_node"]) * int(setting.get("trainer.nnodes", 1))
+    per_step = int(setting["data.train_batch_size"]) * int(setting["actor_rollout_ref.rollout.n"])
+    sequences = len(steps) * per_step
+    train_minutes = data["wall_s"] / 60
+    eval_minutes = data.get("final_eval", {}).get("wall_s", 0) / 60
+    step_s = [s["timing_s/step"] for s in steps if "timing_s/step" in s]
+    result = {
+        "issue": 18, "date": time.strftime("%Y-%m-%d"),
+        "setup": "nvidia-h200-x2, Pascal mask PASCAL_MASK_CC=6.1 (two Tesla P40s), 24 GB cap per process, audit off; "
+                 "real-weights proxy Qwen2.5-Coder-0.5B-Instruct (Qwen2.5-0.5B-Instruct's shape, Qwen2.5 tokenizer)",
+        "commands": {"prep": data.get("prep_command"), "train": data.get("train_command"),
+                     "eval": data.get("final_eval", {}).get("commands")},
+        "held_out": {"questions": evaluation["questions"], "split": "GSM8K test, all of it (validation: val.parquet, "
+                     f"{VAL_SIZE} train rows)", "dtype": evaluation["dtype"], "greedy": True,
+                     "max_new_tokens": evaluation["max_new_tokens"]},
+        "eval": evaluation["models"], "comparison": evaluation["comparison"],
+        "training": {"steps": len(steps), "stop": {"returncode": data.get("returncode"),
+                                                   "sigterm_at_s": data.get("stop_sent_at_s")},
+                     "prompts_per_step": int(setting["data.train_batch_size"]), "sequences_per_step": per_step,
+                     "rollouts": sequences, "gpus": gpus,
+                     "median_step_s": round(statistics.median(step_s), 2) if step_s else None,
+                     "wall_s": data["wall_s"], "checkpoints": data.get("checkpoints")},
+        "gpu_minutes": {"train": round(gpus * train_minutes, 2), "final_eval": round(2 * eval_minutes, 2),
+                        "note": "wall minutes x GPUs (H200s masked as P40s); the trainer's start-up included"},
+        "rollouts_per_gpu_minute": round(sequences / (gpus * train_minutes), 1) if train_minutes else None,
+        "p40_projection": {
+            "factor": round(P40_PER_H200, 3),
+            "source": "bench/project.py's masked GRPO step of 64 sequences (algorithms-2026-11-30 grpo-n4)",
+            "training_hours_on_two_p40s": round(data["wall_s"] * P40_PER_H200 / 3600, 2)},
+        "validation": [{"step": int(s["step"]), **{k: v for k, v in s.items() if k.startswith("val-core/")}}
+                       for s in steps if any(k.startswith("val-core/") for k in s)],
+        "memory": monitor_peaks(work / "logs" / "gpu"),
+    }
+    stamp = result["date"]
+    (out / f"learning-{stamp}.json").write_text(json.dumps(result, indent=2) + "\n")
+    for name in ("report.md", "report.json"):
+        shutil.copy(work / "eval-final" / name, out / f"learning-eval-{name}")
+    plot(steps, out / f"learning-{stamp}.png")
+    return result
+
+
+def trainer_settings(log: Path) -> dict[str, str]:
+    """The verl overrides the run was started with: the first line of verl-p40's train log is the trainer command."""
+    first = log.read_text(errors="replace").splitlines()[0]
+    return dict(word.lstrip("+").split("=", 1) for word in shlex.split(first.removeprefix("$ ")) if "=" in word)
+
+
+def plot(steps: list[dict], path: Path) -> None:
+    """Training reward, validation reward (with its standard error), actor entropy, response length."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def series(key: str) -> tuple[list[float], list[float]]:
+        pairs = [(s["step"], s[key]) for s in steps if key in s]
+        return [p[0] for p in pairs], [p[1] for p in pairs]
+
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
+    x, y = series("critic/score/mean")
+    axes[0].plot(x, y, marker=".", label="per step")
+    if len(y) >= 5:
+        axes[0].plot(x, [statistics.mean(y[max(0, i - 4):i + 1]) for i in range(len(y))], label="mean of last 5")
+    axes[0].set_title("training reward (last number + 0.25 for '#### N')")
+    val = sorted({(s["step"], v) for s in steps for k, v in s.items() if k.startswith("val-core/")})
+    if val:
+        error = [math.sqrt(max(min(v, 1.0), 0.0) * max(1 - v, 0.0) / VAL_SIZE) for _, v in val]
+        axes[1].errorbar([v[0] for v in val], [v[1] for v in val], yerr=error, marker="o", capsize=3,
+                         label=f"\u00b11 standard error ({VAL_SIZE} questions)")
+    axes[1].set_title("validation reward, greedy (val.parquet: train rows)")
+    x, y = series("actor/entropy")
+    axes[2].plot(x, y, marker=".", color="tab:green")
+    axes[2].set_title("actor entropy")
+    x, y = series("response_length/mean")
+    axes[3].plot(x, y, marker=".", label="mean")
+    x, y = series("response_length/clip_ratio")
+    clip = axes[3].twinx()
+    clip.plot(x, y, marker=".", color="tab:red", label="share cut at the limit")
+    clip.set_ylim(0, 1)
+    axes[3].set_title("response length (tokens) and share cut at 320")
+    for ax in axes:
+        ax.set_xlabel("step")
+    for ax in axes[:2]:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("phase", choices=("prepare", "session", "wait", "final", "report"))
+    parser.add_argument("--gguf", default="/tmp/model.gguf")
+    parser.add_argument("--tokenizer", default=".gpu-shared/qwen2.5-0.5b-instruct")
+    parser.add_argument("--gsm8k", default=".gpu-shared/gsm8k")
+    parser.add_argument("--out", default="/tmp/learn/out")
+    parser.add_argument("--work", default="/tmp/learn")
+    parser.add_argument("--steps", type=int, default=500, help="trainer.total_training_steps (the budget ends it)")
+    parser.add_argument("--save-freq", type=int, default=20)
+    parser.add_argument("--test-freq", type=int, default=10)
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--budget-s", type=float, default=780, help="session: from its start to the trainer's exit")
+    parser.add_argument("--stop-s", type=float, default=100, help="session: time the graceful stop is given")
+    parser.add_argument("--timeout-s", type=float, default=580, help="wait: return after this long at most")
+    parser.add_argument("--eval-batch", type=int, default=256)
+    args = parser.parse_args()
+    work, out = Path(args.work), Path(args.out)
+    if args.phase == "wait":  # reads only: the session process owns state.json
+        wait(args, work)
+        return
+    work.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    state = State(work)
+    if args.phase == "report" and not state.path.exists():
+        raise SystemExit(f"{state.path}: no state; unpack learning-work.tgz into --work first")
+    try:
+        if args.phase == "prepare":
+            prepare(args, work, out, state)
+        elif args.phase == "session":
+            session(args, work, out, state)
+        else:
+            result = final(args, work, out, state) if args.phase == "final" else report(work, out, state)
+            print(json.dumps({k: result[k] for k in ("eval", "comparison", "rollouts_per_gpu_minute")}, indent=1))
+    finally:
+        state.save(out)
+
+
+if __name__ == "__main__":
+    main()
