@@ -6,10 +6,14 @@ bench/results/README.md, "Real weights"). After `bash .gpu-bundle/install.sh && 
 bench/gpu_setup.sh`, in device calls kept back to back (/tmp lives only while the machine stays warm):
 
     python3 bench/learning_run.py prepare --out $OUT
-    setsid python3 bench/learning_run.py session --out /tmp/learn/out --budget-s 780 \
-        > /tmp/learn/session.log 2>&1 < /dev/null &
-    python3 bench/learning_run.py wait --timeout-s 580        # in each later call, until it says the session ended
-    python3 bench/learning_run.py final --out $OUT
+    setsid python3 bench/learning_run.py session --budget-s 1200 > /tmp/learn/session.log 2>&1 < /dev/null &
+    python3 bench/learning_run.py wait --timeout-s 580    # in each later call, until it says the session ended;
+    cp -r /tmp/learn/out/. $OUT                           # then the results, made by the session itself
+
+The session trains, stops the trainer gracefully when --budget-s would run out, and goes on to `final` by itself,
+so no device call has to be timed to stop it; `stop` asks it to stop training early (SIGTERM to the trainer whose
+pid the session recorded: never `pkill -f` a pattern here, which also matches the device call's own command line
+and took the machine down once, 2026-11-30).
 
 All through the product's CLI:
 - prepare: bench/gguf_to_hf.py, then `verl-p40 prep --val-size 256`: 256 train rows held out as val.parquet, which
@@ -77,6 +81,7 @@ def session(args: argparse.Namespace, work: Path, out: Path, state: State) -> No
     """The trainer under a time budget, meant to outlive the device call that starts it (setsid)."""
     pid_file = work / "session.pid"
     pid_file.write_text(str(os.getpid()))
+    (work / "stop").unlink(missing_ok=True)
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     env = mask_env("6.1")
@@ -93,6 +98,10 @@ def session(args: argparse.Namespace, work: Path, out: Path, state: State) -> No
                 print("[learning_run] budget: SIGTERM (the trainer saves this step and exits)", flush=True)
                 proc.send_signal(signal.SIGTERM)
                 stop_sent = time.time() - started
+            elif stop_sent is None and (work / "stop").exists():
+                print("[learning_run] asked to stop: SIGTERM (the trainer saves this step and exits)", flush=True)
+                proc.send_signal(signal.SIGTERM)
+                stop_sent = time.time() - started
         code = proc.wait()
         ray_stop()
         monitor.send_signal(signal.SIGTERM)
@@ -105,14 +114,19 @@ def session(args: argparse.Namespace, work: Path, out: Path, state: State) -> No
             "last_step": int(steps[-1]["step"]) if steps else None,
             "checkpoints": sorted(p.name for p in (work / "ckpt").rglob("global_step_*"))})
         state.save(out)
+        final(args, work, out, state)
     finally:
         pid_file.unlink(missing_ok=True)
 
 
-def halves(data: Path) -> list[Path]:
+def halves(data: Path, limit: int | None) -> list[Path]:
+    """The held-out split in two halves, one per GPU (the first `limit` rows only, for a smoke check of the bench)."""
     import pyarrow.parquet as pq
 
     table = pq.read_table(data / "test.parquet")
+    if limit:
+        table = table.slice(0, limit)
+        pq.write_table(table, data / "heldout.parquet")
     middle = (table.num_rows + 1) // 2
     paths = [data / "heldout-a.parquet", data / "heldout-b.parquet"]
     pq.write_table(table.slice(0, middle), paths[0])
@@ -130,7 +144,7 @@ def final(args: argparse.Namespace, work: Path, out: Path, state: State) -> dict
     common = ["--model", str(base), "--compare", str(trained), "--dtype", "fp32", "--max-new-tokens",
               str(MAX_NEW_TOKENS), "--batch-size", str(args.eval_batch), "--logs", str(work / "logs")]
     procs, commands = [], []
-    for gpu, part in enumerate(halves(data)):
+    for gpu, part in enumerate(halves(data, args.heldout_limit)):
         command = cli("eval", *common, "--data", str(part), "--out", str(work / f"eval-{part.stem}"))
         commands.append(f"CUDA_VISIBLE_DEVICES={gpu} verl-p40 " + shlex.join(command[3:]))
         print("$ " + commands[-1], flush=True)
@@ -142,7 +156,8 @@ def final(args: argparse.Namespace, work: Path, out: Path, state: State) -> dict
     with open(whole / "answers.jsonl", "w", encoding="utf-8") as handle:
         for part in ("heldout-a", "heldout-b"):
             handle.write((work / f"eval-{part}" / "answers.jsonl").read_text(encoding="utf-8"))
-    command = cli("eval", *common, "--data", str(data / "test.parquet"), "--out", str(whole))
+    heldout = data / ("heldout.parquet" if args.heldout_limit else "test.parquet")
+    command = cli("eval", *common, "--data", str(heldout), "--out", str(whole))
     run(command)  # every answer is there already: it only scores and reports
     commands.append("verl-p40 " + shlex.join(command[3:]))
     state.data["final_eval"] = {"commands": commands, "wall_s": round(time.time() - started, 1)}
@@ -159,7 +174,8 @@ def report(work: Path, out: Path, state: State) -> dict:
     data = state.data
     evaluation = json.loads((work / "eval-final" / "report.json").read_text())
     log = work / "logs" / data["train_log"]
-    steps = read_steps(log)
+    steps = [s for s in read_steps(log) if "timing_s/step" in s]  # step 0 is validation only
+    validated = [s for s in read_steps(log) if any(k.startswith("val-core/") for k in s)]
     setting = trainer_settings(log)
     gpus = int(setting["trainer.n_gpus_per_node"]) * int(setting.get("trainer.nnodes", 1))
     per_step = int(setting["data.train_batch_size"]) * int(setting["actor_rollout_ref.rollout.n"])
@@ -173,7 +189,8 @@ def report(work: Path, out: Path, state: State) -> dict:
                  "real-weights proxy Qwen2.5-Coder-0.5B-Instruct (Qwen2.5-0.5B-Instruct's shape, Qwen2.5 tokenizer)",
         "commands": {"prep": data.get("prep_command"), "train": data.get("train_command"),
                      "eval": data.get("final_eval", {}).get("commands")},
-        "held_out": {"questions": evaluation["questions"], "split": "GSM8K test, all of it (validation: val.parquet, "
+        "held_out": {"questions": evaluation["questions"],
+                     "split": f"GSM8K test, the first {evaluation['questions']} of 1,319 (validation: val.parquet, "
                      f"{VAL_SIZE} train rows)", "dtype": evaluation["dtype"], "greedy": True,
                      "max_new_tokens": evaluation["max_new_tokens"]},
         "eval": evaluation["models"], "comparison": evaluation["comparison"],
@@ -189,16 +206,17 @@ def report(work: Path, out: Path, state: State) -> dict:
         "p40_projection": {
             "factor": round(P40_PER_H200, 3),
             "source": "bench/project.py's masked GRPO step of 64 sequences (algorithms-2026-11-30 grpo-n4)",
-            "training_hours_on_two_p40s": round(data["wall_s"] * P40_PER_H200 / 3600, 2)},
+            "training_hours_on_two_p40s": round(data["wall_s"] * P40_PER_H200 / 3600, 2),
+            "note": "the session's training wall time (start-up and validation included) times the factor"},
         "validation": [{"step": int(s["step"]), **{k: v for k, v in s.items() if k.startswith("val-core/")}}
-                       for s in steps if any(k.startswith("val-core/") for k in s)],
+                       for s in validated],
         "memory": monitor_peaks(work / "logs" / "gpu"),
     }
     stamp = result["date"]
     (out / f"learning-{stamp}.json").write_text(json.dumps(result, indent=2) + "\n")
     for name in ("report.md", "report.json"):
         shutil.copy(work / "eval-final" / name, out / f"learning-eval-{name}")
-    plot(steps, out / f"learning-{stamp}.png")
+    plot(read_steps(log), out / f"learning-{stamp}.png")
     return result
 
 
@@ -237,12 +255,15 @@ def plot(steps: list[dict], path: Path) -> None:
     x, y = series("response_length/mean")
     axes[3].plot(x, y, marker=".", label="mean")
     x, y = series("response_length/clip_ratio")
-    clip = axes[3].twinx()
-    clip.plot(x, y, marker=".", color="tab:red", label="share cut at the limit")
-    clip.set_ylim(0, 1)
+    if y:
+        clip = axes[3].twinx()
+        clip.plot(x, y, marker=".", color="tab:red", label="share cut at the limit")
+        clip.set_ylim(0, 1)
     axes[3].set_title("response length (tokens) and share cut at 320")
     for ax in axes:
         ax.set_xlabel("step")
+        if not any(len(line.get_xdata()) for line in ax.lines) and not ax.containers:
+            ax.text(0.5, 0.5, "not recorded", transform=ax.transAxes, ha="center", color="grey")
     for ax in axes[:2]:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
@@ -252,7 +273,8 @@ def plot(steps: list[dict], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("phase", choices=("prepare", "session", "wait", "final", "report"))
+    parser.add_argument("phase", choices=("prepare", "session", "wait", "stop", "final", "report", "plot-record"))
+    parser.add_argument("--record", type=Path, help="plot-record: a JSON of the per-step rewards a device call printed")
     parser.add_argument("--gguf", default="/tmp/model.gguf")
     parser.add_argument("--tokenizer", default=".gpu-shared/qwen2.5-0.5b-instruct")
     parser.add_argument("--gsm8k", default=".gpu-shared/gsm8k")
@@ -266,14 +288,23 @@ def main() -> None:
     parser.add_argument("--stop-s", type=float, default=100, help="session: time the graceful stop is given")
     parser.add_argument("--timeout-s", type=float, default=580, help="wait: return after this long at most")
     parser.add_argument("--eval-batch", type=int, default=256)
+    parser.add_argument("--heldout-limit", type=int, help="final: only the first N test questions (a smoke check)")
     args = parser.parse_args()
     work, out = Path(args.work), Path(args.out)
     if args.phase == "wait":  # reads only: the session process owns state.json
         wait(args, work)
         return
+    if args.phase == "plot-record":  # a run whose logs were lost: the curve from what its calls printed
+        record = json.loads(args.record.read_text())
+        steps = [{"step": int(k), "critic/score/mean": v} for k, v in record["training_reward_per_step"].items()]
+        plot(steps, args.record.with_suffix(".png"))
+        return
+    if args.phase == "stop":  # the session sees the file and stops its trainer (nothing else is signalled)
+        (work / "stop").touch()
+        return
     work.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
-    state = State(work)
+    state = State(work, "learning-state.json")
     if args.phase == "report" and not state.path.exists():
         raise SystemExit(f"{state.path}: no state; unpack learning-work.tgz into --work first")
     try:

@@ -75,13 +75,13 @@ def run(cmd: list[str]) -> None:
 class State:
     """The phases' results, kept beside the work files (and copied to --out after every phase)."""
 
-    def __init__(self, work: Path):
-        self.path = work / "state.json"
+    def __init__(self, work: Path, copy_name: str = "real-weights-state.json"):
+        self.path, self.copy_name = work / "state.json", copy_name
         self.data = json.loads(self.path.read_text()) if self.path.exists() else {"train_runs": []}
 
     def save(self, out: Path) -> None:
         self.path.write_text(json.dumps(self.data, indent=2) + "\n")
-        shutil.copy(self.path, out / "real-weights-state.json")
+        shutil.copy(self.path, out / self.copy_name)
 
 
 # ------------------------------------------------------------------------------------------------- prepare
