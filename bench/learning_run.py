@@ -11,9 +11,9 @@ bench/gpu_setup.sh`, in device calls kept back to back (/tmp lives only while th
     cp -r /tmp/learn/out/. $OUT                           # then the results, made by the session itself
 
 The session trains, stops the trainer gracefully when --budget-s would run out, and goes on to `final` by itself,
-so no device call has to be timed to stop it; `stop` asks it to stop training early (SIGTERM to the trainer whose
-pid the session recorded: never `pkill -f` a pattern here, which also matches the device call's own command line
-and took the machine down once, 2026-11-30).
+so no device call has to be timed to stop it; `stop` asks it to stop training early (a file the session watches;
+never `pkill -f` a pattern on that machine: it also matches the device call's own command line, and took the
+machine down once, 2026-11-30).
 
 All through the product's CLI:
 - prepare: bench/gguf_to_hf.py, then `verl-p40 prep --val-size 256`: 256 train rows held out as val.parquet, which
@@ -94,12 +94,10 @@ def session(args: argparse.Namespace, work: Path, out: Path, state: State) -> No
         proc = subprocess.Popen(command, env=env)
         while proc.poll() is None:
             time.sleep(2)
-            if stop_sent is None and time.time() - started > args.budget_s - args.stop_s:
-                print("[learning_run] budget: SIGTERM (the trainer saves this step and exits)", flush=True)
-                proc.send_signal(signal.SIGTERM)
-                stop_sent = time.time() - started
-            elif stop_sent is None and (work / "stop").exists():
-                print("[learning_run] asked to stop: SIGTERM (the trainer saves this step and exits)", flush=True)
+            why = ("budget" if time.time() - started > args.budget_s - args.stop_s
+                   else "asked to stop" if (work / "stop").exists() else None)
+            if stop_sent is None and why:
+                print(f"[learning_run] {why}: SIGTERM (the trainer saves this step and exits)", flush=True)
                 proc.send_signal(signal.SIGTERM)
                 stop_sent = time.time() - started
         code = proc.wait()
@@ -182,7 +180,7 @@ def report(work: Path, out: Path, state: State) -> dict:
     sequences = len(steps) * per_step
     train_minutes = data["wall_s"] / 60
     eval_minutes = data.get("final_eval", {}).get("wall_s", 0) / 60
-    step_s = [s["timing_s/step"] for s in steps if "timing_s/step" in s]
+    step_s = [s["timing_s/step"] for s in steps]
     result = {
         "issue": 18, "date": time.strftime("%Y-%m-%d"),
         "setup": "nvidia-h200-x2, Pascal mask PASCAL_MASK_CC=6.1 (two Tesla P40s), 24 GB cap per process, audit off; "
@@ -242,7 +240,7 @@ def plot(steps: list[dict], path: Path) -> None:
     axes[0].plot(x, y, marker=".", label="per step")
     if len(y) >= 5:
         axes[0].plot(x, [statistics.mean(y[max(0, i - 4):i + 1]) for i in range(len(y))], label="mean of last 5")
-    axes[0].set_title("training reward (last number + 0.25 for '#### N')")
+    axes[0].set_title("training reward (the recipe's: last number + '#### N' bonus)")
     val = sorted({(s["step"], v) for s in steps for k, v in s.items() if k.startswith("val-core/")})
     if val:
         error = [math.sqrt(max(min(v, 1.0), 0.0) * max(1 - v, 0.0) / VAL_SIZE) for _, v in val]
@@ -259,7 +257,7 @@ def plot(steps: list[dict], path: Path) -> None:
         clip = axes[3].twinx()
         clip.plot(x, y, marker=".", color="tab:red", label="share cut at the limit")
         clip.set_ylim(0, 1)
-    axes[3].set_title("response length (tokens) and share cut at 320")
+    axes[3].set_title("response length (tokens) and share cut at the limit")
     for ax in axes:
         ax.set_xlabel("step")
         if not any(len(line.get_xdata()) for line in ax.lines) and not ax.containers:

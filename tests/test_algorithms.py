@@ -94,3 +94,8 @@ def test_the_gsm8k_recipe_sets_its_reward_and_the_options_still_win():
     # an algorithm file without a reward keeps verl's own GSM8K rule
     plain = plan(RunOptions(profile="p40", algorithm="grpo")).config()
     assert dict(plain.custom_reward_function.reward_kwargs) == {"method": "strict", "format_bonus": 0.0}
+
+
+def test_a_reward_method_nobody_knows_is_refused_whatever_set_it():
+    with pytest.raises(UserError, match="reward method 'nearest'"):
+        plan(RunOptions(profile="p40", sets=["custom_reward_function.reward_kwargs.method=nearest"]))
