@@ -1,12 +1,17 @@
 """GPU bench (real weights): does the GSM8K recipe (`--algorithm grpo-gsm8k`) make the model solve more problems?
 
-Issue 18's run, on the two-GPU machine (kind nvidia-h200-x2) under the Pascal mask (two P40s, 24 GB cap each, audit
-off), with the real-weights proxy (Qwen2.5-Coder-0.5B-Instruct of Qwen2.5-0.5B-Instruct's exact shape, staged as in
-bench/results/README.md, "Real weights"). After `bash .gpu-bundle/install.sh && VERL_P40_NO_RANDOM=1 source
-bench/gpu_setup.sh`, in device calls kept back to back (/tmp lives only while the machine stays warm):
+The learning issue's run, on one GPU or several, with the real-weights proxy (Qwen2.5-Coder-0.5B-Instruct of
+Qwen2.5-0.5B-Instruct's exact shape, staged as in bench/results/README.md, "Real weights"), in one of two modes:
+- `--mode p40`: every process sees a Tesla P40 (the Pascal mask), `--profile p40 --gpu-memory-cap-gb 24`: the path
+  a P40 owner runs, at the masked H200's speed;
+- `--mode fast`: the same recipe unmasked with the hardware used (`--profile ampere`, TF32 by `--tf32 auto`, and the
+  FAST_SETS values below: states kept on the GPU, generation in one batch), so that a learning check of the order
+  of an epoch fits one GPU session. Its curve stands for the P40 path when a p40-mode run tracks it.
+After `bash .gpu-bundle/install.sh && VERL_P40_NO_RANDOM=1 source bench/gpu_setup.sh`, in device calls kept back to
+back (/tmp lives only while the machine stays warm):
 
     python3 bench/learning_run.py prepare --out $OUT
-    setsid python3 bench/learning_run.py session --budget-s 1200 > /tmp/learn/session.log 2>&1 < /dev/null &
+    setsid python3 bench/learning_run.py session --mode fast --budget-s 1000 > /tmp/learn/session.log 2>&1 < /dev/null &
     python3 bench/learning_run.py wait --timeout-s 580    # in each later call, until it says the session ended;
     cp -r /tmp/learn/out/. $OUT                           # then the results, made by the session itself
 
@@ -19,15 +24,15 @@ All through the product's CLI:
 - prepare: bench/gguf_to_hf.py, then `verl-p40 prep --val-size 256`: 256 train rows held out as val.parquet, which
   the trainer validates on. The held-out set is the whole test split (1,319 questions): nothing in the recipe's
   selection or the run reads it until `final`.
-- session: `verl-p40 monitor` beside `verl-p40 train --profile p40 --algorithm grpo-gsm8k --gpu-memory-cap-gb 24` on
+- session: `verl-p40 monitor` beside `verl-p40 train --algorithm grpo-gsm8k` (the mode's profile and settings) on
   every GPU; when --budget-s would run out it sends the trainer one SIGTERM, which finishes the step, saves it and
   exits (the product's graceful stop).
 - final: the last checkpoint merged once (verl_p40.checkpoints), then `verl-p40 eval --model BASE --compare MERGED
-  --dtype fp32` on each half of the test split, one GPU each, then on the whole split (reading both halves' answers:
-  the report and its paired sign tests cover all 1,319), then `report`.
+  --dtype fp32` on the test split, split over --eval-gpus GPUs (one part each, then the whole split read back from
+  the parts' answers: the report and its paired sign tests cover all 1,319), then `report`.
 - report (no GPU): learning-<date>.json (commands, accuracies, paired sign tests, rollouts, GPU-minutes, rollouts per
-  GPU-minute, peaks, P40 projection) and learning-<date>.png (training reward, validation reward, entropy, response
-  length), from the returned work bundle (`report --work DIR`).
+  GPU-minute, peaks, P40 projection) and learning-<date>.png (training reward and its parts, validation accuracy,
+  entropy, response length), from the returned work bundle (`report --work DIR`).
 """
 
 from __future__ import annotations
@@ -53,10 +58,24 @@ from verl_p40.trainer_log import read_steps
 HERE = Path(__file__).resolve().parent
 RECIPE = "grpo-gsm8k"
 VAL_SIZE = 256
-MAX_NEW_TOKENS = 320  # the recipe's data.max_response_length
-# P40 seconds per H200 second for a GRPO step of 64 sequences under the p40 profile (bench/project.py, the masked
-# grpo-n4 run in algorithms-2026-11-30: 16.09 s on the H200, 36.30 s projected on a P40).
+MAX_NEW_TOKENS = 512  # verl-p40 eval's default, and the recipe's data.max_response_length
+# P40 seconds per masked-H200 second for a GRPO step under the p40 profile (bench/project.py, the masked grpo-n4 run
+# in algorithms-2026-11-30: 16.09 s on the H200, 36.30 s projected on a P40). A fast-mode run is projected from its
+# own logged steps by bench/project.py instead.
 P40_PER_H200 = 36.299 / 16.087
+MODES = {
+    "p40": {"profile": "p40", "mask": "6.1", "cli": ["--gpu-memory-cap-gb", "24"], "sets": [],
+            "setup": "Pascal mask PASCAL_MASK_CC=6.1 (Tesla P40), 24 GB cap per process, audit off"},
+    # what an unmasked H200 (141 GB) allows: nothing offloaded, generation and log-probs in large batches
+    "fast": {"profile": "ampere", "mask": None, "cli": ["--tf32", "auto"],
+             "sets": ["actor_rollout_ref.rollout.micro_batch_size=256",
+                      "actor_rollout_ref.actor.fsdp_config.optimizer_offload=false",
+                      "actor_rollout_ref.ref.fsdp_config.param_offload=false",
+                      "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+                      "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32",
+                      "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=32"],
+             "setup": "unmasked, the ampere profile with TF32 and the bench's FAST_SETS (no offload, large batches)"},
+}
 
 
 def prepare(args: argparse.Namespace, work: Path, out: Path, state: State) -> None:
@@ -71,10 +90,12 @@ def prepare(args: argparse.Namespace, work: Path, out: Path, state: State) -> No
 
 
 def train_command(args: argparse.Namespace, work: Path) -> list[str]:
-    return cli("train", "--profile", "p40", "--algorithm", RECIPE, "--gpu-memory-cap-gb", "24",
+    mode = MODES[args.mode]
+    return cli("train", "--profile", mode["profile"], "--algorithm", RECIPE, *mode["cli"],
                "--model", str(work / "qwen-real"), "--data", str(work / "gsm8k"), "--checkpoints", str(work / "ckpt"),
                "--logs", str(work / "logs"), "trainer.val_before_train=true", f"trainer.test_freq={args.test_freq}",
-               f"trainer.save_freq={args.save_freq}", f"trainer.total_training_steps={args.steps}", *args.override)
+               f"trainer.save_freq={args.save_freq}", f"trainer.total_training_steps={args.steps}", *mode["sets"],
+               *args.override)
 
 
 def session(args: argparse.Namespace, work: Path, out: Path, state: State) -> None:
@@ -84,10 +105,13 @@ def session(args: argparse.Namespace, work: Path, out: Path, state: State) -> No
     (work / "stop").unlink(missing_ok=True)
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    env = mask_env("6.1")
+    env = mask_env(MODES[args.mode]["mask"])
+    state.data["mode"] = args.mode
     try:
         ray_stop()
         monitor = subprocess.Popen(cli("monitor", "--interval", "1", "--out", str(logs / "gpu")), env=env)
+        state.data["gpu_name"] = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", "0"],
+                                                capture_output=True, text=True).stdout.strip() or "unknown GPU"
         command = train_command(args, work)
         print("$ " + shlex.join(command), flush=True)
         started, stop_sent = time.time(), None
@@ -117,32 +141,33 @@ def session(args: argparse.Namespace, work: Path, out: Path, state: State) -> No
         pid_file.unlink(missing_ok=True)
 
 
-def halves(data: Path, limit: int | None) -> list[Path]:
-    """The held-out split in two halves, one per GPU (the first `limit` rows only, for a smoke check of the bench)."""
+def parts(data: Path, count: int, limit: int | None) -> list[Path]:
+    """The held-out split in `count` parts, one per GPU (the first `limit` rows only, for a smoke check)."""
     import pyarrow.parquet as pq
 
     table = pq.read_table(data / "test.parquet")
     if limit:
         table = table.slice(0, limit)
         pq.write_table(table, data / "heldout.parquet")
-    middle = (table.num_rows + 1) // 2
-    paths = [data / "heldout-a.parquet", data / "heldout-b.parquet"]
-    pq.write_table(table.slice(0, middle), paths[0])
-    pq.write_table(table.slice(middle), paths[1])
+    size = -(-table.num_rows // count)
+    paths = [data / f"heldout-{i}.parquet" for i in range(count)]
+    for i, path in enumerate(paths):
+        pq.write_table(table.slice(i * size, size), path)
     return paths
 
 
 def final(args: argparse.Namespace, work: Path, out: Path, state: State) -> dict:
     from verl_p40.checkpoints import resolve_model
 
-    os.environ.update(mask_env("6.1"))
+    os.environ.update(mask_env(MODES[state.data.get("mode", args.mode)]["mask"]))
     started = time.time()
-    trained = resolve_model("latest", work / "ckpt")  # merged once, before two processes would both try
+    trained = resolve_model("latest", work / "ckpt")  # merged once, before several processes would all try
     base, data = work / "qwen-real", work / "gsm8k"
     common = ["--model", str(base), "--compare", str(trained), "--dtype", "fp32", "--max-new-tokens",
               str(MAX_NEW_TOKENS), "--batch-size", str(args.eval_batch), "--logs", str(work / "logs")]
     procs, commands = [], []
-    for gpu, part in enumerate(halves(data, args.heldout_limit)):
+    pieces = parts(data, args.eval_gpus, args.heldout_limit)
+    for gpu, part in enumerate(pieces):
         command = cli("eval", *common, "--data", str(part), "--out", str(work / f"eval-{part.stem}"))
         commands.append(f"CUDA_VISIBLE_DEVICES={gpu} verl-p40 " + shlex.join(command[3:]))
         print("$ " + commands[-1], flush=True)
@@ -152,13 +177,14 @@ def final(args: argparse.Namespace, work: Path, out: Path, state: State) -> dict
     whole = work / "eval-final"
     whole.mkdir(exist_ok=True)
     with open(whole / "answers.jsonl", "w", encoding="utf-8") as handle:
-        for part in ("heldout-a", "heldout-b"):
-            handle.write((work / f"eval-{part}" / "answers.jsonl").read_text(encoding="utf-8"))
+        for part in pieces:
+            handle.write((work / f"eval-{part.stem}" / "answers.jsonl").read_text(encoding="utf-8"))
     heldout = data / ("heldout.parquet" if args.heldout_limit else "test.parquet")
     command = cli("eval", *common, "--data", str(heldout), "--out", str(whole))
     run(command)  # every answer is there already: it only scores and reports
     commands.append("verl-p40 " + shlex.join(command[3:]))
-    state.data["final_eval"] = {"commands": commands, "wall_s": round(time.time() - started, 1)}
+    state.data["final_eval"] = {"commands": commands, "wall_s": round(time.time() - started, 1),
+                                "gpus": args.eval_gpus}
     state.save(out)
     result = report(work, out, state)
     with tarfile.open(out / "learning-work.tgz", "w:gz") as tar:
@@ -181,10 +207,13 @@ def report(work: Path, out: Path, state: State) -> dict:
     train_minutes = data["wall_s"] / 60
     eval_minutes = data.get("final_eval", {}).get("wall_s", 0) / 60
     step_s = [s["timing_s/step"] for s in steps]
+    mode = data.get("mode", "p40")
+    gpu_name = data.get("gpu_name", "NVIDIA H200")
+    eval_gpus = data.get("final_eval", {}).get("gpus", 1)
     result = {
-        "issue": 18, "date": time.strftime("%Y-%m-%d"),
-        "setup": "nvidia-h200-x2, Pascal mask PASCAL_MASK_CC=6.1 (two Tesla P40s), 24 GB cap per process, audit off; "
-                 "real-weights proxy Qwen2.5-Coder-0.5B-Instruct (Qwen2.5-0.5B-Instruct's shape, Qwen2.5 tokenizer)",
+        "issue": 29, "date": time.strftime("%Y-%m-%d"), "mode": mode, "recipe": RECIPE,
+        "setup": f"{gpus} x {gpu_name}, {MODES[mode]['setup']}; real-weights proxy Qwen2.5-Coder-0.5B-Instruct "
+                 "(Qwen2.5-0.5B-Instruct's shape, Qwen2.5 tokenizer)",
         "commands": {"prep": data.get("prep_command"), "train": data.get("train_command"),
                      "eval": data.get("final_eval", {}).get("commands")},
         "held_out": {"questions": evaluation["questions"],
@@ -195,17 +224,19 @@ def report(work: Path, out: Path, state: State) -> dict:
         "training": {"steps": len(steps), "stop": {"returncode": data.get("returncode"),
                                                    "sigterm_at_s": data.get("stop_sent_at_s")},
                      "prompts_per_step": int(setting["data.train_batch_size"]), "sequences_per_step": per_step,
+                     "prompts_seen": len(steps) * int(setting["data.train_batch_size"]),
                      "rollouts": sequences, "gpus": gpus,
                      "median_step_s": round(statistics.median(step_s), 2) if step_s else None,
                      "wall_s": data["wall_s"], "checkpoints": data.get("checkpoints")},
-        "gpu_minutes": {"train": round(gpus * train_minutes, 2), "final_eval": round(2 * eval_minutes, 2),
-                        "note": "wall minutes x GPUs (H200s masked as P40s); the trainer's start-up included"},
+        "gpu_minutes": {"train": round(gpus * train_minutes, 2), "final_eval": round(eval_gpus * eval_minutes, 2),
+                        "note": "wall minutes x GPUs; the trainer's start-up and validation included"},
         "rollouts_per_gpu_minute": round(sequences / (gpus * train_minutes), 1) if train_minutes else None,
-        "p40_projection": {
+        "p40_projection": ({
             "factor": round(P40_PER_H200, 3),
             "source": "bench/project.py's masked GRPO step of 64 sequences (algorithms-2026-11-30 grpo-n4)",
-            "training_hours_on_two_p40s": round(data["wall_s"] * P40_PER_H200 / 3600, 2),
-            "note": "the session's training wall time (start-up and validation included) times the factor"},
+            "training_hours_on_p40s": round(data["wall_s"] * P40_PER_H200 / 3600, 2),
+            "note": "the session's training wall time (start-up and validation included) times the factor"}
+            if mode == "p40" else {"note": "unmasked run: projected from its logged steps by bench/project.py"}),
         "validation": [{"step": int(s["step"]), **{k: v for k, v in s.items() if k.startswith("val-core/")}}
                        for s in validated],
         "memory": monitor_peaks(work / "logs" / "gpu"),
@@ -237,16 +268,21 @@ def plot(steps: list[dict], path: Path) -> None:
 
     fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
     x, y = series("critic/score/mean")
-    axes[0].plot(x, y, marker=".", label="per step")
-    if len(y) >= 5:
-        axes[0].plot(x, [statistics.mean(y[max(0, i - 4):i + 1]) for i in range(len(y))], label="mean of last 5")
-    axes[0].set_title("training reward (the recipe's: last number + '#### N' bonus)")
+    axes[0].plot(x, y, marker=".", alpha=0.5, label="reward (the recipe's)")
+    for key, label in (("reward/flexible/mean", "correct, last number"), ("reward/strict/mean", "correct, '#### N'"),
+                       ("reward/format/mean", "'#### N' used")):
+        x, y = series(key)
+        if len(y) >= 5:
+            y = [statistics.mean(y[max(0, i - 4):i + 1]) for i in range(len(y))]
+        if y:
+            axes[0].plot(x, y, label=label + (" (mean of last 5)" if len(y) >= 5 else ""))
+    axes[0].set_title("training answers (sampled)")
     val = sorted({(s["step"], v) for s in steps for k, v in s.items() if k.startswith("val-core/")})
     if val:
         error = [math.sqrt(max(min(v, 1.0), 0.0) * max(1 - v, 0.0) / VAL_SIZE) for _, v in val]
         axes[1].errorbar([v[0] for v in val], [v[1] for v in val], yerr=error, marker="o", capsize=3,
                          label=f"\u00b11 standard error ({VAL_SIZE} questions)")
-    axes[1].set_title("validation reward, greedy (val.parquet: train rows)")
+    axes[1].set_title("validation accuracy, greedy (val.parquet: train rows)")
     x, y = series("actor/entropy")
     axes[2].plot(x, y, marker=".", color="tab:green")
     axes[2].set_title("actor entropy")
@@ -285,7 +321,9 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=780, help="session: from its start to the trainer's exit")
     parser.add_argument("--stop-s", type=float, default=100, help="session: time the graceful stop is given")
     parser.add_argument("--timeout-s", type=float, default=580, help="wait: return after this long at most")
+    parser.add_argument("--mode", choices=sorted(MODES), default="p40", help="session: the P40 path or the fast path")
     parser.add_argument("--eval-batch", type=int, default=256)
+    parser.add_argument("--eval-gpus", type=int, default=1, help="final: GPUs the held-out evaluation is split over")
     parser.add_argument("--heldout-limit", type=int, help="final: only the first N test questions (a smoke check)")
     args = parser.parse_args()
     work, out = Path(args.work), Path(args.out)

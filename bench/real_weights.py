@@ -254,8 +254,13 @@ def wait(args: argparse.Namespace, work: Path) -> None:
         steps = read_steps(logs[-1]) if logs else []
         if steps and steps[-1]["step"] != seen:
             seen = steps[-1]["step"]
+            last = steps[-1]
+            extra = "".join(f", {label} {value:.3f}" for label, value in (
+                ("correct", last.get("reward/acc/mean")),
+                ("validation", next((v for k, v in last.items() if k.startswith("val-core/")), None)),
+                ("s/step", last.get("timing_s/step"))) if value is not None)
             print(f"[wait] {logs[-1].name} step {int(seen)}: training reward "
-                  f"{steps[-1].get('critic/score/mean', float('nan')):.3f}", flush=True)
+                  f"{last.get('critic/score/mean', float('nan')):.3f}{extra}", flush=True)
         if not alive or time.time() > deadline:
             print(f"[wait] session {'still running' if alive else 'ended'}", flush=True)
             return

@@ -24,9 +24,12 @@ def test_every_algorithm_file_composes_against_verl_and_names_a_verl_estimator()
         algo = algorithms.load(name)
         assert cfg.algorithm.adv_estimator == algo.estimator
         assert cfg.actor_rollout_ref.rollout.n == algo.samples_per_prompt
-        # the profile's sequences per step are kept: 64 on the p40 profile
-        assert cfg.data.train_batch_size * cfg.actor_rollout_ref.rollout.n == 64
-        assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size * cfg.actor_rollout_ref.rollout.n == 16
+        # the profile's sequences per step are kept (64 on the p40 profile) unless the file sets its own prompts
+        own = algo.verl.get("data", {}).get("train_batch_size")
+        assert cfg.data.train_batch_size * cfg.actor_rollout_ref.rollout.n == (own * algo.samples_per_prompt
+                                                                                if own else 64)
+        own = algo.verl.get("actor_rollout_ref", {}).get("actor", {}).get("ppo_mini_batch_size")
+        assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size == (own or 16 // algo.samples_per_prompt)
         assert cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 4  # sequences: unchanged
         assert cfg.trainer.experiment_name == f"qwen2.5-0.5b-gsm8k-{name}"
 
@@ -85,15 +88,45 @@ def test_batch_per_prompt_names_the_divisors():
 
 def test_the_gsm8k_recipe_sets_its_reward_and_the_options_still_win():
     recipe = plan(RunOptions(profile="p40", algorithm="grpo-gsm8k")).config()
-    assert dict(recipe.custom_reward_function.reward_kwargs) == {"method": "flexible", "format_bonus": 0.25}
-    assert recipe.actor_rollout_ref.actor.optim.lr == 3e-6
-    assert recipe.data.max_response_length == 320
-    assert recipe.data.train_batch_size == 8 and recipe.actor_rollout_ref.rollout.n == 8
+    assert dict(recipe.custom_reward_function.reward_kwargs) == {"method": "flexible", "format_bonus": 0.0}
+    assert recipe.actor_rollout_ref.actor.optim.lr == 2e-6
+    assert recipe.actor_rollout_ref.actor.kl_loss_coef == 0.01
+    assert recipe.data.max_response_length == 512
+    # the recipe's own batch, in prompts: 32 prompts x 8 answers a step, 2 updates of 16 prompts; the profile's
+    # micro-batches (its memory plan) stay
+    assert recipe.data.train_batch_size == 32 and recipe.actor_rollout_ref.rollout.n == 8
+    assert recipe.actor_rollout_ref.actor.ppo_mini_batch_size == 16
+    assert recipe.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 4
     chosen = plan(RunOptions(profile="p40", algorithm="grpo-gsm8k", reward_method="strict", format_bonus=0.0)).config()
     assert dict(chosen.custom_reward_function.reward_kwargs) == {"method": "strict", "format_bonus": 0.0}
     # an algorithm file without a reward keeps verl's own GSM8K rule
     plain = plan(RunOptions(profile="p40", algorithm="grpo")).config()
     assert dict(plain.custom_reward_function.reward_kwargs) == {"method": "strict", "format_bonus": 0.0}
+
+
+def test_a_recipe_batch_is_in_prompts_and_scales_with_samples_and_gpus():
+    """with_batch puts the recipe's prompts in the profile's place as sequences, so --samples-per-prompt keeps the
+    recipe's prompts (and the layout multiplies them by the GPUs as it does a profile's batch)."""
+    recipe = algorithms.load("grpo-gsm8k")
+    settings, rest = algorithms.with_batch({"data": {"train_batch_size": 64, "max_prompt_length": 320},
+                                            "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 16}}}, recipe, 8)
+    assert settings["data"] == {"train_batch_size": 256, "max_prompt_length": 320}
+    assert settings["actor_rollout_ref"]["actor"]["ppo_mini_batch_size"] == 128
+    assert "train_batch_size" not in rest.verl["data"] and "ppo_mini_batch_size" not in rest.verl["actor_rollout_ref"]["actor"]
+    assert rest.verl["data"]["max_response_length"] == 512  # the rest of the recipe stays
+    four = plan(RunOptions(profile="p40", algorithm="grpo-gsm8k", samples_per_prompt=4)).config()
+    assert four.data.train_batch_size == 32 and four.actor_rollout_ref.rollout.n == 4
+    # a recipe without a batch leaves the profile's sequences per step (divided by its n) as before
+    plain = algorithms.load("grpo")
+    assert algorithms.with_batch({"data": {"train_batch_size": 64}}, plain, 4) == ({"data": {"train_batch_size": 64}},
+                                                                                   plain)
+
+
+def test_a_recipe_batch_that_is_not_a_count_is_refused(tmp_path, monkeypatch):
+    bad = algorithms.Algorithm(name="bad", path=tmp_path / "bad.yaml", description="",
+                               verl={"data": {"train_batch_size": "many"}})
+    with pytest.raises(UserError, match=r"bad.yaml: data.train_batch_size must be a whole number of prompts"):
+        algorithms.with_batch({"data": {"train_batch_size": 64}}, bad, 8)
 
 
 def test_a_reward_method_nobody_knows_is_refused_whatever_set_it():

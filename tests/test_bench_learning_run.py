@@ -42,7 +42,7 @@ def test_report_counts_from_the_trainer_log(tmp_path):
     result = learning_run.report(work, out, State(work, "learning-state.json"))
     assert result["training"]["steps"] == 3  # step 0 is the validation before training
     assert result["training"]["sequences_per_step"] == 128 and result["training"]["gpus"] == 2
-    assert result["training"]["rollouts"] == 384
+    assert result["training"]["rollouts"] == 384 and result["training"]["prompts_seen"] == 48
     assert result["rollouts_per_gpu_minute"] == pytest.approx(384 / (2 * 5), abs=0.1)
     assert [v["step"] for v in result["validation"]] == [0, 3]
     assert result["held_out"]["questions"] == 1319 and result["held_out"]["dtype"] == "fp32"
@@ -55,3 +55,21 @@ def test_stop_only_leaves_a_note_for_the_session(tmp_path, monkeypatch):
     learning_run.main()
     assert (tmp_path / "stop").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["stop"]
+
+
+def test_the_fast_mode_runs_the_same_recipe_unmasked_through_the_cli(tmp_path):
+    """The fast path is the product's CLI with a profile and --set values, never a fork; the p40 mode is the P40 path
+    (mask, 24 GB cap). Both train the one recipe with the same validation settings."""
+    import argparse
+
+    args = argparse.Namespace(mode="fast", test_freq=5, save_freq=10, steps=100, override=[])
+    fast = learning_run.train_command(args, tmp_path)
+    p40 = learning_run.train_command(argparse.Namespace(**{**vars(args), "mode": "p40"}), tmp_path)
+    assert fast[1:4] == ["-m", "verl_p40.cli", "train"] and p40[1:4] == fast[1:4]
+    for command in (fast, p40):
+        assert command[command.index("--algorithm") + 1] == "grpo-gsm8k"
+        assert "trainer.test_freq=5" in command and "trainer.val_before_train=true" in command
+    assert fast[fast.index("--profile") + 1] == "ampere" and "--gpu-memory-cap-gb" not in fast
+    assert p40[p40.index("--profile") + 1] == "p40" and p40[p40.index("--gpu-memory-cap-gb") + 1] == "24"
+    assert learning_run.MODES["fast"]["mask"] is None and learning_run.MODES["p40"]["mask"] == "6.1"
+    assert "actor_rollout_ref.actor.fsdp_config.optimizer_offload=false" in fast

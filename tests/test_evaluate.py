@@ -35,9 +35,10 @@ def test_report_agrees_with_answers(tiny_models, prepared, tmp_path):
     for label, m in report["models"].items():
         rows = [r["models"][label] for r in records]
         for r, record in zip(rows, records):  # every stored score is the reward module's score of the stored answer
-            assert r["strict"] == reward.compute_score("openai/gsm8k", r["answer"], record["ground_truth"])
+            scored = reward.compute_score("openai/gsm8k", r["answer"], record["ground_truth"])
+            assert r["strict"] == scored["strict"] == scored["score"]
             assert r["flexible"] == reward.compute_score("openai/gsm8k", r["answer"], record["ground_truth"],
-                                                         method="flexible")
+                                                         method="flexible")["score"]
             assert 1 <= r["response_tokens"] <= 24
         assert m["accuracy_strict"] == round(sum(r["strict"] for r in rows) / 4, 4)
         assert m["accuracy_flexible"] == round(sum(r["flexible"] for r in rows) / 4, 4)

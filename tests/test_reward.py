@@ -45,7 +45,7 @@ def verl_gsm8k():
 
 @pytest.mark.parametrize("response, truth", CORPUS)
 def test_strict_default_equals_verl(verl_gsm8k, response, truth):
-    assert reward.compute_score("openai/gsm8k", response, truth) == float(verl_gsm8k.compute_score(response, truth))
+    assert reward.compute_score("openai/gsm8k", response, truth)["score"] == float(verl_gsm8k.compute_score(response, truth))
 
 
 def test_corpus_covers_both_outcomes(verl_gsm8k):
@@ -53,19 +53,37 @@ def test_corpus_covers_both_outcomes(verl_gsm8k):
     assert 0 < sum(scores) < len(scores)
 
 
+def _score(*args, **kwargs) -> float:
+    return reward.compute_score("s", *args, **kwargs)["score"]
+
+
 def test_flexible_credits_last_number():
-    assert reward.compute_score("s", "The answer is \\boxed{72}.", "72", method="flexible") == 1.0
-    assert reward.compute_score("s", "The final answer is 3,500.", "3500", method="flexible") == 1.0
-    assert reward.compute_score("s", "Cost: 18.00", "18", method="flexible") == 1.0
-    assert reward.compute_score("s", "I think 17.", "18", method="flexible") == 0.0
-    assert reward.compute_score("s", "no digits here", "18", method="flexible") == 0.0
+    assert _score("The answer is \\boxed{72}.", "72", method="flexible") == 1.0
+    assert _score("The final answer is 3,500.", "3500", method="flexible") == 1.0
+    assert _score("Cost: 18.00", "18", method="flexible") == 1.0
+    assert _score("I think 17.", "18", method="flexible") == 0.0
+    assert _score("no digits here", "18", method="flexible") == 0.0
 
 
-def test_format_bonus_is_added_for_the_format_only():
-    assert reward.compute_score("s", "#### 17", "18", format_bonus=0.1) == pytest.approx(0.1)
-    assert reward.compute_score("s", "#### 18", "18", format_bonus=0.1) == pytest.approx(1.1)
-    assert reward.compute_score("s", "answer 18", "18", format_bonus=0.1) == 0.0
-    assert reward.compute_score("s", "answer 18", "18", method="flexible", format_bonus=0.1) == 1.0
+def test_format_bonus_is_paid_only_with_a_correct_answer():
+    assert _score("#### 17", "18", format_bonus=0.1) == 0.0  # the format alone earns nothing
+    assert _score("#### 17", "18", method="flexible", format_bonus=0.1) == 0.0
+    assert _score("#### 18", "18", format_bonus=0.1) == pytest.approx(1.1)
+    assert _score("#### 18", "18", method="flexible", format_bonus=0.1) == pytest.approx(1.1)
+    assert _score("answer 18", "18", format_bonus=0.1) == 0.0
+    assert _score("answer 18", "18", method="flexible", format_bonus=0.1) == 1.0
+
+
+def test_parts_are_returned_beside_the_reward():
+    """verl turns every key but `score` into a metric: `acc` is the accuracy by the run's method, and the strict,
+    flexible and format parts are always there, whatever the method, so runs with different rewards compare."""
+    result = reward.compute_score("s", "so \\boxed{18}", "18", method="flexible", format_bonus=0.25)
+    assert result == {"score": 1.0, "acc": 1.0, "strict": 0.0, "flexible": 1.0, "format": 0.0}
+    result = reward.compute_score("s", "#### 18", "18", format_bonus=0.25)
+    assert result == {"score": 1.25, "acc": 1.0, "strict": 1.0, "flexible": 1.0, "format": 1.0}
+    assert reward.compute_score("s", "#### 17", "18") == {"score": 0.0, "acc": 0.0, "strict": 0.0, "flexible": 0.0,
+                                                          "format": 1.0}
+    assert reward.score_parts("#### 18", "18") == {"strict": 1.0, "flexible": 1.0, "format": 1.0}
 
 
 def test_unknown_method_rejected():
@@ -78,4 +96,4 @@ def test_loads_as_verl_custom_reward_file():
     spec = importlib.util.spec_from_file_location("custom_module", reward.__file__)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert module.compute_score("openai/gsm8k", "#### 3", "3", extra_info={"index": 0}) == 1.0
+    assert module.compute_score("openai/gsm8k", "#### 3", "3", extra_info={"index": 0})["score"] == 1.0

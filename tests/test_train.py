@@ -142,3 +142,55 @@ def test_a_second_sigterm_stops_the_trainer_at_once(tmp_path):
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=30)
     assert proc.returncode != 0  # the trainer was killed by the second
+
+
+def _planned(monkeypatch, found, **options):
+    from verl_p40 import train
+
+    monkeypatch.setattr(train, "detect_gpus", lambda: found)
+    return train.plan(train.RunOptions(**options))
+
+
+def test_tf32_is_on_for_sm80_and_never_on_a_p40(monkeypatch):
+    """TF32 has no verl key: the workers switch it on through verl_p40.memcap (external_lib) when the plan's
+    environment says so. auto: on for Ampere and newer, off on Pascal/Volta/Turing (the P40 keeps full fp32)."""
+    import pytest
+
+    from verl_p40 import UserError, defaults
+    from verl_p40.gpu import GPUInfo
+
+    h100 = [GPUInfo(0, "NVIDIA H100", (9, 0), 79.6)]
+    p40 = [GPUInfo(0, "Tesla P40", (6, 1), 23.9)]
+    t4 = [GPUInfo(0, "Tesla T4", (7, 5), 14.6)]
+    fast = _planned(monkeypatch, h100, profile="ampere")
+    assert fast.env[defaults.TF32_ENV] == "1"
+    assert "actor_rollout_ref.model.external_lib=verl_p40.memcap" in fast.overrides
+    assert any("TF32 matmuls on (--tf32 auto, sm_90)" in note for note in fast.notes)
+    for found, profile in ((p40, "p40"), (t4, "volta-turing")):
+        run = _planned(monkeypatch, found, profile=profile)
+        assert defaults.TF32_ENV not in run.env
+        assert not any(o.startswith("actor_rollout_ref.model.external_lib") for o in run.overrides)
+    capped = _planned(monkeypatch, p40, profile="p40", gpu_memory_cap_gb=24)  # the cap alone still hooks memcap
+    assert defaults.TF32_ENV not in capped.env and "actor_rollout_ref.model.external_lib=verl_p40.memcap" in capped.overrides
+    assert defaults.TF32_ENV not in _planned(monkeypatch, h100, profile="ampere", tf32="off").env
+    with pytest.raises(UserError, match="--tf32 on: TF32 needs an sm_80\\+ GPU .* this one is sm_61"):
+        _planned(monkeypatch, p40, profile="p40", tf32="on")
+    assert defaults.TF32_ENV not in _planned(monkeypatch, None, profile="p40").env  # no GPU seen: auto stays off
+
+
+def test_tf32_reaches_the_process_that_imports_the_worker_hook(tmp_path):
+    """What a Ray worker does when verl imports external_lib: TF32 on with the plan's variable, untouched without."""
+    import subprocess
+    import sys
+
+    code = ("import torch, verl_p40.memcap; "
+            "print(torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)")
+    import os
+
+    on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        env={**os.environ, "VERL_P40_WORKER_TF32": "1"})
+    assert on.returncode == 0, on.stderr
+    assert on.stdout.strip().splitlines()[-1] == "True True" and "TF32 matmuls on" in on.stdout
+    env = {k: v for k, v in os.environ.items() if k != "VERL_P40_WORKER_TF32"}
+    off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert off.returncode == 0 and off.stdout.strip() == "False True"  # PyTorch's defaults

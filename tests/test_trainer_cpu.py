@@ -86,8 +86,11 @@ def test_two_ppo_steps_then_resume_then_eval_the_checkpoint(cluster, run_dirs):
     steps = read_steps(log1)
     assert [int(s["step"]) for s in steps] == [1, 2]
     for key in ("timing_s/gen", "timing_s/ref", "timing_s/values", "timing_s/update_critic", "timing_s/update_actor",
-                "critic/score/mean", "actor/reward_kl_penalty"):
+                "critic/score/mean", "actor/reward_kl_penalty",
+                # the reward's parts, every training step (patch reward-parts-in-training-metrics)
+                "reward/acc/mean", "reward/strict/mean", "reward/flexible/mean", "reward/format/mean"):
         assert key in steps[-1], key
+    assert steps[-1]["reward/acc/mean"] == steps[-1]["reward/strict/mean"]  # the default reward is strict
     experiment = run_dirs["checkpoints"] / "model-gsm8k-ppo"  # <model folder>-gsm8k-<algorithm>
     assert (experiment / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
     assert (experiment / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt").is_file()

@@ -4,11 +4,15 @@ A profile is sized in sequences per step (its memory plan holds `data.train_batc
 algorithm that samples n answers per prompt keeps that number of sequences: it takes train_batch_size / n prompts
 a step, and mini-batches of ppo_mini_batch_size / n prompts (verl counts both in prompts and multiplies by n).
 Micro-batches are counted in sequences by verl and stay as the profile sized them.
+
+A recipe may set its own `data.train_batch_size` and `actor_rollout_ref.actor.ppo_mini_batch_size`, in prompts
+(how many prompts one update sees is a learning choice, not a memory one: micro-batches carry the memory plan).
+Those replace the profile's (as n x prompts sequences) before the layout multiplies them by the GPUs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +62,31 @@ def lora(rank: int, alpha: int | None) -> Settings | None:
                              {"actor_rollout_ref": {"model": {"lora_rank": rank, "lora_alpha": alpha}}})
     return Settings(name=f"lora{rank}", path=path, description=f"LoRA rank {rank}, alpha {alpha}",
                     verl=OmegaConf.to_container(filled))
+
+
+_RECIPE_BATCH = (("data", "train_batch_size"), ("actor_rollout_ref", "actor", "ppo_mini_batch_size"))
+
+
+def with_batch(profile_verl: dict[str, Any], algorithm: Algorithm, n: int) -> tuple[dict[str, Any], Algorithm]:
+    """The profile's settings with the algorithm's batch keys (prompts) in their place as sequences (x n), and the
+    algorithm without them; both unchanged when the algorithm sets no batch."""
+    import copy
+
+    settings, recipe = copy.deepcopy(profile_verl), copy.deepcopy(algorithm.verl)
+    for path in _RECIPE_BATCH:
+        parent = recipe
+        for key in path[:-1]:
+            parent = parent.get(key) or {}
+        if path[-1] not in parent:
+            continue
+        prompts = parent.pop(path[-1])
+        if not isinstance(prompts, int) or isinstance(prompts, bool) or prompts < 1:
+            raise UserError(f"{algorithm.path}: {'.'.join(path)} must be a whole number of prompts, got {prompts!r}")
+        target = settings
+        for key in path[:-1]:
+            target = target.setdefault(key, {})
+        target[path[-1]] = prompts * n
+    return settings, replace(algorithm, verl=recipe)
 
 
 def batch_per_prompt(profile_verl: dict[str, Any], n: int, origin: str) -> dict[str, int]:

@@ -31,4 +31,5 @@ LOGS = Default("VERL_P40_LOGS", "logs")
 # `--gpu-memory-cap-gb`: the trainer's workers read it when verl imports verl_p40.memcap (named here, not imported:
 # importing that module applies the cap, which must happen in a worker, never in the CLI's own process)
 GPU_MEMORY_CAP_ENV = "VERL_P40_GPU_MEMORY_CAP_GB"
-MEMCAP_MODULE = "verl_p40.memcap"
+MEMCAP_MODULE = "verl_p40.memcap"  # also applies TF32_ENV (`--tf32`)
+TF32_ENV = "VERL_P40_WORKER_TF32"  # set by train for its workers; users set --tf32 ($VERL_P40_TF32)

@@ -1,4 +1,9 @@
-"""Cap PyTorch's GPU memory per process, to size a run for a smaller card (a 24 GB P40 on a bigger GPU).
+"""What every trainer worker process sets before it builds a model: the memory cap, and TF32 matmuls.
+
+verl has no key for either, and both must hold in each Ray worker, not in the CLI's process: `verl-p40 train`
+names this module in verl's `actor_rollout_ref.model.external_lib` when either is asked for.
+
+Memory: cap PyTorch's GPU memory per process, to size a run for a smaller card (a 24 GB P40 on a bigger GPU).
 
 `verl-p40 train --gpu-memory-cap-gb N` sets `VERL_P40_GPU_MEMORY_CAP_GB=N` and names this module in verl's
 `actor_rollout_ref.model.external_lib`, which every verl FSDP worker imports in `init_model` before it builds a
@@ -12,6 +17,7 @@ from __future__ import annotations
 import os
 
 from verl_p40.defaults import GPU_MEMORY_CAP_ENV as ENV
+from verl_p40.defaults import TF32_ENV
 
 
 def fraction_for(cap_gb: float, total_bytes: int) -> float:
@@ -37,4 +43,19 @@ def apply() -> float | None:
     return fraction
 
 
+def apply_tf32() -> bool:
+    """TF32 for fp32 matmuls and convolutions when `VERL_P40_WORKER_TF32=1` (set by `verl-p40 train` on sm_80+ only: the
+    tensor cores then run the fp32 plan's matmuls with a 10-bit mantissa, the trade every fp32 trainer on these
+    cards makes; PyTorch leaves it off by default). True when it was switched on."""
+    if os.environ.get(TF32_ENV) != "1":
+        return False
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    print(f"[verl-p40] pid {os.getpid()}: TF32 matmuls on")
+    return True
+
+
 apply()
+apply_tf32()

@@ -8,9 +8,15 @@ from verl_p40. The default is verl 0.5.0's own GSM8K rule (`verl.utils.reward_sc
 - `method="flexible"`: take the last number in the response instead of requiring `#### N` (a model that
   answers with `\\boxed{42}` or "The answer is 42." then gets credit). Unlike verl's own flexible mode it drops
   thousands separators and a trailing full stop and compares numerically (`18.00` equals `18`);
-- `format_bonus=B`: add B when the response uses the `#### N` format, whatever the answer (a small bonus
-  teaches the format; keep it well below `score`);
+- `format_bonus=B`: add B when a correct answer also uses the `#### N` format. It is never paid for a wrong
+  answer: a bonus for the format alone taught the model to write `#### N` under shorter, worse answers (the
+  learning issue's table: strict 0 -> 20.7 %, flexible 26.2 -> 21.8 %);
 - `score`: the reward of a correct answer (1.0).
+
+`compute_score` returns verl's reward as `score` together with its parts (`acc`: correct by `method`; `strict`,
+`flexible`, `format`: each 0 or 1). verl's validation turns every part into a metric (`val-core/.../acc` is the
+accuracy, not the reward), and a patch-set edit does the same for training steps (`reward/<part>/mean`), so a run
+shows skill apart from format. `verl-p40 eval` scores with `score_parts` too: the trainer and eval cannot disagree.
 """
 
 from __future__ import annotations
@@ -62,6 +68,14 @@ def score_answer(solution_str: str, ground_truth: str, method: str = "strict", s
     return score if _same_number(answer, ground_truth) else 0.0
 
 
+def score_parts(solution_str: str, ground_truth: str) -> dict[str, float]:
+    """Strict and flexible correctness and the `#### N` format of one answer, each 0.0 or 1.0."""
+    truth = str(ground_truth)
+    return {"strict": score_answer(solution_str, truth, "strict"),
+            "flexible": score_answer(solution_str, truth, "flexible"),
+            "format": 1.0 if has_format(solution_str) else 0.0}
+
+
 def compute_score(
     data_source: str,
     solution_str: str,
@@ -70,9 +84,11 @@ def compute_score(
     method: str = "strict",
     format_bonus: float = 0.0,
     score: float = 1.0,
-) -> float:
-    """verl's `custom_reward_function` entry point (name: `compute_score`)."""
-    reward = score_answer(solution_str, str(ground_truth), method=method, score=score)
-    if format_bonus and has_format(solution_str):
-        reward += format_bonus
-    return float(reward)
+) -> dict[str, float]:
+    """verl's `custom_reward_function` entry point (name: `compute_score`): the reward as `score`, with its parts."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    parts = score_parts(solution_str, ground_truth)
+    correct = parts[method]
+    reward = correct * score + (format_bonus if correct and parts["format"] else 0.0)
+    return {"score": float(reward), "acc": correct, **parts}

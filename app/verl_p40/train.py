@@ -63,6 +63,8 @@ class RunOptions:
                        "batch grows with their count, the per-GPU work stays the profile's", env="VERL_P40_GPUS")
     nodes: int = option(1, "hosts in the Ray cluster (trainer.nnodes); above 1 the trainer joins the cluster at "
                         "RAY_ADDRESS (verl-p40 cluster head / join)", env="VERL_P40_NODES", kind=int, low=1)
+    tf32: str = option("auto", "TF32 matmuls in fp32 (tensor cores, 10-bit mantissa): auto is on for sm_80+ GPUs and off "
+                       "below, where they do not exist", env="VERL_P40_TF32", choices=("auto", "on", "off"))
     sets: list[str] = field(default_factory=list)  # verl config values: --set KEY=VALUE and the positional ones
 
 
@@ -146,6 +148,17 @@ def validation_split(data: Path, notes: list[str]) -> str:
     return "test.parquet"
 
 
+def tf32_on(mode: str, sm: float | None) -> bool:
+    """Whether the trainer's workers switch TF32 on: `auto` on sm_80+ (Ampere and newer); never below sm_80, where
+    there are no TF32 units (a P40 keeps full fp32). Without a GPU seen here, `auto` leaves it off."""
+    if mode not in ("auto", "on", "off"):
+        raise UserError(f"--tf32 {mode!r}: use auto, on or off")
+    if mode == "on" and sm is not None and sm < 8.0:
+        raise UserError(f"--tf32 on: TF32 needs an sm_80+ GPU (Ampere or newer); this one is sm_{sm * 10:.0f}. "
+                        "Use --tf32 auto or off")
+    return mode == "on" or (mode == "auto" and sm is not None and sm >= 8.0)
+
+
 def _tensorboard_available() -> bool:
     return importlib.util.find_spec("tensorboard") is not None
 
@@ -154,7 +167,11 @@ def plan(options: RunOptions) -> RunPlan:
     layout = layout_mod.choose(detect_gpus(), options.gpus, options.nodes)
     profile, notes, sm = resolve_profile(options.profile, layout.gpus)
     completed, choices = engines.complete(profile.verl, engines.here(sm))
-    profile = dataclasses.replace(profile, verl=completed)
+    algorithm = algorithms.load(options.algorithm)
+    n = options.samples_per_prompt or algorithm.samples_per_prompt
+    # a recipe that sets its own batch (in prompts) replaces the profile's before the layout scales it
+    verl_settings, algorithm = algorithms.with_batch(completed, algorithm, n)
+    profile = dataclasses.replace(profile, verl=verl_settings)
     notes += choices
     overrides: list[Override] = profile_overrides(profile)
     placed, placement_notes = layout_overrides(layout, profile, options.model, options.gpu_memory_cap_gb)
@@ -174,7 +191,6 @@ def plan(options: RunOptions) -> RunPlan:
     overrides += [Override("custom_reward_function.path", hydra_value(reward.__file__), mine),
                   Override("custom_reward_function.name", "compute_score", mine),
                   *settings_overrides({"custom_reward_function": {"reward_kwargs": REWARD_DEFAULTS}}, mine)]
-    algorithm = algorithms.load(options.algorithm)
     overrides += settings_overrides(algorithm.verl, str(algorithm.path))
     overrides += [Override(f"custom_reward_function.reward_kwargs.{key}", hydra_value(value), f"--{flag}")
                   for key, flag, value in (("method", "reward-method", options.reward_method),
@@ -185,7 +201,6 @@ def plan(options: RunOptions) -> RunPlan:
         overrides += settings_overrides(lora.verl, f"--lora-rank {options.lora_rank} ({lora.path})")
         notes.append(f"{lora.description}, on every linear layer; the reference model is the actor with its adapter "
                      "switched off")
-    n = options.samples_per_prompt or algorithm.samples_per_prompt
     origin = f"--algorithm {algorithm.name}" + (f" --samples-per-prompt {n}" if options.samples_per_prompt else "")
     if options.samples_per_prompt:
         overrides.append(Override("actor_rollout_ref.rollout.n", str(n), origin))
@@ -218,16 +233,24 @@ def plan(options: RunOptions) -> RunPlan:
         Override("data.val_files", hydra_value(str(data / validation_split(data, notes))), mine),
         Override("trainer.default_local_dir", f"{hydra_value(str(checkpoints))}/${{trainer.experiment_name}}", mine),
     ]
+    hooked = []  # the options verl_p40.memcap applies in every worker
     if options.gpu_memory_cap_gb is not None:
         if options.gpu_memory_cap_gb <= 0:
             raise UserError("--gpu-memory-cap-gb must be positive")
         env[defaults.GPU_MEMORY_CAP_ENV] = f"{options.gpu_memory_cap_gb:g}"
-        overrides.append(Override("actor_rollout_ref.model.external_lib", defaults.MEMCAP_MODULE, "--gpu-memory-cap-gb"))
+        hooked.append("--gpu-memory-cap-gb")
         notes.append(f"GPU memory capped at {options.gpu_memory_cap_gb:g} GB per process")
+    if tf32_on(options.tf32, sm):
+        env[defaults.TF32_ENV] = "1"
+        hooked.append("--tf32")
+        notes.append(f"TF32 matmuls on (--tf32 {options.tf32}" + (f", sm_{sm * 10:.0f})" if sm else ")"))
+    elif sm is not None and sm >= 8.0:
+        notes.append("TF32 matmuls off (--tf32 off)")
+    if hooked:
+        overrides.append(Override("actor_rollout_ref.model.external_lib", defaults.MEMCAP_MODULE, " and ".join(hooked)))
     user = parse_set(options.sets)
-    if options.gpu_memory_cap_gb is not None and any(o.key.lstrip("+") == "actor_rollout_ref.model.external_lib"
-                                                     for o in user):
-        raise UserError("--gpu-memory-cap-gb works through actor_rollout_ref.model.external_lib; "
+    if hooked and any(o.key.lstrip("+") == "actor_rollout_ref.model.external_lib" for o in user):
+        raise UserError(f"{' and '.join(hooked)} work through actor_rollout_ref.model.external_lib; "
                         "it cannot be combined with your own external_lib")
     overrides += user
     hydra_overrides = to_hydra(overrides)

@@ -275,6 +275,21 @@ EDITS: list[Edit] = [
         "with the next step",
     ),
     Edit(
+        name="reward-parts-in-training-metrics",
+        file="trainer/ppo/ray_trainer.py",
+        old="                            batch.non_tensor_batch.update({k: np.array(v) for k, v in reward_extra_infos_dict.items()})\n",
+        new="                            batch.non_tensor_batch.update({k: np.array(v) for k, v in reward_extra_infos_dict.items()})\n"
+        "                            # verl-p40: the reward's parts (correct answers, format) as training metrics\n"
+        "                            metrics.update({\n"
+        '                                f"reward/{k}/mean": float(np.mean(v)) for k, v in reward_extra_infos_dict.items()\n'
+        "                                if len(v) and isinstance(v[0], (bool, int, float, np.number))\n"
+        "                            })\n",
+        why="verl 0.5.0 turns a reward function's extra values into metrics only in validation; in training a run "
+        "showed one number (critic/score/mean) that mixed correct answers with a format bonus, and a score that rose "
+        "while the held-out skill fell (the learning issue). reward/acc/mean, reward/format/mean, ... are logged "
+        "every step",
+    ),
+    Edit(
         name="p40-trim",
         file="utils/p40_trim.py",
         old=None,
