@@ -231,15 +231,10 @@ def report(work: Path, out: Path, state: State) -> dict:
         "gpu_minutes": {"train": round(gpus * train_minutes, 2), "final_eval": round(eval_gpus * eval_minutes, 2),
                         "note": "wall minutes x GPUs; the trainer's start-up and validation included"},
         "rollouts_per_gpu_minute": round(sequences / (gpus * train_minutes), 1) if train_minutes else None,
-        "p40_projection": ({
-            "factor": round(P40_PER_H200, 3),
-            "source": "bench/project.py's masked GRPO step of 64 sequences (algorithms-2026-11-30 grpo-n4)",
-            "training_hours_on_p40s": round(data["wall_s"] * P40_PER_H200 / 3600, 2),
-            "note": "the session's training wall time (start-up and validation included) times the factor"}
-            if mode == "p40" else {"note": "unmasked run: projected from its logged steps by bench/project.py"}),
+        "p40_projection": p40_projection(mode, data, steps, work),
         "validation": [{"step": int(s["step"]), **{k: v for k, v in s.items() if k.startswith("val-core/")}}
                        for s in validated],
-        "memory": monitor_peaks(work / "logs" / "gpu"),
+        "memory": monitor_peaks(work / "logs" / "gpu", 24.0 if mode == "p40" else None),
     }
     stamp = result["date"]
     (out / f"learning-{stamp}.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -247,6 +242,30 @@ def report(work: Path, out: Path, state: State) -> dict:
         shutil.copy(work / "eval-final" / name, out / f"learning-eval-{name}")
     plot(read_steps(log), out / f"learning-{stamp}.png")
     return result
+
+
+def p40_projection(mode: str, data: dict, steps: list[dict], work: Path) -> dict:
+    """What the run would take on Tesla P40s: a p40-mode run's wall time times the masked-H200-to-P40 factor; a
+    fast-mode run's steps projected by bench/project.py as the p40 profile runs the recipe (at the logged lengths)."""
+    if mode == "p40":
+        return {"factor": round(P40_PER_H200, 3),
+                "source": "bench/project.py's masked GRPO step of 64 sequences (algorithms-2026-11-30 grpo-n4)",
+                "training_hours_on_p40s": round(data["wall_s"] * P40_PER_H200 / 3600, 2),
+                "note": "the session's training wall time (start-up and validation included) times the factor"}
+    import project
+    from verl_p40 import projection
+
+    config = work / "qwen-real" / "config.json"
+    config = config if config.is_file() else project.SHARED / "config.json"
+    shape = projection.Shape.from_config(json.loads(config.read_text()))
+    command = "verl-p40 " + shlex.join(train_command(argparse.Namespace(
+        mode="p40", test_freq=0, save_freq=0, steps=0, override=[]), work)[3:])
+    row = project.project_run("fast run as the p40 profile", command, steps, shape, recent=True)
+    step_s = row["p40_projection"]["step"]
+    return {"p40_s_per_step": step_s, "p40_hours_per_gsm8k_epoch": row["p40_hours_per_gsm8k_epoch"],
+            "p40_hours_for_this_run": round(step_s * len(steps) / 3600, 2), "projected_config": command,
+            "source": "bench/project.py: the p40 profile's config of the recipe at this run's logged answer lengths; "
+                      "its generation time from this run's (unmasked, one 256-answer batch) is a lower bound"}
 
 
 def trainer_settings(log: Path) -> dict[str, str]:

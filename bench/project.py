@@ -30,12 +30,14 @@ H200 = projection.Card("NVIDIA H200 (measured 2026-11-30)", 41.14, 4251.0, 22.3,
 
 def options_from(command: str) -> RunOptions:
     """The verl config a recorded `verl-p40 train|bench ...` command ran with (paths do not matter here)."""
-    words, sets, profile, gpus = shlex.split(command)[2:], [], "p40", None
+    words, sets, profile, gpus, algorithm = shlex.split(command)[2:], [], "p40", None, "ppo"
     i = 0
     while i < len(words):
         word = words[i]
         if word == "--profile":
             profile, i = words[i + 1], i + 2
+        elif word == "--algorithm":
+            algorithm, i = words[i + 1], i + 2
         elif word == "--gpus":
             gpus, i = words[i + 1], i + 2
         elif word == "--set":
@@ -48,7 +50,7 @@ def options_from(command: str) -> RunOptions:
             i += 1
         else:
             i += 1
-    return RunOptions(profile=profile, sets=sets, gpus=gpus or "all")
+    return RunOptions(profile=profile, sets=sets, gpus=gpus or "all", algorithm=algorithm)
 
 
 def masked_p40s(options: RunOptions) -> list[GPUInfo]:
@@ -108,8 +110,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--config", type=Path, default=SHARED, help="the model's config.json folder [%(default)s]")
+    parser.add_argument("--log", type=Path, help="project only this trainer log (a learning run's), as --command runs")
+    parser.add_argument("--command", help="with --log: the `verl-p40 train ...` command whose config is projected "
+                        "(e.g. the p40-profile command of a recipe a fast run measured)")
     args = parser.parse_args()
     shape = projection.Shape.from_config(json.loads((args.config / "config.json").read_text()))
+    if args.log:  # one run: the command's config on a P40, with the logged run's answer lengths
+        steps = [s for s in read_steps(args.log) if "timing_s/step" in s]
+        row = project_run(str(args.log), args.command, steps, shape, recent=True)
+        args.out.write_text(json.dumps(row, indent=2) + "\n")
+        print(f"P40: {row['p40_projection']['step']} s/step, {row['p40_hours_per_gsm8k_epoch']} h/epoch", file=sys.stderr)
+        return
     rows = [project_run(name, command, steps, shape, recent) for name, command, steps, recent in collect()]
     args.out.write_text(json.dumps({"model": projection.__doc__.split("\n\n")[1], "h200": projection.card_dict(H200),
                                     "p40": projection.card_dict(projection.P40), "runs": rows}, indent=2) + "\n")

@@ -328,8 +328,9 @@ def copy_out(folder: Path, out: Path, prefix: str) -> None:
             shutil.copy(folder / name, out / f"{prefix}{name}")
 
 
-def monitor_peaks(folder: Path) -> dict:
-    """Peaks over every train run from `verl-p40 monitor`'s CSVs (the whole GPU, and the largest process)."""
+def monitor_peaks(folder: Path, cap_gb: float | None = 24.0) -> dict:
+    """Peaks over every train run from `verl-p40 monitor`'s CSVs (the whole GPU, and the largest process); `cap_gb`:
+    the memory cap the run had (None: none)."""
     from verl_p40.gpu_csv import read_gpu_csv, read_process_csv
     from verl_p40.monitor import Summary
 
@@ -340,7 +341,7 @@ def monitor_peaks(folder: Path) -> dict:
     peaks = summary.as_dict()
     return {"device_used_peak_gb": max(g["peak_memory_used_gb"] for g in peaks["gpus"].values()),
             "process_used_peak_gb": round(peaks["processes"][0]["peak_used_memory_bytes"] / 1e9, 3),
-            "cap_gb": 24.0, "source": "verl-p40 monitor, 1 s samples, every train run"}
+            "cap_gb": cap_gb, "source": "verl-p40 monitor, 1 s samples, every train run"}
 
 
 def final(args: argparse.Namespace, work: Path, out: Path, state: State) -> dict:
