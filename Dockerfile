@@ -7,7 +7,7 @@
 # compatibility): torch's cu118 wheels carry the CUDA runtime, cuBLAS and cuDNN.
 #
 # Build:  docker build -t ghcr.io/OWNER/verl-p40:0.1.0 .
-# Behind a firewall or a TLS-inspecting proxy, every source has a build argument (README, "Building the image"):
+# Behind a firewall or a TLS-inspecting proxy, every source has a build argument (docs/image.md):
 #   BASE_IMAGE, APT_MIRROR, PIP_INDEX_URL, TORCH_INDEX_URL, APEX_URL; CA certificates dropped into docker/certs/.
 # The -vllm variant (sm_70+; vLLM 0.8.5 is built for PyPI's torch 2.6.0+cu124, which needs driver >= 525.60.13):
 #   docker build --build-arg TORCH_INDEX_URL=https://pypi.org/simple --build-arg TORCH_VERSION=2.6.0 \

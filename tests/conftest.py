@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tiny_model import make_tiny_qwen  # noqa: F401 (the tests import it from here)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("VERL_P40_SHARED", REPO.parent / "shared"))
@@ -77,19 +78,3 @@ def patched_verl(verl_source, tmp_path_factory) -> Path:
     return root
 
 
-def make_tiny_qwen(tokenizer_dir: Path, folder: Path, seed: int = 0, initializer_range: float = 0.02) -> Path:
-    """A randomly initialised 2-layer Qwen2 with the real Qwen2.5 tokenizer (runs in seconds on a CPU).
-
-    A large initializer_range makes attention (and so token positions) matter to the next token."""
-    import torch
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
-
-    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    torch.manual_seed(seed)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                         tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
-                         bos_token_id=tokenizer.eos_token_id, initializer_range=initializer_range)
-    Qwen2ForCausalLM(config).save_pretrained(str(folder))
-    tokenizer.save_pretrained(str(folder))
-    return folder

@@ -139,6 +139,9 @@ def test_air_gapped_copy_from_a_folder_brought_on_a_disk(model_repo, tmp_path):
     assert "copied" in first.stdout and (out / MANIFEST).is_file()
     assert (out / "model.safetensors").read_bytes() == (bundle / "model.safetensors").read_bytes()
     assert not (out / "pytorch_model.bin.unused.txt").exists()  # only what a model folder needs
+    # a tokenizer saved by transformers >= 4.43 keeps its chat template in chat_template.jinja: it must come along
+    assert (bundle / "chat_template.jinja").is_file()
+    assert (out / "chat_template.jinja").read_bytes() == (bundle / "chat_template.jinja").read_bytes()
     again = fetch(out, "http://127.0.0.1:9", "--from", str(bundle), offline="1")
     assert again.returncode == 0 and "already in place" in again.stdout
 

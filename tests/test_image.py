@@ -50,7 +50,7 @@ def test_compose_services_volumes_and_wiring(compose):
     assert exporter["command"] == ["--model", "latest", "--out", "/exports", "--gguf", "f16,q8_0"]
     assert {v["target"]: v["source"] for v in exporter["volumes"]} == {"/checkpoints": "checkpoints",
                                                                         "/exports": str(REPO / "exports")}
-    assert trainer_stop_grace(services) == "3m0s"
+    assert trainer_stop_grace(services) == "6m0s"
     board = services["tensorboard"]
     assert board["profiles"] == ["tensorboard"] and "deploy" not in board  # no GPU reserved for it
     assert [(v["source"], v["target"], v.get("read_only")) for v in board["volumes"]] == [("logs", "/logs", True)]
@@ -76,7 +76,7 @@ def test_compose_services_volumes_and_wiring(compose):
                                                                        for v in trainer["volumes"]}
         assert set(node["depends_on"]) == {"model-fetch", "data-prep"} and node["init"] is True
     assert head["environment"]["VERL_P40_NODES"] == "2" and head["environment"]["RAY_PORT"] == "6379"
-    assert head["environment"]["VERL_P40_PROFILE"] == "auto" and head["stop_grace_period"] == "3m0s"
+    assert head["environment"]["VERL_P40_PROFILE"] == "auto" and head["stop_grace_period"] == "6m0s"
     assert worker["environment"]["RAY_HEAD"] == "" and worker["environment"]["VERL_P40_GPUS"] == "all"
     assert int(trainer["shm_size"]) >= 8 * 2**30 and int(doctor["shm_size"]) == int(trainer["shm_size"])
     # a deterministic failure must not repeat: no restart policy; PID 1 reaps what Ray leaves behind

@@ -23,7 +23,9 @@ MANIFEST = ".verl-p40-model.json"
 # What a causal LM folder needs for verl: config, weights, tokenizer. (Not pytorch_model.bin / tokenizer.model:
 # Qwen2.5 ships safetensors and a BPE tokenizer.)
 REQUIRED = ("config.json", "generation_config.json", "tokenizer_config.json", "vocab.json", "merges.txt", "tokenizer.json")
-WANTED_PATTERNS = ("*.json", "*.safetensors", "merges.txt", "vocab.json", "LICENSE", "README.md")
+# *.jinja: transformers >= 4.43 saves the chat template as chat_template.jinja beside tokenizer_config.json; without it
+# verl's data loader stops with "tokenizer.chat_template is not set" (seen in the e2e check, docker/e2e/run.sh)
+WANTED_PATTERNS = ("*.json", "*.safetensors", "*.jinja", "merges.txt", "vocab.json", "LICENSE", "README.md")
 
 
 @dataclass(frozen=True)

@@ -38,5 +38,38 @@ if os.environ.get("VERL_P40_CPU_SHIMS") == "1":
 
     _dist.init_process_group = _cpu_init_process_group
 
+    # torch 2.6's gloo has no ReduceOp.AVG (torch 2.13's has), which verl's reduce_timing asks for: SUM / world size
+    _all_reduce = _dist.all_reduce
+
+    def _cpu_all_reduce(tensor, op=_dist.ReduceOp.SUM, group=None, async_op=False):
+        if op == _dist.ReduceOp.AVG and _dist.get_backend(group) == "gloo":
+            work = _all_reduce(tensor, op=_dist.ReduceOp.SUM, group=group, async_op=False)
+            tensor.div_(_dist.get_world_size(group))
+            return work
+        return _all_reduce(tensor, op=op, group=group, async_op=async_op)
+
+    _dist.all_reduce = _cpu_all_reduce
+
     # FSDP2's CPU offload policy pins host memory, which needs an accelerator; on a CPU-only machine it is a no-op.
     torch.Tensor.pin_memory = lambda self, *args, **kwargs: self
+
+    # torch 2.6 (the image's): FSDP2 records and waits on stream events around its all-gathers, and torch.cpu.Stream
+    # has no events there ("'Stream' object has no attribute 'record_event'"); on a CPU every op is already ordered
+    class _CpuEvent:
+        def record(self, stream=None):
+            return None
+
+        def wait(self, stream=None):
+            return None
+
+        def synchronize(self):
+            return None
+
+        def query(self):
+            return True
+
+    for _name, _value in {"record_event": lambda self, event=None: event if event is not None else _CpuEvent(),
+                          "wait_event": lambda self, event: None,
+                          "synchronize": lambda self: None}.items():
+        if not hasattr(torch.cpu.Stream, _name):
+            setattr(torch.cpu.Stream, _name, _value)

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# The front door checked end to end on a real Docker engine without a GPU: the image built from the real Dockerfile
+# (docker/e2e/build.sh), then the product's docker-compose.yml with the test-only override tests/e2e/compose.cpu.yaml,
+# driven as a user drives it: `up trainer` (model-fetch from a local folder, data-prep, doctor, two steps of verl's
+# real loop on a tiny model), `stop trainer` mid-run, `up trainer` again (resume), `run --rm eval`, `run --rm export`,
+# `run --rm data-prep`, gpu-monitor without a driver, and `up trainer` without the override. Every step prints its
+# exit code; the volumes' ownership and the image's size are printed at the end. Exit 0 only if every step did what
+# it should. As root, from the repository root, with ../shared beside it:
+#   bash docker/e2e/run.sh [LOG]          (default log: docker/e2e/results/e2e-<date>.log; SKIP_BUILD=1 reuses the image)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+repo=$PWD
+log=${1:-docker/e2e/results/e2e-$(date +%Y-%m-%d).log}
+export E2E_DIR=${E2E_DIR:-/tmp/verl-p40-e2e}
+mkdir -p "$(dirname "$log")" "$E2E_DIR"
+exec > >(tee "$log") 2>&1
+step() { printf '\n=== %s  %s\n' "$(date -u +%H:%M:%S)" "$*"; }
+failed=0
+check() {  # check "what" EXPECTED_RC ACTUAL_RC
+  if [ "$2" = "$3" ]; then echo "PASS  $1 (exit $3)"; else echo "FAIL  $1: exit $3, expected $2"; failed=1; fi
+}
+expect() {  # expect "what" COMMAND... : the command's success is the check
+  if "${@:2}"; then echo "PASS  $1"; else echo "FAIL  $1"; failed=1; fi
+}
+
+step "engine"
+bash docker/e2e/engine.sh
+image=verl-p40:e2e
+step "image: docker build of the real Dockerfile (BuildKit)"
+if [ -z "${SKIP_BUILD:-}" ] || ! /usr/bin/docker image inspect "$image" >/dev/null 2>&1; then
+  bash docker/e2e/build.sh "$image" > "$E2E_DIR/build.log" 2>&1 && rc=0 || rc=$?
+  grep -E "^#[0-9]+ .*(PASS|FAIL|patches applied)|build took|^image " "$E2E_DIR/build.log" || true
+  check "docker build" 0 "$rc"
+  [ "$rc" = 0 ] || { tail -40 "$E2E_DIR/build.log"; exit 1; }
+fi
+/usr/bin/docker image ls "$image" --format 'image {{.Repository}}:{{.Tag}} {{.Size}} (uncompressed)'
+[ -z "${MEASURE_PULL:-}" ] || /usr/bin/docker save "$image" | gzip -1 | wc -c | awk '{printf "image %.2f GB as docker save | gzip -1 (what a pull transfers, roughly)\n", $1/1e9}'
+
+step "inputs: a tiny Qwen2 (the real tokenizer) as the model folder to fetch, the real GSM8K as the data source"
+rm -rf "$E2E_DIR/source-model" "$E2E_DIR/exports"
+# written by the image's own transformers (tests/tiny_model.py), as a user's model folder would be for it
+/usr/bin/docker run --rm --entrypoint "" -u 0 -v "$repo/tests/tiny_model.py:/e2e/tiny_model.py:ro" \
+  -v "$repo/../shared/data/qwen2.5-0.5b-instruct:/e2e/tokenizer:ro" -v "$E2E_DIR:/e2e/out" "$image" \
+  python /e2e/tiny_model.py /e2e/tokenizer /e2e/out/source-model
+ls "$E2E_DIR/source-model"
+
+# The product's variables (.env.example) for this machine; the CPU run's verl values go through TRAIN_ARGS.
+cpu="trainer.device=cpu actor_rollout_ref.actor.strategy=fsdp2 actor_rollout_ref.ref.strategy=fsdp2 critic.strategy=fsdp2"
+cpu="$cpu data.dataloader_num_workers=0 trainer.logger=[console] data.train_batch_size=4"
+cpu="$cpu actor_rollout_ref.actor.ppo_mini_batch_size=2 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2"
+cpu="$cpu critic.ppo_micro_batch_size_per_gpu=2 actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2"
+cpu="$cpu actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2 data.max_response_length=16"
+cpu="$cpu actor_rollout_ref.actor.fsdp_config.optimizer_offload=false actor_rollout_ref.ref.fsdp_config.param_offload=false"
+cpu="$cpu critic.model.fsdp_config.param_offload=false critic.model.fsdp_config.optimizer_offload=false"
+cpu="$cpu trainer.ray_wait_register_center_timeout=180 trainer.save_freq=1"
+export VERL_P40_IMAGE=verl-p40 VERL_P40_TAG=e2e PULL_POLICY=never PROFILE=p40 DOCTOR_SKIP=gpu,kernels,compute \
+  MODEL_FROM=/source-model MODEL_SOURCE_DIR=$E2E_DIR/source-model \
+  GSM8K_SOURCE=/source GSM8K_SOURCE_DIR=$repo/../shared/data/gsm8k VAL_SIZE=0 SHM_SIZE=2gb \
+  EXPORT_DIR=$E2E_DIR/exports \
+  EVAL_ARGS="--model /models/Qwen2.5-0.5B-Instruct --compare latest --data /data/gsm8k/test.parquet --out /logs/eval --device cpu --limit 3 --max-new-tokens 8" \
+  EXPORT_ARGS="--model latest --out /exports --gguf f16"
+project=verl-p40-e2e
+dc() { /usr/bin/docker compose -p "$project" -f docker-compose.yml -f tests/e2e/compose.cpu.yaml "$@"; }
+in_volume() {  # in_volume VOLUME COMMAND...: a command in a throwaway container of the image, the volume at /v
+  /usr/bin/docker run --rm --entrypoint "" -v "${project}_$1:/v" "$image" "${@:2}"
+}
+latest_step() { in_volume checkpoints sh -c 'cat /v/*/latest_checkpointed_iteration.txt 2>/dev/null || echo none'; }
+dc down -v --remove-orphans >/dev/null 2>&1 || true
+
+step "docker compose up trainer: model-fetch, data-prep, doctor, then 2 steps of verl's loop (exit code: the trainer's)"
+TRAIN_ARGS="$cpu trainer.total_training_steps=2" dc up --exit-code-from trainer trainer && rc=0 || rc=$?
+check "up trainer (fetch, prep, doctor, 2 steps)" 0 "$rc"
+dc ps -a --format '{{.Service}} exit {{.ExitCode}}'
+expect "a checkpoint of step 2 in the checkpoints volume" test "$(latest_step)" = 2
+
+step "docker compose stop trainer during a run: the step in progress is saved, exit 0"
+TRAIN_ARGS="$cpu trainer.total_training_steps=8" dc up -d trainer
+for _ in $(seq 600); do
+  dc logs trainer 2>/dev/null | grep -q "step:3 " && break
+  [ "$(/usr/bin/docker inspect -f '{{.State.Running}}' "$(dc ps -aq trainer)" 2>/dev/null)" = true ] || break
+  sleep 1
+done
+dc logs trainer 2>/dev/null | grep -o "step:3 - " | head -1
+dc stop -t 180 trainer && rc=0 || rc=$?
+check "stop trainer" 0 "$rc"
+code=$(/usr/bin/docker inspect -f '{{.State.ExitCode}}' "$(dc ps -aq trainer)")
+check "the trainer container after the stop" 0 "$code"
+dc logs trainer 2>/dev/null | grep -E "stop requested|stopped on request" | sed 's/^[^|]*| //'
+saved=$(latest_step)
+echo "latest checkpoint after the stop: global_step_$saved"
+expect "the step in progress was saved (step 4 or later)" test "$saved" -ge 4
+
+step "docker compose up trainer again: it resumes at the next step"
+next=$((saved + 1))
+TRAIN_ARGS="$cpu trainer.total_training_steps=$next" dc up --exit-code-from trainer trainer > "$E2E_DIR/resume.log" 2>&1 && rc=0 || rc=$?
+grep -E "Resuming from|global_step_$saved|step:$next " "$E2E_DIR/resume.log" | sed 's/^[^|]*| //' | cut -c1-160 | head -5
+check "up trainer (resume)" 0 "$rc"
+expect "resumed with step $next (no step lost, none repeated)" grep -q "step:$next " "$E2E_DIR/resume.log"
+expect "the resumed run did not redo step $saved" sh -c "! grep -q 'step:$saved ' '$E2E_DIR/resume.log'"
+
+step "docker compose run --rm eval (the newest checkpoint against the base model, on the CPU)"
+dc run --rm eval && rc=0 || rc=$?
+check "run --rm eval" 0 "$rc"
+in_volume logs ls -ln /v/eval
+
+step "docker compose run --rm export: a host folder that does not exist is refused, not created as root"
+dc run --rm export > "$E2E_DIR/export-missing.log" 2>&1 && rc=0 || rc=$?
+tail -1 "$E2E_DIR/export-missing.log"
+expect "export into a missing host folder fails" test "$rc" != 0
+expect "with Docker's 'bind source path does not exist' line" grep -q "bind source path does not exist" "$E2E_DIR/export-missing.log"
+expect "and no folder was created" test ! -e "$E2E_DIR/exports"
+
+step "docker compose run --rm export into a fresh host folder made by a uid-1000 user (mkdir -p exports)"
+install -d -o 1000 -g 1000 "$E2E_DIR/exports"
+dc run --rm export && rc=0 || rc=$?
+check "run --rm export" 0 "$rc"
+ls -lnR "$E2E_DIR/exports" | head -20
+
+step "docker compose run --rm data-prep as a one-off (the splits are there: it keeps them)"
+dc run --rm data-prep && rc=0 || rc=$?
+check "run --rm data-prep" 0 "$rc"
+
+step "gpu-monitor without a driver: exits with its line, not restarted"
+dc up -d gpu-monitor
+sleep 15
+cid=$(dc ps -aq gpu-monitor)
+/usr/bin/docker logs "$cid" 2>&1 | tail -2
+state=$(/usr/bin/docker inspect -f '{{.State.Status}} exit {{.State.ExitCode}} restarts {{.RestartCount}}' "$cid")
+echo "gpu-monitor: $state"
+expect "gpu-monitor exited 3 and was not restarted" test "$state" = "exited exit 3 restarts 0"
+
+step "without the override: up trainer stops at Docker's GPU line (docs/troubleshooting.md)"
+/usr/bin/docker compose -p "$project" -f docker-compose.yml up --no-deps trainer > "$E2E_DIR/nogpu.log" 2>&1 && rc=0 || rc=$?
+tail -1 "$E2E_DIR/nogpu.log"
+expect "up trainer without the override fails" test "$rc" != 0
+expect "with Docker's 'could not select device driver' line" grep -q 'could not select device driver "nvidia"' "$E2E_DIR/nogpu.log"
+
+step "who owns what the services wrote (uid 1000 = the image's user)"
+for volume in models data checkpoints logs hf-cache; do
+  owners=$(in_volume "$volume" sh -c 'find /v -mindepth 1 -printf "%u\n" | sort | uniq -c | tr -s " " | tr "\n" ";"')
+  top=$(in_volume "$volume" stat -c %u /v)
+  echo "volume $volume: top folder uid $top; entries by uid: ${owners:-empty}"
+  expect "volume $volume owned by uid 1000" sh -c "[ '$top' = 1000 ] && ! echo '$owners' | grep -qv '^ *[0-9]* 1000;\$' "
+done
+exports_owners=$(find "$E2E_DIR/exports" -printf "%U\n" | sort | uniq -c | tr -s " " | tr "\n" ";")
+echo "host folder exports: entries by uid: $exports_owners"
+expect "the exports folder and its files owned by uid 1000" sh -c "! echo '$exports_owners' | tr ';' '\n' | grep -v '^\$' | grep -qv ' 1000\$'"
+
+step "clean up"
+dc down -v --remove-orphans >/dev/null 2>&1 || true
+if [ "$failed" = 0 ]; then echo "e2e: every step PASSED"; else echo "e2e: some steps FAILED (above)"; fi
+exit "$failed"
