@@ -56,7 +56,7 @@ def run(name: str, out: Path) -> None:
                     timeout=(300 if shape == "1.5b" else 150) + (100 if audit else 60) * steps)  # the audit slows a step ~2.7x
     result = json.loads((WORK / f"{name}.json").read_text()) if (WORK / f"{name}.json").exists() else {}
     if command == "train":
-        from verl_p40.trainer_log import read_steps
+        from verl_p40.run.trainer_log import read_steps
 
         log = next(logs.glob("train-*.log"), None)
         result = {"command": "verl-p40 " + " ".join(args), "steps": read_steps(log) if log else []}

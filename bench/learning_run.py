@@ -53,7 +53,7 @@ from pathlib import Path
 
 from generations import mask_env
 from real_weights import State, cli, monitor_peaks, ray_stop, run, wait
-from verl_p40.trainer_log import read_steps
+from verl_p40.run.trainer_log import read_steps
 
 HERE = Path(__file__).resolve().parent
 RECIPE = "grpo-gsm8k"
@@ -157,7 +157,7 @@ def parts(data: Path, count: int, limit: int | None) -> list[Path]:
 
 
 def final(args: argparse.Namespace, work: Path, out: Path, state: State) -> dict:
-    from verl_p40.checkpoints import resolve_model
+    from verl_p40.models.checkpoints import resolve_model
 
     os.environ.update(mask_env(MODES[state.data.get("mode", args.mode)]["mask"]))
     started = time.time()

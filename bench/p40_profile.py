@@ -40,7 +40,7 @@ def main() -> None:
     common = ["--profile", "p40", "--model", args.model, "--data", args.data, "--gpu-memory-cap-gb", str(args.cap_gb),
               "--set", "trainer.save_freq=-1", "--set", "trainer.test_freq=-1", "--set", "trainer.val_before_train=false",
               "--set", "trainer.ray_wait_register_center_timeout=120"]
-    from verl_p40.profiles import load
+    from verl_p40.plan.profiles import load
 
     batches = [int(b) for b in args.batches.split(",")] if args.batches else [load("p40").verl["data"]["train_batch_size"]]
     attempts = []

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from verl_p40.trainer_log import read_steps
+from verl_p40.run.trainer_log import read_steps
 
 PHASES = ("gen", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor", "step")
 
@@ -31,7 +31,7 @@ def run_train(name: str, train_args: list[str], logs: Path, timeout: float) -> d
     logs.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "verl_p40.cli", "train", "--logs", str(logs), *train_args]
     print(f"== {name}: {shlex.join(cmd)}", flush=True)
-    from verl_p40.benchmark import Sampler
+    from verl_p40.perf.bench import Sampler
 
     started = time.time()
     with Sampler(logs / "gpu") as sampler:  # the GPU monitor's own sampling: every GPU, every process

@@ -1,5 +1,5 @@
 """The P40 projection beside every committed timing result: each run's recorded trainer command gives its verl config,
-its logged steps give the token counts and the measured phases, and `verl_p40.projection` turns them into seconds on a
+its logged steps give the token counts and the measured phases, and `verl_p40.perf.projection` turns them into seconds on a
 Tesla P40 (and, as a check, on the H200 that ran it, whose constants `verl-p40 bench` measured on 2026-11-30).
 
     python3 bench/project.py --out bench/results/projections.json   (CPU only; reads bench/results/*)
@@ -17,10 +17,11 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from verl_p40 import projection, train
-from verl_p40.gpu import GPUInfo
-from verl_p40.trainer_log import read_steps
-from verl_p40.train import RunOptions, plan
+from verl_p40.perf import projection
+from verl_p40.plan import planner as train
+from verl_p40.gpu.nvml import GPUInfo
+from verl_p40.run.trainer_log import read_steps
+from verl_p40.plan.planner import RunOptions, plan
 
 RESULTS = Path(__file__).parent / "results"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "qwen2.5-0.5b-instruct"

@@ -15,7 +15,7 @@ import json
 import time
 from pathlib import Path
 
-from verl_p40.trainer_log import read_steps
+from verl_p40.run.trainer_log import read_steps
 
 KEYS = ("critic/score/mean", "response_length/mean", "response_length/clip_ratio", "actor/entropy")
 VAL = "val-core/openai/gsm8k/reward/mean@1"

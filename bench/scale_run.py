@@ -62,7 +62,7 @@ def cluster(out: Path) -> None:
             code = 124
         worker.terminate()
         worker.wait(timeout=60)
-    from verl_p40.trainer_log import read_steps
+    from verl_p40.run.trainer_log import read_steps
 
     log = next((WORK / "logs-cluster").glob("train-*.log"), None)
     result["two_hosts"] = {"command": "verl-p40 cluster head --nodes 2 --gpus 0 ... / verl-p40 cluster join --gpus 1",

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from generations import mask_env
 
-from verl_p40.trainer_log import read_steps
+from verl_p40.run.trainer_log import read_steps
 
 WORK = Path("/tmp/stop-resume")
 STEPS, STOP_AFTER = 4, 2

@@ -6,9 +6,10 @@ import shlex
 import pytest
 from conftest import cli
 
-from verl_p40 import UserError, algorithms
-from verl_p40.checkpoints import write_run_record
-from verl_p40.train import RunOptions, plan
+from verl_p40 import UserError
+from verl_p40.plan import algorithms
+from verl_p40.models.checkpoints import write_run_record
+from verl_p40.plan.planner import RunOptions, plan
 
 
 def _words(result):

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import cli
 
-from verl_p40 import data
+from verl_p40.data import gsm8k as data
 
 
 def _snapshot(root: Path) -> dict[str, bytes]:

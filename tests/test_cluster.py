@@ -15,7 +15,7 @@ import time
 import pytest
 from conftest import cli
 
-from verl_p40.cluster import ray_command
+from verl_p40.run.cluster import ray_command
 
 
 def _free_base() -> int:

@@ -4,7 +4,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import cli
 
-from verl_p40 import data
+from verl_p40.data import gsm8k as data
 
 
 def _jsonl(path, rows, newline="\n"):

@@ -10,8 +10,12 @@ from types import SimpleNamespace
 import pytest
 from conftest import cli
 
-from verl_p40 import checks, doctor, gpu, host_checks, patches
-from verl_p40.train import RunOptions
+from verl_p40 import patches
+from verl_p40.doctor import stack_checks as checks
+from verl_p40.doctor import runner as doctor
+from verl_p40.gpu import nvml as gpu
+from verl_p40.doctor import host_checks
+from verl_p40.plan.planner import RunOptions
 
 
 def _ctx(tmp_path, **kw) -> doctor.Context:
@@ -184,8 +188,8 @@ def test_disk_check_counts_the_checkpoints_kept(tmp_path, tokenizer_dir, monkeyp
 
 
 def test_disk_and_memory_estimates_for_the_real_05b_shape(tokenizer_dir):
-    from verl_p40 import budget
-    from verl_p40.train import plan
+    from verl_p40.plan import budget
+    from verl_p40.plan.planner import plan
 
     parameters = budget.model_parameters(tokenizer_dir)
     assert 494.0e6 < parameters < 494.1e6  # Qwen2.5-0.5B: 494.03M

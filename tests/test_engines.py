@@ -3,8 +3,10 @@
 import pytest
 from conftest import cli
 
-from verl_p40 import engines, profiles, train
-from verl_p40.engines import Where
+from verl_p40.plan import engines
+from verl_p40.plan import profiles
+from verl_p40.plan import planner as train
+from verl_p40.plan.engines import Where
 
 P40, V100, T4, A100, H200 = 6.1, 7.0, 7.5, 8.0, 9.0
 

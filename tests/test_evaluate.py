@@ -6,7 +6,11 @@ import shutil
 import pytest
 from conftest import cli, make_tiny_qwen
 
-from verl_p40 import UserError, checkpoints, evaluate, generation, reward, stats
+from verl_p40 import UserError, reward
+from verl_p40.models import checkpoints
+from verl_p40.evaluation import evaluate
+from verl_p40.evaluation import generation
+from verl_p40.evaluation import stats
 
 
 @pytest.fixture(scope="module")

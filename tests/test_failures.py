@@ -4,7 +4,7 @@ the parquet and disk cases run verl's real loop on the CPU (tests/test_trainer_c
 
 from pathlib import Path
 
-from verl_p40.failures import Diagnosis
+from verl_p40.run.failures import Diagnosis
 
 DATA = Path(__file__).parent / "data"
 

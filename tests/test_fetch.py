@@ -6,7 +6,7 @@ import pytest
 from conftest import REPO
 from hub_mirror import HubMirror
 
-from verl_p40.fetch import MANIFEST, REQUIRED
+from verl_p40.models.fetch import MANIFEST, REQUIRED
 
 REPO_ID = "Qwen/Qwen2.5-0.5B-Instruct"
 

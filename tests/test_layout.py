@@ -1,12 +1,14 @@
-"""GPUs and hosts -> verl's config (verl_p40.layout): which config each layout produces, on a machine without GPUs
+"""GPUs and hosts -> verl's config (verl_p40.plan.layout): which config each layout produces, on a machine without GPUs
 (NVML's answer is replaced by the GPUs each test describes)."""
 
 import pytest
 from conftest import cli
 
-from verl_p40 import UserError, layout, train
-from verl_p40.gpu import GPUInfo
-from verl_p40.train import RunOptions, plan
+from verl_p40 import UserError
+from verl_p40.plan import layout
+from verl_p40.plan import planner as train
+from verl_p40.gpu.nvml import GPUInfo
+from verl_p40.plan.planner import RunOptions, plan
 
 P40 = dict(name="Tesla P40", compute_capability=(6, 1), memory_total_gib=23.9)
 P100 = dict(name="Tesla P100-PCIE-16GB", compute_capability=(6, 0), memory_total_gib=15.9)
@@ -121,7 +123,7 @@ def _get(cfg, key):
 
 
 def test_a_checkpoint_of_another_gpu_count_is_refused_in_one_line(tiny_model, prepared, tmp_path):
-    from verl_p40.algorithms import experiment_name
+    from verl_p40.plan.algorithms import experiment_name
 
     actor = tmp_path / "ckpt" / experiment_name(str(tiny_model), "ppo", 0) / "global_step_5" / "actor"
     actor.mkdir(parents=True)

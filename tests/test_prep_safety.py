@@ -14,7 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import REPO, cli
 
-from verl_p40 import data, prep
+from verl_p40.data import gsm8k as data
+from verl_p40.data import prep
 
 
 @pytest.fixture()
@@ -162,7 +163,7 @@ def test_a_validation_slice_held_out_of_train(small_source, tmp_path):
     assert redo.returncode == 0 and "made with val_size 8, now 0" in redo.stderr
     assert not (out / "val.parquet").exists() and len(pq.read_table(out / "train.parquet")) == 40
 
-    from verl_p40.train import RunOptions, plan
+    from verl_p40.plan.planner import RunOptions, plan
 
     with_val = plan(RunOptions(profile="p40", data=str(again)))
     assert with_val.config().data.val_files == str(again / "val.parquet")

@@ -1,9 +1,10 @@
 import pytest
 from conftest import cli
 
-from verl_p40 import UserError, profiles
-from verl_p40.gpu import GPUInfo
-from verl_p40.train import RunOptions, plan
+from verl_p40 import UserError
+from verl_p40.plan import profiles
+from verl_p40.gpu.nvml import GPUInfo
+from verl_p40.plan.planner import RunOptions, plan
 
 
 def _gpu(cc, mem, name="GPU"):
@@ -12,7 +13,7 @@ def _gpu(cc, mem, name="GPU"):
 
 @pytest.mark.parametrize("name", ["p40", "pascal-16gb", "volta-turing", "ampere"])
 def test_every_profile_composes_against_verl_config(name):
-    from verl_p40.verlconfig import compose
+    from verl_p40.plan.verlconfig import compose
 
     run = plan(RunOptions(profile=name, model="/m", data="/d"))
     cfg = compose(run.overrides)
@@ -23,7 +24,7 @@ def test_every_profile_composes_against_verl_config(name):
 
 
 def test_p40_profile_is_fp32_sdpa_hf_without_compile():
-    from verl_p40.verlconfig import compose
+    from verl_p40.plan.verlconfig import compose
 
     cfg = compose(plan(RunOptions(profile="p40")).overrides)
     arr = cfg.actor_rollout_ref

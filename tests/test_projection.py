@@ -6,8 +6,9 @@ import json
 import pytest
 from conftest import cli
 
-from verl_p40 import benchmark, projection
-from verl_p40.train import RunOptions, plan
+from verl_p40.perf import bench as benchmark
+from verl_p40.perf import projection
+from verl_p40.plan.planner import RunOptions, plan
 
 
 @pytest.fixture(scope="module")

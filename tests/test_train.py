@@ -63,7 +63,7 @@ def test_train_log_shows_each_line_while_the_trainer_still_runs(tmp_path):
                f"while not pathlib.Path({str(release)!r}).exists() and time.time() < deadline:\n"
                "    time.sleep(0.05)\n")
     runner = ("import sys\n"
-              "from verl_p40.train import run_trainer\n"
+              "from verl_p40.plan.planner import run_trainer\n"
               "class Plan:\n"
               "    env, overrides = {}, []\n"
               f"    def command(self): return [sys.executable, '-c', {trainer!r}]\n"
@@ -87,7 +87,7 @@ def test_train_log_shows_each_line_while_the_trainer_still_runs(tmp_path):
 
 def _stand_in_runner(tmp_path, trainer: str) -> str:
     return ("import sys\n"
-            "from verl_p40.train import run_trainer\n"
+            "from verl_p40.plan.planner import run_trainer\n"
             "class Plan:\n"
             "    env, overrides = {}, []\n"
             f"    def command(self): return [sys.executable, '-c', {trainer!r}]\n"
@@ -145,7 +145,7 @@ def test_a_second_sigterm_stops_the_trainer_at_once(tmp_path):
 
 
 def _planned(monkeypatch, found, **options):
-    from verl_p40 import train
+    from verl_p40.plan import planner as train
 
     monkeypatch.setattr(train, "detect_gpus", lambda: found)
     return train.plan(train.RunOptions(**options))
@@ -157,7 +157,7 @@ def test_tf32_is_on_for_sm80_and_never_on_a_p40(monkeypatch):
     import pytest
 
     from verl_p40 import UserError, defaults
-    from verl_p40.gpu import GPUInfo
+    from verl_p40.gpu.nvml import GPUInfo
 
     h100 = [GPUInfo(0, "NVIDIA H100", (9, 0), 79.6)]
     p40 = [GPUInfo(0, "Tesla P40", (6, 1), 23.9)]

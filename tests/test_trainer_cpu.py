@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, make_tiny_qwen
 
-from verl_p40.trainer_log import read_steps
+from verl_p40.run.trainer_log import read_steps
 
 BIN = Path(sys.executable).parent
 CPU_OVERRIDES = [  # what a CPU needs on top of the p40 profile, plus a tiny batch

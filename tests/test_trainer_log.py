@@ -1,4 +1,4 @@
-from verl_p40.trainer_log import parse_line, read_steps
+from verl_p40.run.trainer_log import parse_line, read_steps
 
 
 def test_parses_verl_console_lines_with_ray_prefix_and_numpy_scalars(tmp_path):

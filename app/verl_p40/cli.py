@@ -30,17 +30,17 @@ def _stop_on_sigterm() -> None:
 
 
 def cmd_prep(args: argparse.Namespace) -> int:
-    from verl_p40 import prep
+    from verl_p40.data import prep
 
     _stop_on_sigterm()
     return prep.main(args)
 
 
 def cmd_fetch_model(args: argparse.Namespace) -> int:
-    from verl_p40.fetch import fetch_model
+    from verl_p40.models.fetch import fetch_model
 
     if args.from_dir:
-        from verl_p40.fetch import copy_model
+        from verl_p40.models.fetch import copy_model
 
         result = copy_model(Path(args.from_dir), Path(args.out))
         source, state = args.from_dir, "already in place" if result.skipped else "copied"
@@ -56,7 +56,7 @@ def cmd_fetch_model(args: argparse.Namespace) -> int:
 
 
 def _run_options(args: argparse.Namespace):
-    from verl_p40.train import RunOptions
+    from verl_p40.plan.planner import RunOptions
 
     return from_args(RunOptions, args, sets=list(args.set or []) + list(getattr(args, "overrides", None) or []))
 
@@ -67,7 +67,7 @@ def _print_notes(notes: list[str]) -> None:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
-    from verl_p40.train import config_yaml, plan
+    from verl_p40.plan.planner import config_yaml, plan
 
     run = plan(_run_options(args))
     _print_notes(run.notes)
@@ -79,9 +79,9 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from verl_p40 import doctor
-    from verl_p40.checkpoints import check_resume, write_run_record
-    from verl_p40.train import plan, preflight, run_trainer
+    from verl_p40.doctor import runner as doctor
+    from verl_p40.models.checkpoints import check_resume, write_run_record
+    from verl_p40.plan.planner import plan, preflight, run_trainer
 
     options = _run_options(args)
     skip = doctor.skips(args.skip_check)
@@ -99,7 +99,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
-    from verl_p40 import cluster
+    from verl_p40.run import cluster
 
     if args.role == "join":
         return cluster.cmd_join(args, _run_options(args))
@@ -107,7 +107,8 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from verl_p40 import benchmark, doctor
+    from verl_p40.perf import bench as benchmark
+    from verl_p40.doctor import runner as doctor
 
     out = Path(args.out)
     result = benchmark.run(_run_options(args), args.steps, out, doctor.skips(args.skip_check),
@@ -119,7 +120,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from verl_p40 import doctor
+    from verl_p40.doctor import runner as doctor
 
     only = doctor.parse_names(",".join(args.only or []), "--only") or None
     results = doctor.run_checks(doctor.Context(_run_options(args)), only=only, skip=doctor.skips(args.skip_check))
@@ -149,13 +150,13 @@ def cmd_patch_verl(args: argparse.Namespace) -> int:
 
 
 def cmd_monitor(args: argparse.Namespace) -> int:
-    from verl_p40 import monitor
+    from verl_p40.gpu import monitor
 
     return monitor.main(args)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from verl_p40 import evaluate
+    from verl_p40.evaluation import evaluate
 
     report = evaluate.run(
         model=args.model, compare=args.compare, data=Path(args.data), out=Path(args.out), limit=args.limit,
@@ -174,7 +175,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from verl_p40 import export
+    from verl_p40.models import export
 
     kinds = [k.strip() for k in (args.gguf or "").split(",") if k.strip()]
     for path in export.run(args.model, Path(args.checkpoints), Path(args.out), dtype=args.dtype, gguf_kinds=kinds,
@@ -185,7 +186,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
-    from verl_p40 import profiles
+    from verl_p40.plan import profiles
 
     for name in profiles.available():
         print(f"{name:>14}  {profiles.load(name).description}")
@@ -196,7 +197,7 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
-    from verl_p40.train import RunOptions
+    from verl_p40.plan.planner import RunOptions
 
     add_arguments(p, RunOptions, skip=["gpu_memory_cap_gb"])
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="any verl config value (repeatable)")
@@ -210,13 +211,13 @@ class Parser(argparse.ArgumentParser):
 
 
 def _add_gpu_memory_cap(p: argparse.ArgumentParser) -> None:
-    from verl_p40.train import RunOptions
+    from verl_p40.plan.planner import RunOptions
 
     add_arguments(p, RunOptions, only=["gpu_memory_cap_gb"])
 
 
 def _add_skip_check(p: argparse.ArgumentParser) -> None:
-    from verl_p40.doctor import SKIP_ENV, names_help
+    from verl_p40.doctor.runner import SKIP_ENV, names_help
 
     p.add_argument("--skip-check", action="append", metavar="NAME[,NAME]",
                    help=f"skip a preflight check by name (also ${SKIP_ENV}); checks: {names_help()}")
@@ -271,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="verl config values, as with --set")
 
     p = add("cluster", cmd_cluster, "several hosts: start a Ray head here and train on the cluster, or join one")
-    from verl_p40.cluster import add_arguments as add_cluster_arguments
+    from verl_p40.run.cluster import add_arguments as add_cluster_arguments
 
     add_cluster_arguments(p)
     _add_run_options(p)
@@ -304,12 +305,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="report each patch; exit 1 unless all are applied")
     p.add_argument("--force", action="store_true", help=f"patch a verl other than {VERL_VERSION}")
 
-    from verl_p40.monitor import add_arguments as monitor_arguments
+    from verl_p40.gpu.monitor import add_arguments as monitor_arguments
 
     p = add("monitor", cmd_monitor, "sample the GPUs through NVML: CSV, Prometheus metrics, summary and plot")
     monitor_arguments(p)
 
-    from verl_p40.evaluate import add_arguments as eval_arguments
+    from verl_p40.evaluation.evaluate import add_arguments as eval_arguments
 
     p = add("eval", cmd_eval, "GSM8K accuracy of a model, or of two side by side (before/after PPO)")
     eval_arguments(p)
@@ -331,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "instruction", "unset") is None:
-        from verl_p40.data import DEFAULT_INSTRUCTION
+        from verl_p40.data.gsm8k import DEFAULT_INSTRUCTION
 
         args.instruction = DEFAULT_INSTRUCTION
     try:

@@ -23,7 +23,8 @@ import time
 import uuid
 from pathlib import Path
 
-from verl_p40 import UserError, layout as layout_mod
+from verl_p40 import UserError
+from verl_p40.plan import layout as layout_mod
 
 
 def ray_command() -> list[str]:
@@ -42,7 +43,7 @@ def ray_start(extra: list[str], gpus: int, ip: str | None, base: int) -> list[st
 
 
 def _layout(options) -> layout_mod.Layout:
-    from verl_p40.train import detect_gpus
+    from verl_p40.plan.planner import detect_gpus
 
     return layout_mod.choose(detect_gpus(), options.gpus, options.nodes)
 
@@ -109,7 +110,7 @@ def node_problems(address: str, paths: dict[str, str], marker: str) -> list[str]
 def check_cluster(ctx) -> str:
     """The doctor's check: with --nodes above 1, the cluster at RAY_ADDRESS has every host, and each host sees the
     model, the data and the head's checkpoints folder."""
-    from verl_p40.checks import CheckFailed, CheckSkipped
+    from verl_p40.doctor.stack_checks import CheckFailed, CheckSkipped
 
     options = ctx.options
     if options.nodes <= 1:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from verl_p40 import UserError
-from verl_p40.gpu import GPUInfo
+from verl_p40.gpu.nvml import GPUInfo
 
 # (config key, the state it holds, bytes per parameter), cheapest to keep on the GPU first
 OFFLOADS = (

@@ -16,11 +16,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from verl_p40 import UserError, plots
+from verl_p40 import UserError
+from verl_p40.gpu import plots
 from verl_p40.atomic import write_text
-from verl_p40.gpu import GPU_COLUMNS, PROCESS_COLUMNS, GPUSample, NvmlSource, ProcessSample
-from verl_p40.gpu_csv import CsvLog, read_gpu_csv
-from verl_p40.prometheus import Exporter
+from verl_p40.gpu.nvml import GPU_COLUMNS, PROCESS_COLUMNS, GPUSample, NvmlSource, ProcessSample
+from verl_p40.gpu.csv_log import CsvLog, read_gpu_csv
+from verl_p40.gpu.prometheus import Exporter
 
 
 # ------------------------------------------------------------------------------------------------ summary

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, fields
 from pathlib import Path
 
-from verl_p40.gpu import GPU_COLUMNS, GPUSample, ProcessSample
+from verl_p40.gpu.nvml import GPU_COLUMNS, GPUSample, ProcessSample
 
 class CsvLog:
     """Appends rows under one header; starts a new file when the header differs or the size passes `max_bytes`

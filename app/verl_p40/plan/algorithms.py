@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_p40 import UserError
-from verl_p40.profiles import Settings, config_dir, read
+from verl_p40.plan.profiles import Settings, config_dir, read
 
 DEFAULT = "ppo"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_p40 import VERL_VERSION, UserError
-from verl_p40.profiles import Profile
+from verl_p40.plan.profiles import Profile
 
 # Keys verl 0.5.0 reads with `.get()` but does not declare in its YAML: Hydra needs a `+` to add them.
 EXTENSION_KEYS = (

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from verl_p40.atomic import staged
-from verl_p40.gpu import GPUSample
+from verl_p40.gpu.nvml import GPUSample
 
 
 def _pyplot():
@@ -62,8 +62,8 @@ CURVES = [
 def training_curves(logs: Path, out: Path) -> bool:
     """Training curves from the trainer's console logs (logs/train-*.log) and the monitor's gpu.csv (eval's
     curves.png); False when there is nothing to draw."""
-    from verl_p40.gpu_csv import read_gpu_csv
-    from verl_p40.trainer_log import read_steps
+    from verl_p40.gpu.csv_log import read_gpu_csv
+    from verl_p40.run.trainer_log import read_steps
 
     steps: dict[int, dict] = {}
     for log in sorted(Path(logs).glob("train-*.log")):

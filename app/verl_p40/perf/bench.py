@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from verl_p40 import UserError, __version__, projection
+from verl_p40 import UserError, __version__
+from verl_p40.perf import projection
 from verl_p40.atomic import write_text
 
 
@@ -52,8 +53,8 @@ class Sampler:
     """The GPU monitor's own NVML sampling (one sampler for every peak the project reports), in a thread."""
 
     def __init__(self, out: Path, interval: float = 0.5):
-        from verl_p40.gpu import NvmlSource
-        from verl_p40.monitor import Monitor
+        from verl_p40.gpu.nvml import NvmlSource
+        from verl_p40.gpu.monitor import Monitor
 
         self.monitor = Monitor(NvmlSource(log=lambda line: None), out, interval, log=lambda line: None)
         self.thread = threading.Thread(target=self.monitor.run, daemon=True)
@@ -79,7 +80,7 @@ class Sampler:
 def environment() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
-    from verl_p40.gpu import detect, driver_versions
+    from verl_p40.gpu.nvml import detect, driver_versions
 
     def ver(name: str) -> str | None:
         try:
@@ -130,8 +131,8 @@ def summarise(steps: list[dict], cfg: Any, shape: projection.Shape, measured_car
 
 def run(options, steps: int, out: Path, skip: dict[str, str], keep: Path | None = None) -> dict:
     """Run `steps` training steps with random weights of `options.model`'s shape; write and return the JSON."""
-    from verl_p40.trainer_log import read_steps
-    from verl_p40.train import plan, preflight, run_trainer
+    from verl_p40.run.trainer_log import read_steps
+    from verl_p40.plan.planner import plan, preflight, run_trainer
 
     if steps < 2:
         raise UserError("--steps must be at least 2 (the first step is warm-up and is not timed)")

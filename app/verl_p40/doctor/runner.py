@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from verl_p40 import VERL_VERSION, UserError
-from verl_p40.checks import (CheckFailed, CheckSkipped, Context, check_apex, check_compute, check_gpu, check_kernels,
+from verl_p40.doctor.stack_checks import (CheckFailed, CheckSkipped, Context, check_apex, check_compute, check_gpu, check_kernels,
                              check_torch_build, check_verl, check_vllm)
-from verl_p40.cluster import check_cluster
-from verl_p40.host_checks import check_data, check_disk, check_model, check_ram, check_shm, check_writable
+from verl_p40.run.cluster import check_cluster
+from verl_p40.doctor.host_checks import check_data, check_disk, check_model, check_ram, check_shm, check_writable
 
 __all__ = ["Context", "Result", "run_checks", "report", "skips", "parse_names", "names_help", "DEFAULT"]
 

@@ -36,8 +36,8 @@ def hf_folder(source: Path, target: Path, dtype: str) -> Path:
 
 
 def adapter_folder(source: Path, target: Path) -> Path:
-    """The LoRA adapter `verl_p40.checkpoints` kept beside the merged model (with the run's alpha)."""
-    from verl_p40.checkpoints import ADAPTER
+    """The LoRA adapter `verl_p40.models.checkpoints` kept beside the merged model (with the run's alpha)."""
+    from verl_p40.models.checkpoints import ADAPTER
 
     adapter = source / ADAPTER
     if not adapter.is_dir():
@@ -135,7 +135,7 @@ def gguf_file(source: Path, target: Path, kind: str) -> Path:
 def run(model: str, checkpoints: Path, out: Path, dtype: str = "fp16", gguf_kinds: list[str] | None = None,
         lora: str = "merged") -> list[Path]:
     """Export `model` (a checkpoint, `latest` or an HF folder) into `out`; the paths written."""
-    from verl_p40.checkpoints import MERGED, resolve_model
+    from verl_p40.models.checkpoints import MERGED, resolve_model
 
     unknown = [k for k in gguf_kinds or [] if k not in GGUF_KINDS]
     if unknown:

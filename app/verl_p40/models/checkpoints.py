@@ -50,7 +50,7 @@ def resolve_model(spec: str, checkpoints: Path) -> Path:
     """A Hugging Face model folder for `spec`, merging a verl FSDP checkpoint first when needed."""
     path = latest_checkpoint(checkpoints) if spec == "latest" else Path(spec)
     if (path / "config.json").is_file() and not is_fsdp_checkpoint(path):
-        from verl_p40.fetch import local_problems
+        from verl_p40.models.fetch import local_problems
 
         problems = local_problems(path)
         if problems:

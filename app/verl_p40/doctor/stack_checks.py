@@ -1,6 +1,6 @@
 """The doctor's checks of the GPU and the software stack: driver, kernels, a compute probe, verl and its patches,
 and the image build's own checks (torch build, Apex, vLLM). Each returns its PASS line or raises CheckFailed (with
-the fix) or CheckSkipped (with the reason); `verl_p40.doctor` runs them."""
+the fix) or CheckSkipped (with the reason); `verl_p40.doctor.runner` runs them."""
 
 from __future__ import annotations
 
@@ -36,12 +36,12 @@ class CheckSkipped(Exception):
 class Context:
     """What the checks look at: the run's options and, lazily, its plan and the GPUs."""
 
-    options: Any  # verl_p40.train.RunOptions
+    options: Any  # verl_p40.plan.planner.RunOptions
     _cache: dict = field(default_factory=dict)
 
     def plan(self):
         if "plan" not in self._cache:
-            from verl_p40.train import plan
+            from verl_p40.plan.planner import plan
 
             try:
                 self._cache["plan"] = plan(self.options)
@@ -54,7 +54,7 @@ class Context:
 
     def gpus(self):
         if "gpus" not in self._cache:
-            from verl_p40.gpu import detect
+            from verl_p40.gpu.nvml import detect
 
             try:
                 self._cache["gpus"] = detect()
@@ -132,7 +132,7 @@ def _version_tuple(text: str) -> tuple[int, ...]:
 
 
 def check_gpu(ctx: Context) -> str:
-    from verl_p40.gpu import NoGPU, detect, driver_versions
+    from verl_p40.gpu.nvml import NoGPU, detect, driver_versions
 
     try:
         gpus = detect()
@@ -208,7 +208,7 @@ def check_compute(ctx: Context) -> str:
     """A small fp32 matmul and an SDPA forward/backward on every GPU, against the CPU: catches 'no kernel image'."""
     _torch()
     ctx.gpus()
-    probe = subprocess.run([sys.executable, "-c", "from verl_p40.checks import compute_probe; compute_probe()"],
+    probe = subprocess.run([sys.executable, "-c", "from verl_p40.doctor.stack_checks import compute_probe; compute_probe()"],
                            capture_output=True, text=True, timeout=300)
     lines = [ln for ln in probe.stdout.splitlines() if ln.startswith("{")]
     try:

@@ -1,4 +1,4 @@
-"""`verl-p40 prep`: GSM8K to verl's parquet (`verl_p40.data` converts), with a manifest (`.verl-p40-data.json`
+"""`verl-p40 prep`: GSM8K to verl's parquet (`verl_p40.data.gsm8k` converts), with a manifest (`.verl-p40-data.json`
 beside the parquet files) of what the output was made from and what was written, so `prep --skip-existing` skips
 only when the files are exactly what this prep would write."""
 
@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from verl_p40 import UserError, data
+from verl_p40 import UserError
+from verl_p40.data import gsm8k as data
 from verl_p40.atomic import write_text
-from verl_p40.data import SplitResult
+from verl_p40.data.gsm8k import SplitResult
 
 MANIFEST = ".verl-p40-data.json"
 SCHEMA_VERSION = 1

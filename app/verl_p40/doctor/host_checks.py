@@ -7,14 +7,14 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from verl_p40 import budget
-from verl_p40.checks import CheckFailed, CheckSkipped, Context
+from verl_p40.plan import budget
+from verl_p40.doctor.stack_checks import CheckFailed, CheckSkipped, Context
 
 MIN_SHM_BYTES = 2 * 10**9
 
 
 def check_model(ctx: Context) -> str:
-    from verl_p40.fetch import local_problems
+    from verl_p40.models.fetch import local_problems
 
     folder = Path(ctx.options.model).expanduser()
     problems = local_problems(folder)
@@ -24,7 +24,7 @@ def check_model(ctx: Context) -> str:
 
 
 def check_data(ctx: Context) -> str:
-    from verl_p40.data import folder_problems
+    from verl_p40.data.gsm8k import folder_problems
 
     folder = Path(ctx.options.data).expanduser()
     problems, rows = folder_problems(folder)

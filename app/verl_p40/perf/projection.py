@@ -25,7 +25,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from verl_p40.budget import ADAM_STATES, FP32
+from verl_p40.plan.budget import ADAM_STATES, FP32
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class Shape:
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Shape:
-        from verl_p40.budget import parameter_count
+        from verl_p40.plan.budget import parameter_count
 
         hidden, layers = int(config["hidden_size"]), int(config["num_hidden_layers"])
         heads = int(config["num_attention_heads"])

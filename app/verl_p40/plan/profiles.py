@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from verl_p40 import UserError
-from verl_p40.gpu import GPUInfo
+from verl_p40.gpu.nvml import GPUInfo
 
 BASE = "base"
 
@@ -116,7 +116,7 @@ def select(gpus: list[GPUInfo] | tuple[GPUInfo, ...]) -> tuple[Profile, list[str
 
     Among the profiles whose compute-capability range holds the GPU, the narrowest range wins, then the largest
     memory size (`match.memory_gib`) the GPU has (10 % tolerance: a 24 GB card reports 23.9 GiB)."""
-    from verl_p40.layout import weakest
+    from verl_p40.plan.layout import weakest
 
     gpu = weakest(gpus)
     candidates = [load(name) for name in available()]

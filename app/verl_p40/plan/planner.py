@@ -17,12 +17,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from verl_p40 import UserError, algorithms, defaults, engines, reward
-from verl_p40 import layout as layout_mod
-from verl_p40.failures import Diagnosis
+from verl_p40 import UserError, defaults, reward
+from verl_p40.plan import algorithms
+from verl_p40.plan import engines
+from verl_p40.plan import layout as layout_mod
+from verl_p40.run.failures import Diagnosis
 from verl_p40.options import option
-from verl_p40 import profiles as profiles_mod
-from verl_p40.verlconfig import (Override, compose, hydra_value, parse_set, profile_overrides, settings_overrides,
+from verl_p40.plan import profiles as profiles_mod
+from verl_p40.plan.verlconfig import (Override, compose, hydra_value, parse_set, profile_overrides, settings_overrides,
                                  to_hydra)
 
 
@@ -91,7 +93,7 @@ class RunPlan:
 
 def detect_gpus() -> list | None:
     """Every GPU NVML reports, or None where there is no driver (a config made on another machine)."""
-    from verl_p40.gpu import detect
+    from verl_p40.gpu.nvml import detect
 
     try:
         return detect()
@@ -102,13 +104,13 @@ def detect_gpus() -> list | None:
 def resolve_profile(name: str, gpus: tuple | None) -> tuple[profiles_mod.Profile, list[str], float | None]:
     """The profile for the run's GPUs (the weakest of them, for auto), notes on the choice, and the weakest GPU's
     compute capability (None without a driver)."""
-    from verl_p40.layout import weakest
+    from verl_p40.plan.layout import weakest
 
     sm = weakest(gpus).sm if gpus else None
     if name != "auto":
         return profiles_mod.load(name), [f"profile: {name} (chosen by name)"], sm
     if not gpus:
-        from verl_p40.gpu import detect
+        from verl_p40.gpu.nvml import detect
 
         try:
             detect()  # the driver's own reason, with its exit code
@@ -124,7 +126,7 @@ def layout_overrides(layout: layout_mod.Layout, profile: profiles_mod.Profile, m
                      cap_gb: float | None) -> tuple[list[Override], list[str]]:
     """verl settings for the GPUs and hosts: counts, batches scaled by the world size, and offloaded states that fit
     on the GPU once sharded (from the profile's one-GPU measurement of the same model size)."""
-    from verl_p40 import budget
+    from verl_p40.plan import budget
 
     values, notes = layout_mod.settings(layout, profile.verl)
     origin = f"--gpus/--nodes ({layout.describe()})"
@@ -259,8 +261,8 @@ def plan(options: RunOptions) -> RunPlan:
     if method not in reward.METHODS:
         raise UserError(f"reward method {method!r} (--reward-method or the algorithm file) must be one of "
                         f"{', '.join(reward.METHODS)}")
-    from verl_p40 import rules
-    from verl_p40.verlconfig import base_config
+    from verl_p40.plan import rules
+    from verl_p40.plan.verlconfig import base_config
 
     rules.check(cfg, base_config(), {o.key.lstrip("+~"): o.origin for o in overrides})
     model_cfg = cfg.actor_rollout_ref.model
@@ -288,7 +290,7 @@ def config_yaml(run: RunPlan) -> str:
 
 def preflight(options: RunOptions, skip: dict[str, str], quiet: bool = False) -> None:
     """`verl-p40 doctor` before Ray starts: what must be true before spending a minute on Ray start-up."""
-    from verl_p40 import doctor
+    from verl_p40.doctor import runner as doctor
 
     results = doctor.run_checks(doctor.Context(options), skip=skip)
     if not quiet:
