@@ -21,7 +21,8 @@ from verl_p40.perf import projection
 from verl_p40.plan import planner as train
 from verl_p40.gpu.nvml import GPUInfo
 from verl_p40.run.trainer_log import read_steps
-from verl_p40.plan.planner import RunOptions, plan
+from verl_p40.plan.planner import plan
+from verl_p40.plan.run_options import RunOptions
 
 RESULTS = Path(__file__).parent / "results"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "qwen2.5-0.5b-instruct"

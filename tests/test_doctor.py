@@ -15,7 +15,7 @@ from verl_p40.doctor import stack_checks as checks
 from verl_p40.doctor import runner as doctor
 from verl_p40.gpu import nvml as gpu
 from verl_p40.doctor import host_checks
-from verl_p40.plan.planner import RunOptions
+from verl_p40.plan.run_options import RunOptions
 
 
 def _ctx(tmp_path, **kw) -> doctor.Context:
@@ -253,3 +253,14 @@ def test_json_output_and_the_train_preflight(tmp_path, patched_verl):
     assert train.stderr.strip().endswith("(and 1 more failed checks above)")  # data
     assert "Traceback" not in train.stderr
     assert "SKIP  gpu         skipped by --skip-check gpu" in train.stderr
+
+
+def test_a_plan_that_fails_skips_only_the_checks_that_need_it(tmp_path, tiny_model, prepared):
+    """The doctor plans the run once, for the first check that needs it; when planning fails, those checks say so
+    and every other check still runs and reports."""
+    ctx = _ctx(tmp_path, model=str(tiny_model), data=str(prepared), sets=["no.such.key=1"])
+    results = {r.name: r for r in doctor.run_checks(ctx, only=["disk", "model", "ram", "data"])}
+    assert results["model"].status == doctor.PASS and results["data"].status == doctor.PASS
+    for name in ("disk", "ram"):
+        assert results[name].status == doctor.SKIP
+        assert results[name].detail.startswith("needs the run's config, which failed: --set no.such.key=1")

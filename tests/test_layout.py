@@ -8,7 +8,8 @@ from verl_p40 import UserError
 from verl_p40.plan import layout
 from verl_p40.plan import planner as train
 from verl_p40.gpu.nvml import GPUInfo
-from verl_p40.plan.planner import RunOptions, plan
+from verl_p40.plan.planner import plan
+from verl_p40.plan.run_options import RunOptions
 
 P40 = dict(name="Tesla P40", compute_capability=(6, 1), memory_total_gib=23.9)
 P100 = dict(name="Tesla P100-PCIE-16GB", compute_capability=(6, 0), memory_total_gib=15.9)

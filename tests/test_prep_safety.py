@@ -16,6 +16,7 @@ from conftest import REPO, cli
 
 from verl_p40.data import gsm8k as data
 from verl_p40.data import prep
+from verl_p40.data.manifest import MANIFEST, manifest_problems, request
 
 
 @pytest.fixture()
@@ -36,7 +37,7 @@ def test_skip_existing_trusts_the_manifest_only(small_source, tmp_path):
     out = tmp_path / "data"
     first = _prep(small_source, out, "--skip-existing")
     assert first.returncode == 0 and "40 rows" in first.stdout
-    manifest = json.loads((out / prep.MANIFEST).read_text())
+    manifest = json.loads((out / MANIFEST).read_text())
     assert manifest["outputs"]["train"]["rows"] == 40 and manifest["limit"] is None
     again = _prep(small_source, out, "--skip-existing")
     assert again.returncode == 0 and "are what this prep would write" in again.stdout
@@ -55,7 +56,7 @@ def test_skip_existing_redoes_what_it_cannot_trust(small_source, tmp_path, damag
     if damage == "zero-byte":
         (out / "train.parquet").write_bytes(b"")
     elif damage == "no-manifest":
-        (out / prep.MANIFEST).unlink()
+        (out / MANIFEST).unlink()
     elif damage == "hf-export":
         pq.write_table(pa.table({"question": ["q"], "answer": ["#### 1"]}), out / "train.parquet")
     elif damage == "limit":
@@ -66,7 +67,8 @@ def test_skip_existing_redoes_what_it_cannot_trust(small_source, tmp_path, damag
     assert result.returncode == 0, result.stderr
     assert "preparing again" in result.stderr and reason in result.stderr
     assert pq.ParquetFile(out / "train.parquet").metadata.num_rows == 40
-    assert not prep.manifest_problems(out, prep.request(str(small_source), None, False, data.DEFAULT_INSTRUCTION))
+    assert not manifest_problems(out, request(str(small_source), None, False, data.DEFAULT_INSTRUCTION),
+                                       data.written_splits(0))
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
@@ -89,7 +91,7 @@ def test_killed_mid_write_then_skip_existing_redoes_it_cleanly(gsm8k_dir, tmp_pa
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode != 0 and "Traceback" not in stderr
-    assert not (out / "train.parquet").exists() and not (out / prep.MANIFEST).exists()
+    assert not (out / "train.parquet").exists() and not (out / MANIFEST).exists()
     if sig == signal.SIGTERM:  # its own temporary files went with it
         assert not list(out.glob(".*.tmp"))
     redo = _prep(gsm8k_dir, out, "--skip-existing")
@@ -163,7 +165,8 @@ def test_a_validation_slice_held_out_of_train(small_source, tmp_path):
     assert redo.returncode == 0 and "made with val_size 8, now 0" in redo.stderr
     assert not (out / "val.parquet").exists() and len(pq.read_table(out / "train.parquet")) == 40
 
-    from verl_p40.plan.planner import RunOptions, plan
+    from verl_p40.plan.planner import plan
+    from verl_p40.plan.run_options import RunOptions
 
     with_val = plan(RunOptions(profile="p40", data=str(again)))
     assert with_val.config().data.val_files == str(again / "val.parquet")

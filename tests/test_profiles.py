@@ -4,7 +4,8 @@ from conftest import cli
 from verl_p40 import UserError
 from verl_p40.plan import profiles
 from verl_p40.gpu.nvml import GPUInfo
-from verl_p40.plan.planner import RunOptions, plan
+from verl_p40.plan.planner import plan
+from verl_p40.plan.run_options import RunOptions
 
 
 def _gpu(cc, mem, name="GPU"):

@@ -8,7 +8,8 @@ from conftest import cli
 
 from verl_p40.perf import bench as benchmark
 from verl_p40.perf import projection
-from verl_p40.plan.planner import RunOptions, plan
+from verl_p40.plan.planner import plan
+from verl_p40.plan.run_options import RunOptions
 
 
 @pytest.fixture(scope="module")

@@ -63,7 +63,7 @@ def test_train_log_shows_each_line_while_the_trainer_still_runs(tmp_path):
                f"while not pathlib.Path({str(release)!r}).exists() and time.time() < deadline:\n"
                "    time.sleep(0.05)\n")
     runner = ("import sys\n"
-              "from verl_p40.plan.planner import run_trainer\n"
+              "from verl_p40.run.trainer import run_trainer\n"
               "class Plan:\n"
               "    env, overrides = {}, []\n"
               f"    def command(self): return [sys.executable, '-c', {trainer!r}]\n"
@@ -87,7 +87,7 @@ def test_train_log_shows_each_line_while_the_trainer_still_runs(tmp_path):
 
 def _stand_in_runner(tmp_path, trainer: str) -> str:
     return ("import sys\n"
-            "from verl_p40.plan.planner import run_trainer\n"
+            "from verl_p40.run.trainer import run_trainer\n"
             "class Plan:\n"
             "    env, overrides = {}, []\n"
             f"    def command(self): return [sys.executable, '-c', {trainer!r}]\n"
@@ -194,3 +194,39 @@ def test_tf32_reaches_the_process_that_imports_the_worker_hook(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "VERL_P40_WORKER_TF32"}
     off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert off.returncode == 0 and off.stdout.strip() == "False True"  # PyTorch's defaults
+
+
+def _count_compose(monkeypatch) -> list:
+    """Every composition of a run's Hydra config (verl's own defaults, composed once per process, aside)."""
+    from verl_p40.plan import planner
+
+    calls, real = [], planner.compose
+    monkeypatch.setattr(planner, "compose", lambda overrides: calls.append(list(overrides)) or real(overrides))
+    return calls
+
+
+def test_a_dry_run_composes_the_run_config_once(tiny_model, prepared, monkeypatch, capsys):
+    from verl_p40 import cli
+
+    composed = _count_compose(monkeypatch)
+    assert cli.main(["train", "--profile", "p40", "--dry-run", "--model", str(tiny_model), "--data", str(prepared)]) == 0
+    assert len(composed) == 1
+    assert "verl.trainer.main_ppo" in capsys.readouterr().out
+
+
+def test_train_plans_once_and_its_preflight_checks_that_plan(tiny_model, prepared, tmp_path, monkeypatch, capsys):
+    """`train` hands the plan it made to the doctor's preflight: the checks that read verl's config (disk, ram) use
+    the plan's, so the run's config is composed once, not again for the doctor and again for each check."""
+    from verl_p40 import cli
+    from verl_p40.run import trainer
+
+    composed = _count_compose(monkeypatch)
+    started = []
+    monkeypatch.setattr(trainer, "run_trainer", lambda run, logs: started.append(run) or 0)
+    code = cli.main(["train", "--profile", "p40", "--model", str(tiny_model), "--data", str(prepared),
+                     "--checkpoints", str(tmp_path / "ckpt"), "--logs", str(tmp_path / "logs"),
+                     "--skip-check", "gpu,kernels,compute,verl,shm,cluster"])
+    report = capsys.readouterr().err
+    assert code == 0, report
+    assert "PASS  disk" in report and "PASS  ram" in report  # both read the plan's config
+    assert len(composed) == 1 and len(started) == 1

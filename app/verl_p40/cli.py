@@ -56,7 +56,7 @@ def cmd_fetch_model(args: argparse.Namespace) -> int:
 
 
 def _run_options(args: argparse.Namespace):
-    from verl_p40.plan.planner import RunOptions
+    from verl_p40.plan.run_options import RunOptions
 
     return from_args(RunOptions, args, sets=list(args.set or []) + list(getattr(args, "overrides", None) or []))
 
@@ -81,7 +81,8 @@ def cmd_config(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from verl_p40.doctor import runner as doctor
     from verl_p40.models.checkpoints import check_resume, write_run_record
-    from verl_p40.plan.planner import plan, preflight, run_trainer
+    from verl_p40.plan.planner import plan
+    from verl_p40.run.trainer import run_trainer
 
     options = _run_options(args)
     skip = doctor.skips(args.skip_check)
@@ -90,10 +91,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     check_resume(run.record)
     if args.dry_run:  # the files a run needs are checked (no GPU, no Ray)
         file_checks = {name: "--dry-run" for name in doctor.DEFAULT if name not in ("model", "data")}
-        preflight(options, {**file_checks, **skip}, quiet=True)
+        doctor.preflight(run, options, {**file_checks, **skip}, quiet=True)
         print(run.shell())
         return 0
-    preflight(options, skip)
+    doctor.preflight(run, options, skip)
     write_run_record(run.record)
     return run_trainer(run, options.logs)
 
@@ -197,7 +198,7 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
-    from verl_p40.plan.planner import RunOptions
+    from verl_p40.plan.run_options import RunOptions
 
     add_arguments(p, RunOptions, skip=["gpu_memory_cap_gb"])
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="any verl config value (repeatable)")
@@ -211,7 +212,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def _add_gpu_memory_cap(p: argparse.ArgumentParser) -> None:
-    from verl_p40.plan.planner import RunOptions
+    from verl_p40.plan.run_options import RunOptions
 
     add_arguments(p, RunOptions, only=["gpu_memory_cap_gb"])
 

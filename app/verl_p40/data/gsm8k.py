@@ -22,6 +22,7 @@ from typing import Any
 
 from verl_p40 import UserError
 from verl_p40.atomic import staged
+from verl_p40.data.manifest import MANIFEST, changed_outputs
 
 DATA_SOURCE = "openai/gsm8k"
 ABILITY = "math"
@@ -269,8 +270,6 @@ def folder_problems(folder: Path) -> tuple[list[str], dict[str, int]]:
         else:
             rows[split] = meta.metadata.num_rows
     if not problems:  # what prep wrote: the files must still be those
-        from verl_p40.data.prep import changed_outputs
-
         problems = changed_outputs(Path(folder))
     return problems, rows
 
@@ -329,8 +328,6 @@ def prepare(
         results = {split: results[split] for split in written_splits(val_size)}
     try:
         out.mkdir(parents=True, exist_ok=True)
-        from verl_p40.data.prep import MANIFEST
-
         (out / MANIFEST).unlink(missing_ok=True)  # the old outputs stop being trusted before they are replaced
         paths = write_parquets(results, out)
         if "val" not in results and (out / "val.parquet").is_file():

@@ -11,16 +11,20 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from verl_p40 import VERL_VERSION, UserError
-from verl_p40.doctor.stack_checks import (CheckFailed, CheckSkipped, Context, check_apex, check_compute, check_gpu, check_kernels,
-                             check_torch_build, check_verl, check_vllm)
-from verl_p40.run.cluster import check_cluster
+from verl_p40.doctor.cluster_check import check_cluster
+from verl_p40.doctor.context import CheckFailed, CheckSkipped, Context
 from verl_p40.doctor.host_checks import check_data, check_disk, check_model, check_ram, check_shm, check_writable
+from verl_p40.doctor.stack_checks import (check_apex, check_compute, check_gpu, check_kernels, check_torch_build,
+                                          check_verl, check_vllm)
+from verl_p40.plan.planner import RunPlan
+from verl_p40.plan.run_options import RunOptions
 
-__all__ = ["Context", "Result", "run_checks", "report", "skips", "parse_names", "names_help", "DEFAULT"]
+__all__ = ["Context", "Result", "run_checks", "report", "preflight", "skips", "parse_names", "names_help", "DEFAULT"]
 
 SKIP_ENV = "VERL_P40_DOCTOR_SKIP"
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
@@ -111,3 +115,18 @@ def report(results: list[Result], as_json: bool = False) -> str:
 @functools.cache
 def names_help() -> str:
     return "; ".join(f"{c.name}: {c.about}" for c in CHECKS)
+
+
+def preflight(run: RunPlan, options: RunOptions, skip: dict[str, str], quiet: bool = False) -> None:
+    """`verl-p40 doctor` before Ray starts, on the plan the run was given: what must be true before spending a minute
+    on Ray start-up."""
+    results = run_checks(Context(options, run), skip=skip)
+    if not quiet:
+        print(report(results), file=sys.stderr, flush=True)
+    failed = [r for r in results if r.status == FAIL]
+    if failed:
+        described = [f"{r.name}: {r.detail}" + (f"; fix: {r.fix}" if r.fix else "") for r in failed]
+        if quiet:  # nothing was printed: every failure goes into the one line
+            raise UserError("preflight: " + " | ".join(described))
+        raise UserError(f"preflight: {described[0]}"
+                        + (f" (and {len(failed) - 1} more failed checks above)" if len(failed) > 1 else ""))

@@ -9,10 +9,9 @@ import importlib.util
 import json
 import subprocess
 import sys
-from dataclasses import dataclass, field
-from typing import Any
 
 from verl_p40 import VERL_VERSION, UserError
+from verl_p40.doctor.context import CheckFailed, CheckSkipped, Context
 
 # The oldest architecture the product supports: torch's sm_60 code runs on a P40's sm_61.
 OLDEST_ARCH = (6, 0)
@@ -20,50 +19,6 @@ OLDEST_ARCH = (6, 0)
 # compatibility guide, "Minor Version Compatibility"): CUDA 11.x runs on >= 450.80.02, 12.x on >= 525.60.13.
 MIN_DRIVER = {11: "450.80.02", 12: "525.60.13"}
 APEX_EXTENSIONS = ("amp_C", "apex_C", "fused_layer_norm_cuda", "mlp_cuda", "syncbn")
-
-
-class CheckFailed(Exception):
-    def __init__(self, detail: str, fix: str):
-        super().__init__(detail)
-        self.detail, self.fix = detail, fix
-
-
-class CheckSkipped(Exception):
-    pass
-
-
-@dataclass
-class Context:
-    """What the checks look at: the run's options and, lazily, its plan and the GPUs."""
-
-    options: Any  # verl_p40.plan.planner.RunOptions
-    _cache: dict = field(default_factory=dict)
-
-    def plan(self):
-        if "plan" not in self._cache:
-            from verl_p40.plan.planner import plan
-
-            try:
-                self._cache["plan"] = plan(self.options)
-            except UserError as exc:
-                self._cache["plan"] = exc
-        result = self._cache["plan"]
-        if isinstance(result, UserError):
-            raise CheckSkipped(f"needs the run's config, which failed: {result}")
-        return result
-
-    def gpus(self):
-        if "gpus" not in self._cache:
-            from verl_p40.gpu.nvml import detect
-
-            try:
-                self._cache["gpus"] = detect()
-            except UserError as exc:
-                self._cache["gpus"] = exc
-        result = self._cache["gpus"]
-        if isinstance(result, UserError):
-            raise CheckSkipped("needs a GPU (see the gpu check)")
-        return result
 
 
 def _torch():

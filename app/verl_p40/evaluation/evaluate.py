@@ -16,10 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from verl_p40 import UserError, reward
-from verl_p40.gpu import plots
 from verl_p40.evaluation import stats
 from verl_p40.atomic import write_text
 from verl_p40.models.checkpoints import resolve_model
+from verl_p40.evaluation.curves import training_curves
 from verl_p40.evaluation.generation import HfGenerator, Question, VllmGenerator, load_questions, pick_engine, torch_dtype
 
 # ------------------------------------------------------------------------------------------------ answers
@@ -181,7 +181,7 @@ def run(model: str, compare: str | None, data: Path, out: Path, limit: int | Non
     labels = list(models)
     summary = summarise(records, labels)
     comparison = paired_differences(records, *labels) if len(labels) == 2 else None
-    curves = plots.training_curves(logs, out / "curves.png") if logs else False
+    curves = training_curves(logs, out / "curves.png") if logs else False
     report = {"data": str(data), "questions": len(records), "device": device, "dtype": dtype,
               "max_new_tokens": max_new_tokens, "engine": "vllm" if generator is VllmGenerator else "hf",
               "models": {label: {"path": str(models[label]), **summary[label]} for label in labels},

@@ -85,6 +85,14 @@ def detect() -> list[GPUInfo]:
     return gpus
 
 
+def detect_gpus() -> list[GPUInfo] | None:
+    """Every GPU NVML reports, or None where there is no driver (a config made on another machine)."""
+    try:
+        return detect()
+    except UserError:
+        return None
+
+
 # ------------------------------------------------------------------------------------------------ monitor samples
 
 

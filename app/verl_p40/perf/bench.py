@@ -39,7 +39,7 @@ def make_random_model(source: Path, target: Path) -> Path:
 
 def _calibration(model: Path) -> dict:
     """This GPU's constants, measured in a child process (the bench process holds no CUDA context while training)."""
-    code = ("import json, sys; from verl_p40 import projection; "
+    code = ("import json, sys; from verl_p40.perf import projection; "
             f"shape = projection.Shape.from_config(json.load(open({str(model / 'config.json')!r}))); "
             "print(json.dumps(projection.card_dict(projection.calibrate(shape))))")
     probe = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
@@ -132,7 +132,9 @@ def summarise(steps: list[dict], cfg: Any, shape: projection.Shape, measured_car
 def run(options, steps: int, out: Path, skip: dict[str, str], keep: Path | None = None) -> dict:
     """Run `steps` training steps with random weights of `options.model`'s shape; write and return the JSON."""
     from verl_p40.run.trainer_log import read_steps
-    from verl_p40.plan.planner import plan, preflight, run_trainer
+    from verl_p40.doctor.runner import preflight
+    from verl_p40.plan.planner import plan
+    from verl_p40.run.trainer import run_trainer
 
     if steps < 2:
         raise UserError("--steps must be at least 2 (the first step is warm-up and is not timed)")
@@ -151,7 +153,7 @@ def run(options, steps: int, out: Path, skip: dict[str, str], keep: Path | None 
     run_plan = plan(options)
     for note in run_plan.notes:
         print(f"[verl-p40] {note}", flush=True)
-    preflight(options, {"disk": "bench (it keeps no checkpoint)", **skip})
+    preflight(run_plan, options, {"disk": "bench (it keeps no checkpoint)", **skip})
     print("[bench] measuring this GPU's constants", flush=True)
     card = projection.Card(**_calibration(model))
     logs = out.parent / f"{out.stem}-logs"

@@ -1,7 +1,7 @@
-"""`verl-p40 config` and `verl-p40 train`: a profile plus options -> verl's own trainer, unchanged.
+"""A run's options -> its checked RunPlan: `verl-p40 config` prints it, `train` and `bench` run it.
 
-We do not wrap verl's trainer: we compute Hydra overrides, check them against verl's config, and run
-`python -m verl.trainer.main_ppo <overrides>`, streaming its output to the console and to a log file.
+We do not wrap verl's trainer: we compute Hydra overrides and check them against verl's config, composed once per
+plan; `verl_p40.run.trainer` then runs `python -m verl.trainer.main_ppo <overrides>`.
 """
 
 from __future__ import annotations
@@ -10,64 +10,22 @@ import dataclasses
 import importlib.util
 import os
 import shlex
-import signal
-import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from verl_p40 import UserError, defaults, reward
-from verl_p40.plan import algorithms
-from verl_p40.plan import engines
+from verl_p40.gpu.nvml import detect_gpus
+from verl_p40.plan import algorithms, engines
 from verl_p40.plan import layout as layout_mod
-from verl_p40.run.failures import Diagnosis
-from verl_p40.options import option
 from verl_p40.plan import profiles as profiles_mod
+from verl_p40.plan.run_options import RunOptions
 from verl_p40.plan.verlconfig import (Override, compose, hydra_value, parse_set, profile_overrides, settings_overrides,
                                  to_hydra)
 
 
 REWARD_DEFAULTS = {"method": "strict", "format_bonus": 0.0}  # verl's own GSM8K rule
-
-
-@dataclass
-class RunOptions:
-    """What `config`, `train`, `bench` and `doctor` take; each field is also its command-line option."""
-
-    profile: str = option("auto", "hardware profile name, or auto (picked from what NVML reports)",
-                          env="VERL_P40_PROFILE")
-    model: str = option(defaults.MODEL.value, "model folder", env=defaults.MODEL.env)
-    data: str = option(defaults.DATA.value, "folder with train/test.parquet", env=defaults.DATA.env)
-    checkpoints: str = option(defaults.CHECKPOINTS.value, "checkpoint root", env=defaults.CHECKPOINTS.env)
-    logs: str = option(defaults.LOGS.value, "log folder", env=defaults.LOGS.env)
-    reward_method: str | None = option(None, "GSM8K answer extraction: strict '#### N' (verl's) or the last number",
-                                       env="VERL_P40_REWARD_METHOD", choices=reward.METHODS,
-                                       shown="the algorithm's, else strict")
-    format_bonus: float | None = option(None, "reward added when the answer uses the '#### N' format",
-                                        env="VERL_P40_FORMAT_BONUS", kind=float, low=0,
-                                        shown="the algorithm's, else 0")
-    algorithm: str = option(algorithms.DEFAULT, "RL algorithm (config/algorithms/NAME.yaml): ppo has a critic; grpo, "
-                            "rloo and reinforce_plus_plus sample several answers per prompt and need none",
-                            env="VERL_P40_ALGORITHM", choices=algorithms.available)
-    samples_per_prompt: int | None = option(None, "answers sampled per prompt (verl's rollout.n); the profile's "
-                                            "sequences per step are kept, so prompts per step = batch / N",
-                                            env="VERL_P40_SAMPLES_PER_PROMPT", kind=int, low=1,
-                                            shown="the algorithm's")
-    lora_rank: int = option(0, "train a LoRA adapter of this rank instead of every weight (0: full fine-tuning)",
-                            env="VERL_P40_LORA_RANK", kind=int, low=0)
-    lora_alpha: int | None = option(None, "LoRA's alpha", env="VERL_P40_LORA_ALPHA", kind=int, low=1,
-                                    shown="2 x rank")
-    gpu_memory_cap_gb: float | None = option(None, "cap PyTorch's memory per GPU process at N*10^9 bytes (size a run "
-                                             "for a smaller card)", env=defaults.GPU_MEMORY_CAP_ENV, kind=float,
-                                             low=0.5, shown="no cap")
-    gpus: str = option("all", "this host's GPUs to train on, as nvidia-smi numbers them (all, or e.g. 0,1); the "
-                       "batch grows with their count, the per-GPU work stays the profile's", env="VERL_P40_GPUS")
-    nodes: int = option(1, "hosts in the Ray cluster (trainer.nnodes); above 1 the trainer joins the cluster at "
-                        "RAY_ADDRESS (verl-p40 cluster head / join)", env="VERL_P40_NODES", kind=int, low=1)
-    tf32: str = option("auto", "TF32 matmuls in fp32 (tensor cores, 10-bit mantissa): auto is on for sm_80+ GPUs and off "
-                       "below, where they do not exist", env="VERL_P40_TF32", choices=("auto", "on", "off"))
-    sets: list[str] = field(default_factory=list)  # verl config values: --set KEY=VALUE and the positional ones
 
 
 @dataclass
@@ -77,10 +35,13 @@ class RunPlan:
     overrides: list[str]  # Hydra override strings, validated against verl's config
     env: dict[str, str]  # extra environment for the trainer process
     record: dict = field(default_factory=dict)  # what checkpoints of this run were made with (RUN_RECORD)
+    composed: Any = field(default=None, repr=False)  # verl's config for the overrides, composed once by plan()
 
     def config(self):
-        """verl's composed config for this plan (OmegaConf)."""
-        return compose(self.overrides)
+        """verl's composed config for this plan (OmegaConf; shared: read it, do not change it)."""
+        if self.composed is None:
+            self.composed = compose(self.overrides)
+        return self.composed
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "verl.trainer.main_ppo", *self.overrides]
@@ -89,16 +50,6 @@ class RunPlan:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
         cmd = " \\\n    ".join(shlex.quote(part) for part in self.command())
         return f"{env} {cmd}" if env else cmd
-
-
-def detect_gpus() -> list | None:
-    """Every GPU NVML reports, or None where there is no driver (a config made on another machine)."""
-    from verl_p40.gpu.nvml import detect
-
-    try:
-        return detect()
-    except UserError:
-        return None
 
 
 def resolve_profile(name: str, gpus: tuple | None) -> tuple[profiles_mod.Profile, list[str], float | None]:
@@ -273,7 +224,7 @@ def plan(options: RunOptions) -> RunPlan:
               "samples_per_prompt": int(cfg.actor_rollout_ref.rollout.n), "model": str(model_cfg.path),
               "lora": ({"rank": int(model_cfg.lora_rank), "alpha": int(model_cfg.lora_alpha),
                         "target_modules": _plain(model_cfg.target_modules)} if model_cfg.lora_rank else None)}
-    return RunPlan(profile=profile, notes=notes, overrides=hydra_overrides, env=env, record=record)
+    return RunPlan(profile=profile, notes=notes, overrides=hydra_overrides, env=env, record=record, composed=cfg)
 
 
 def _plain(value):
@@ -285,79 +236,4 @@ def _plain(value):
 def config_yaml(run: RunPlan) -> str:
     from omegaconf import OmegaConf
 
-    return OmegaConf.to_yaml(compose(run.overrides), resolve=True)
-
-
-def preflight(options: RunOptions, skip: dict[str, str], quiet: bool = False) -> None:
-    """`verl-p40 doctor` before Ray starts: what must be true before spending a minute on Ray start-up."""
-    from verl_p40.doctor import runner as doctor
-
-    results = doctor.run_checks(doctor.Context(options), skip=skip)
-    if not quiet:
-        print(doctor.report(results), file=sys.stderr, flush=True)
-    failed = [r for r in results if r.status == doctor.FAIL]
-    if failed:
-        described = [f"{r.name}: {r.detail}" + (f"; fix: {r.fix}" if r.fix else "") for r in failed]
-        if quiet:  # nothing was printed: every failure goes into the one line
-            raise UserError("preflight: " + " | ".join(described))
-        raise UserError(f"preflight: {described[0]}"
-                        + (f" (and {len(failed) - 1} more failed checks above)" if len(failed) > 1 else ""))
-
-
-def run_trainer(run: RunPlan, logs: str) -> int:
-    """Run verl's trainer, copy its output into logs/train-<time>.log, and stop it gracefully: the first SIGTERM or
-    SIGINT asks the training loop (patched: trainer.stop_file) to save the step in progress and end; a second one
-    stops the trainer at once."""
-    log_dir = Path(logs).expanduser()
-    log_dir.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    log_path = log_dir / f"train-{stamp}.log"
-    stop_file = log_dir.absolute() / f".stop-requested-{stamp}"
-    stop_file.unlink(missing_ok=True)
-    env = {**os.environ, **run.env, "PYTHONUNBUFFERED": "1"}
-    overrides = [*run.overrides, f"hydra.run.dir={log_dir.absolute()}/hydra/{stamp}",
-                 f"+trainer.stop_file={hydra_value(str(stop_file))}"]
-    print(f"[verl-p40] logging to {log_path}", flush=True)
-    # line-buffered: whoever follows the log (tail -f, a bench that stops the run at a step) sees each line as
-    # verl prints it, not 8 KB later
-    with open(log_path, "a", encoding="utf-8", buffering=1) as log:
-        log.write("$ " + shlex.join(run.command()) + "\n")
-        child = subprocess.Popen(
-            [*run.command()[:3], *overrides], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, bufsize=1, start_new_session=True,
-        )
-
-        def stop(signum, _frame):
-            if not stop_file.exists():
-                stop_file.touch()
-                print("[verl-p40] stop requested: the trainer finishes this step, saves a checkpoint and exits "
-                      "(the same signal again stops it at once)", file=sys.stderr, flush=True)
-                return
-            try:
-                os.killpg(child.pid, signum)
-            except ProcessLookupError:
-                pass
-
-        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-        diagnosis = Diagnosis()
-        try:
-            assert child.stdout is not None
-            for line in child.stdout:
-                sys.stdout.write(line)
-                sys.stdout.flush()
-                log.write(line)
-                diagnosis.feed(line)
-            code = child.wait()
-            said = diagnosis.summary() if code != 0 else None
-            if said:  # the one line to end a page of Ray tracebacks with
-                print(f"verl-p40 train: error: {said} (full output: {log_path})", file=sys.stderr, flush=True)
-                log.write(f"verl-p40 train: error: {said}\n")
-                return 2
-            if code == 0 and stop_file.exists():
-                print("[verl-p40] stopped on request with the last step saved; the same command resumes from it",
-                      file=sys.stderr, flush=True)
-            return code
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            stop_file.unlink(missing_ok=True)
+    return OmegaConf.to_yaml(run.config(), resolve=True)

@@ -7,7 +7,8 @@
 
 verl's workers on every host load the model and data from the same paths and each writes its own shard of every
 checkpoint under the same checkpoints path, so the checkpoints folder must be one shared folder (NFS, ...) mounted at
-the same path on every host; the model and data may be copies. The check runs as the doctor's `cluster` check.
+the same path on every host; the model and data may be copies. The check runs as the doctor's `cluster` check
+(`verl_p40.doctor.cluster_check`).
 Ports (host networking): RAY_PORT (6379) on the head for Ray's GCS, and on every host the 102 ports after its RAY_PORT
 (node manager, object manager, workers).
 """
@@ -20,10 +21,10 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 from verl_p40 import UserError
+from verl_p40.gpu.nvml import detect_gpus
 from verl_p40.plan import layout as layout_mod
 
 
@@ -43,8 +44,6 @@ def ray_start(extra: list[str], gpus: int, ip: str | None, base: int) -> list[st
 
 
 def _layout(options) -> layout_mod.Layout:
-    from verl_p40.plan.planner import detect_gpus
-
     return layout_mod.choose(detect_gpus(), options.gpus, options.nodes)
 
 
@@ -105,33 +104,6 @@ def node_problems(address: str, paths: dict[str, str], marker: str) -> list[str]
         return [line for lines in ray.get(refs, timeout=120) for line in lines]
     finally:
         ray.shutdown()
-
-
-def check_cluster(ctx) -> str:
-    """The doctor's check: with --nodes above 1, the cluster at RAY_ADDRESS has every host, and each host sees the
-    model, the data and the head's checkpoints folder."""
-    from verl_p40.doctor.stack_checks import CheckFailed, CheckSkipped
-
-    options = ctx.options
-    if options.nodes <= 1:
-        raise CheckSkipped("one host")
-    address = os.environ.get("RAY_ADDRESS")
-    if not address:
-        raise CheckFailed(f"--nodes {options.nodes} but RAY_ADDRESS is not set",
-                          "train through `verl-p40 cluster head` (compose: ray-head), which sets it")
-    checkpoints = Path(options.checkpoints).expanduser().absolute()
-    checkpoints.mkdir(parents=True, exist_ok=True)
-    marker = checkpoints / f".verl-p40-shared-{uuid.uuid4().hex[:8]}"
-    marker.touch()
-    try:
-        problems = node_problems(address, {"model": str(Path(options.model).expanduser().absolute()),
-                                           "data": str(Path(options.data).expanduser().absolute())}, str(marker))
-    finally:
-        marker.unlink(missing_ok=True)
-    if problems:
-        raise CheckFailed(" | ".join(problems), "every host needs the model and data at the same paths and the "
-                          "checkpoints folder shared (README: More GPUs, more hosts)")
-    return f"{options.nodes} hosts at {address} see the model, the data and one shared checkpoints folder"
 
 
 def cmd_head(args: argparse.Namespace, options, train) -> int:
