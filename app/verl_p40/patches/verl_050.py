@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from verl_p40.patches import Edit
+from verl_p40.patches.edit import Edit
 
 _BERT_PADDING = (Path(__file__).parent / "bert_padding_torch.py").read_text(encoding="utf-8")
 _P40_DTYPES = (Path(__file__).parent / "p40_dtypes.py").read_text(encoding="utf-8")
