@@ -106,6 +106,8 @@ CASES = [
     ("monitor-plot-bad-csv", ["monitor", "--plot", f"{T}/bad.csv"], {}, "bad.csv: not a gpu.csv"),
     ("monitor-plot-missing", ["monitor", "--plot", f"{T}/nope.csv"], {}, "nope.csv: cannot read"),
     ("monitor-no-driver", ["monitor", "--once"], {}, "no NVIDIA GPU visible through NVML"),
+    ("monitor-gpus-all-no-driver", ["monitor", "--once", "--gpus", "all"], {}, "no NVIDIA GPU visible through NVML"),
+    ("monitor-gpus-bad", ["monitor", "--once", "--gpus", "first"], {}, "--gpus 'first': use all, or GPU indices"),
     ("patch-verl-not-verl", ["patch-verl", f"{T}/src"], {}, "not a verl package folder"),
 ]
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 from conftest import cli
 
-from verl_p40 import patches
+from verl_p40 import child, patches
 from verl_p40.doctor import stack_checks as checks
 from verl_p40.doctor import runner as doctor
 from verl_p40.gpu import nvml as gpu
@@ -86,7 +86,7 @@ def test_compute_check_reports_the_probe_error(tmp_path, monkeypatch):
     ctx._cache["gpus"] = [_p40()]
     answer = SimpleNamespace(stdout='{"error": "GPU 0: CUDA error: no kernel image is available for execution"}\n',
                              stderr="")
-    monkeypatch.setattr(checks.subprocess, "run", lambda *a, **k: answer)
+    monkeypatch.setattr(child.subprocess, "run", lambda *a, **k: answer)
     result = _one(ctx, "compute")
     assert result.status == "FAIL" and "no kernel image is available" in result.detail
     # the real probe on this CPU-only machine finds no CUDA device

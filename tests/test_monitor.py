@@ -1,6 +1,7 @@
 """Monitor logic on recorded samples (the NVML reading itself runs on the GPU machine: bench/monitor_run.sh)."""
 
 import json
+import sys
 import threading
 import urllib.request
 
@@ -141,9 +142,12 @@ def test_stop_event_ends_the_loop_promptly(tmp_path):
 
 
 def test_gpu_list_parsing():
-    assert m.parse_gpus("0, 2") == [0, 2] and m.parse_gpus(None) is None
-    with pytest.raises(UserError, match="comma list"):
+    """The monitor parses --gpus as training does (one parser): all, or distinct indices."""
+    assert m.parse_gpus("0, 2") == [0, 2] and m.parse_gpus(None) is None and m.parse_gpus("all") is None
+    with pytest.raises(UserError, match="use all, or GPU indices"):
         m.parse_gpus("first")
+    with pytest.raises(UserError, match="distinct GPU indices"):
+        m.parse_gpus("1,1")
 
 
 def test_a_port_in_use_is_one_line():
@@ -157,3 +161,29 @@ def test_a_port_in_use_is_one_line():
         port = taken.getsockname()[1]
         with pytest.raises(UserError, match=f"--port {port}: cannot serve metrics on 127.0.0.1:{port}"):
             prometheus.Exporter(port, "127.0.0.1")
+
+
+def test_nvml_is_initialised_once_per_process(monkeypatch):
+    """Every NVML reader shares one initialisation (gpustat's ensure_initialized); the shutdown waits for the exit."""
+    import types
+
+    calls = []
+    fake = types.SimpleNamespace(
+        NVMLError=RuntimeError,
+        nvmlInit=lambda: calls.append("init"), nvmlShutdown=lambda: calls.append("shutdown"),
+        nvmlDeviceGetCount=lambda: 1, nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetName=lambda h: b"Tesla P40", nvmlDeviceGetCudaComputeCapability=lambda h: (6, 1),
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=24 * 2**30, used=0),
+        nvmlSystemGetDriverVersion=lambda: "535.183.01", nvmlSystemGetCudaDriverVersion=lambda: 12020,
+    )
+    exits = []
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(samples, "_initialized", False)
+    monkeypatch.setattr(samples.atexit, "register", lambda fn, *args: exits.append((fn, args)))
+    assert [g.name for g in samples.detect()] == ["Tesla P40"]
+    assert samples.driver_versions() == ("535.183.01", (12, 2))
+    samples.NvmlSource([0]).close()
+    assert calls == ["init"] and len(exits) == 1
+    fn, args = exits[0]
+    fn(*args)
+    assert calls == ["init", "shutdown"]

@@ -13,7 +13,6 @@ and the two parquet files appear only when both are complete.
 from __future__ import annotations
 
 import json
-import re
 import statistics
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -23,13 +22,12 @@ from typing import Any
 from verl_p40 import UserError
 from verl_p40.atomic import staged
 from verl_p40.data.manifest import MANIFEST, changed_outputs
+from verl_p40.reward import ANSWER_RE
 
 DATA_SOURCE = "openai/gsm8k"
 ABILITY = "math"
 DEFAULT_INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
 SPLITS = ("train", "test")
-# The pattern verl's own gsm8k preprocessing and reward use for the final answer.
-_ANSWER_RE = re.compile(r"#### (\-?[0-9\.\,]+)")
 
 
 class InvalidRow(UserError):
@@ -50,7 +48,7 @@ class SplitResult:
 
 def ground_truth(answer: str) -> str:
     """The number after `#### ` with thousands separators removed; raises ValueError when there is none."""
-    match = _ANSWER_RE.search(answer)
+    match = ANSWER_RE.search(answer)
     if match is None or not any(ch.isdigit() for ch in match.group(1)):
         raise ValueError('answer has no numeric final answer after "#### "')
     return match.group(1).replace(",", "")

@@ -7,10 +7,9 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
-import subprocess
-import sys
 
 from verl_p40 import VERL_VERSION, UserError
+from verl_p40.child import last_error_line, run_python
 from verl_p40.doctor.context import CheckFailed, CheckSkipped, Context
 
 # The oldest architecture the product supports: torch's sm_60 code runs on a P40's sm_61.
@@ -163,14 +162,9 @@ def check_compute(ctx: Context) -> str:
     """A small fp32 matmul and an SDPA forward/backward on every GPU, against the CPU: catches 'no kernel image'."""
     _torch()
     ctx.gpus()
-    probe = subprocess.run([sys.executable, "-c", "from verl_p40.doctor.stack_checks import compute_probe; compute_probe()"],
-                           capture_output=True, text=True, timeout=300)
-    lines = [ln for ln in probe.stdout.splitlines() if ln.startswith("{")]
-    try:
-        result = json.loads(lines[-1])
-    except (IndexError, ValueError):
-        tail = (probe.stderr.strip().splitlines() or ["no output"])[-1]
-        raise CheckFailed(f"the GPU probe crashed ({tail})", "check the driver and the GPU (nvidia-smi)") from None
+    result, probe = run_python("from verl_p40.doctor.stack_checks import compute_probe; compute_probe()", timeout=300)
+    if result is None:
+        raise CheckFailed(f"the GPU probe crashed ({last_error_line(probe)})", "check the driver and the GPU (nvidia-smi)")
     if "error" in result:
         raise CheckFailed(result["error"], "the GPU cannot run this torch build's kernels: use the verl-p40 image")
     if not result["ok"]:
@@ -183,9 +177,9 @@ def check_vllm(ctx: Context) -> str:
     """vLLM and verl's vLLM rollout import (the -vllm image variant), in a fresh interpreter."""
     if importlib.util.find_spec("vllm") is None:
         raise CheckFailed("vllm is not installed", "use the -vllm image variant (sm_70+), or the HF rollout")
-    probe = subprocess.run([sys.executable, "-c", "import vllm, verl.workers.rollout.vllm_rollout; print(vllm.__version__)"],
-                           capture_output=True, text=True, timeout=600)
-    if probe.returncode != 0:
-        tail = (probe.stderr.strip().splitlines() or ["no output"])[-1]
-        raise CheckFailed(f"vllm does not import: {tail}", "rebuild the -vllm variant against PyPI's torch 2.6.0")
-    return f"vllm {probe.stdout.strip().splitlines()[-1]} and verl's vLLM rollout import"
+    result, probe = run_python("import json, vllm, verl.workers.rollout.vllm_rollout; "
+                               "print(json.dumps({'version': vllm.__version__}))", timeout=600)
+    if probe.returncode != 0 or result is None:
+        raise CheckFailed(f"vllm does not import: {last_error_line(probe)}",
+                          "rebuild the -vllm variant against PyPI's torch 2.6.0")
+    return f"vllm {result['version']} and verl's vLLM rollout import"

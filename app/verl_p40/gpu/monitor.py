@@ -19,7 +19,7 @@ from pathlib import Path
 from verl_p40 import UserError
 from verl_p40.gpu import plots
 from verl_p40.atomic import write_text
-from verl_p40.gpu.nvml import GPU_COLUMNS, PROCESS_COLUMNS, GPUSample, NvmlSource, ProcessSample
+from verl_p40.gpu.nvml import GPU_COLUMNS, PROCESS_COLUMNS, GPUSample, NvmlSource, ProcessSample, parse_gpus
 from verl_p40.gpu.csv_log import CsvLog, read_gpu_csv
 from verl_p40.gpu.prometheus import Exporter
 
@@ -160,15 +160,6 @@ class Monitor:
         return summary
 
 
-def parse_gpus(text: str | None) -> list[int] | None:
-    if not text:
-        return None
-    try:
-        return [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise UserError(f"--gpus {text!r}: expected a comma list of GPU indices, e.g. 0,1") from None
-
-
 def main(args) -> int:
     """CLI body of `verl-p40 monitor` (argparse namespace from verl_p40.cli)."""
     log = lambda line: print(line, flush=True)  # noqa: E731
@@ -227,7 +218,7 @@ def add_arguments(p) -> None:
     p.add_argument("--out", default=defaults.LOGS.join("gpu"), help="output folder [%(default)s]")
     p.add_argument("--port", type=number(int, 1, 65535), default=None, help="serve Prometheus metrics on this port")
     p.add_argument("--bind", default="127.0.0.1", help="address for the metrics port [%(default)s]")
-    p.add_argument("--gpus", help="comma list of GPU indices [all]")
+    p.add_argument("--gpus", default="all", help="all, or GPU indices as nvidia-smi numbers them (e.g. 0,1) [%(default)s]")
     p.add_argument("--once", action="store_true", help="take one sample, print it, exit")
     p.add_argument("--samples", type=number(int, 1), default=None, help="stop after N samples [run until SIGTERM/SIGINT]")
     p.add_argument("--alert-mem-pct", type=number(float, 0, 100), default=None, help="warn when a GPU's memory use crosses N %%")

@@ -4,6 +4,7 @@ present (for profiles and the doctor) and the samples `verl-p40 monitor` records
 
 from __future__ import annotations
 
+import atexit
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -39,47 +40,73 @@ def _decode(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+_initialized = False
+
+
 def nvml():
-    """The initialised pynvml module, or NoGPU with the reason NVML gave."""
+    """The pynvml module, initialised once per process and shut down when it exits (gpustat's ensure_initialized), or
+    NoGPU with the reason NVML gave."""
+    global _initialized
     try:
         import pynvml
     except ImportError:
         raise NoGPU("the nvidia-ml-py package is not installed") from None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        raise NoGPU(f"NVML: {exc}") from None
+    if not _initialized:
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            raise NoGPU(f"NVML: {exc}") from None
+        _initialized = True
+        atexit.register(_shutdown, pynvml)
     return pynvml
+
+
+def _shutdown(pynvml) -> None:
+    global _initialized
+    if _initialized:
+        _initialized = False
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+
+
+def parse_gpus(spec: str | None) -> list[int] | None:
+    """`--gpus` of every command: None for all, else the NVML indices `spec` names ("0,1"); raises on anything else."""
+    text = (spec or "all").strip().lower()
+    if text == "all":
+        return None
+    try:
+        indices = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UserError(f"--gpus {spec!r}: use all, or GPU indices as nvidia-smi numbers them (e.g. 0,1)") from None
+    if not indices or len(set(indices)) != len(indices) or min(indices) < 0:
+        raise UserError(f"--gpus {spec!r}: use all, or distinct GPU indices as nvidia-smi numbers them (e.g. 0,1)")
+    return indices
 
 
 def driver_versions() -> tuple[str, tuple[int, int]]:
     """(driver version, the newest CUDA version it supports as (major, minor)); raises NoGPU without a driver."""
     pynvml = nvml()
-    try:
-        driver = _decode(pynvml.nvmlSystemGetDriverVersion())
-        cuda = int(pynvml.nvmlSystemGetCudaDriverVersion())
-    finally:
-        pynvml.nvmlShutdown()
+    driver = _decode(pynvml.nvmlSystemGetDriverVersion())
+    cuda = int(pynvml.nvmlSystemGetCudaDriverVersion())
     return driver, (cuda // 1000, (cuda % 1000) // 10)
 
 
 def detect() -> list[GPUInfo]:
     """All GPUs the driver reports; raises NoGPU when there is no driver or no GPU."""
     pynvml = nvml()
-    try:
-        gpus = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            gpus.append(
-                GPUInfo(
-                    index=index,
-                    name=_decode(pynvml.nvmlDeviceGetName(handle)),
-                    compute_capability=tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle)),
-                    memory_total_gib=pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30,
-                )
+    gpus = []
+    for index in range(pynvml.nvmlDeviceGetCount()):
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        gpus.append(
+            GPUInfo(
+                index=index,
+                name=_decode(pynvml.nvmlDeviceGetName(handle)),
+                compute_capability=tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle)),
+                memory_total_gib=pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30,
             )
-    finally:
-        pynvml.nvmlShutdown()
+        )
     if not gpus:
         raise NoGPU("the driver reports 0 devices")
     return gpus
@@ -227,7 +254,5 @@ class NvmlSource:
         return gpu_rows, proc_rows
 
     def close(self) -> None:
-        try:
-            self.nvml.nvmlShutdown()
-        except self.nvml.NVMLError:
-            pass
+        """Stop sampling. NVML itself stays initialised until the process exits (`nvml`)."""
+        self.handles = {}

@@ -10,7 +10,6 @@ import dataclasses
 import json
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -21,6 +20,7 @@ from typing import Any
 from verl_p40 import UserError, __version__
 from verl_p40.perf import projection
 from verl_p40.atomic import write_text
+from verl_p40.child import last_error_line, run_python
 
 
 def make_random_model(source: Path, target: Path) -> Path:
@@ -42,11 +42,10 @@ def _calibration(model: Path) -> dict:
     code = ("import json, sys; from verl_p40.perf import projection; "
             f"shape = projection.Shape.from_config(json.load(open({str(model / 'config.json')!r}))); "
             "print(json.dumps(projection.card_dict(projection.calibrate(shape))))")
-    probe = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
-    lines = [ln for ln in probe.stdout.splitlines() if ln.startswith("{")]
-    if probe.returncode != 0 or not lines:
-        raise UserError(f"GPU calibration failed: {(probe.stderr.strip().splitlines() or ['no output'])[-1]}")
-    return json.loads(lines[-1])
+    card, probe = run_python(code, timeout=600)
+    if probe.returncode != 0 or card is None:
+        raise UserError(f"GPU calibration failed: {last_error_line(probe)}")
+    return card
 
 
 class Sampler:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from verl_p40 import UserError
-from verl_p40.gpu.nvml import GPUInfo
+from verl_p40.gpu.nvml import GPUInfo, parse_gpus
 
 # (config key, the state it holds, bytes per parameter), cheapest to keep on the GPU first
 OFFLOADS = (
@@ -48,20 +48,6 @@ class Layout:
         which = f" ({', '.join(str(g.index) for g in self.gpus)})" if self.gpus else " (none seen here)"
         host = f"{self.per_node} GPU{'s' * (self.per_node > 1)}{which}"
         return host + (f" on each of {self.nodes} hosts" if self.nodes > 1 else "")
-
-
-def parse_gpus(spec: str) -> list[int] | None:
-    """None for all, else the NVML indices `spec` names ("0,1"); raises on anything else."""
-    text = (spec or "all").strip().lower()
-    if text == "all":
-        return None
-    try:
-        indices = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise UserError(f"--gpus {spec!r}: use all, or GPU indices as nvidia-smi numbers them (e.g. 0,1)") from None
-    if not indices or len(set(indices)) != len(indices) or min(indices) < 0:
-        raise UserError(f"--gpus {spec!r}: use all, or distinct GPU indices as nvidia-smi numbers them (e.g. 0,1)")
-    return indices
 
 
 def choose(gpus: list[GPUInfo] | None, spec: str, nodes: int = 1) -> Layout:
