@@ -1,6 +1,7 @@
 """The P40 projection beside every committed timing result: each run's recorded trainer command gives its verl config,
-its logged steps give the token counts and the measured phases, and `verl_p40.perf.projection` turns them into seconds on a
-Tesla P40 (and, as a check, on the H200 that ran it, whose constants `verl-p40 bench` measured on 2026-11-30).
+its logged steps give the token counts and the measured phases, and `verl_p40.perf.projection` turns them into
+seconds on a Tesla P40 (and, as a check, on the H200 that ran it, whose constants `verl-p40 bench` measured on
+2026-11-30).
 
     python3 bench/project.py --out bench/results/projections.json   (CPU only; reads bench/results/*)
 """
@@ -17,12 +18,12 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from verl_p40.gpu.nvml import GPUInfo
 from verl_p40.perf import projection
 from verl_p40.plan import planner as train
-from verl_p40.gpu.nvml import GPUInfo
-from verl_p40.run.trainer_log import read_steps
 from verl_p40.plan.planner import plan
 from verl_p40.plan.run_options import RunOptions
+from verl_p40.run.trainer_log import read_steps
 
 RESULTS = Path(__file__).parent / "results"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "qwen2.5-0.5b-instruct"
@@ -119,7 +120,8 @@ def main() -> None:
         t = r["with_trim_padding"]
         print(f"{r['run']}: measured {r['measured_s_per_step']} s/step, H200 model {r['h200_projection']['step']}, "
               f"P40 {r['p40_projection']['step']} s/step ({r['p40_hours_per_gsm8k_epoch']} h/epoch); with trim_padding "
-              f"at width {t['pass_width']}: {t['p40_projection']['step']} s/step ({t['p40_hours_per_gsm8k_epoch']} h/epoch)",
+              f"at width {t['pass_width']}: {t['p40_projection']['step']} s/step "
+              f"({t['p40_hours_per_gsm8k_epoch']} h/epoch)",
               file=sys.stderr)
 
 

@@ -2,7 +2,8 @@
 each, audit off), random weights of Qwen2.5-0.5B's shape, real GSM8K, the product's own settings only:
 
 - `bench`: `verl-p40 bench --gpus 0` and `--gpus 0,1` (the layout scales the batch and keeps sharded states on the
-  GPU), 3 steps each (2 timed): s/step, prompts/s, the speed-up, peak memory per GPU (NVML, `verl-p40 monitor`'s sampler).
+  GPU), 3 steps each (2 timed): s/step, prompts/s, the speed-up, peak memory per GPU (NVML, `verl-p40 monitor`'s
+  sampler).
 - `cluster`: two Ray hosts on this machine, started as the compose services start them (`verl-p40 cluster head
   --nodes 2 --gpus 0` training 2 steps with a checkpoint, `verl-p40 cluster join --gpus 1`), then that 2-GPU
   checkpoint resumed on 1 GPU (expected: exit 2 and one line) and read by `verl-p40 eval --model latest`.

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 from generations import mask_env
-
 from verl_p40.run.trainer_log import read_steps
 
 WORK = Path("/tmp/stop-resume")

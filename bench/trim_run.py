@@ -1,6 +1,7 @@
 """trim_padding on the GPU: `verl-p40 bench` with the p40 profile as it is (trim_padding on) and with it turned off,
-in one call or two, on GPU 0, under the Pascal mask (a P40: sm_61, 24 GB cap, audit off), batch 64, on real weights of Qwen2.5-0.5B's
-shape (the real-weights proxy: its answers have real lengths, so the response side is trimmed too), real GSM8K.
+in one call or two, on GPU 0, under the Pascal mask (a P40: sm_61, 24 GB cap, audit off), batch 64, on real weights
+of Qwen2.5-0.5B's shape (the real-weights proxy: its answers have real lengths, so the response side is trimmed
+too), real GSM8K.
 
 Run on the GPU machine after staging the GGUF (bench/results/README.md, "Real weights"),
 `bash .gpu-bundle/install.sh && source bench/gpu_setup.sh` and bench/gguf_to_hf.py into /tmp/qwen-real:

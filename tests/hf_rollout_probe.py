@@ -12,7 +12,6 @@ import sys
 import torch
 from omegaconf import OmegaConf
 from transformers import AutoModelForCausalLM, AutoTokenizer
-
 from verl import DataProto
 from verl.workers.rollout.hf_rollout import HFRollout
 

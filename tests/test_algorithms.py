@@ -4,11 +4,11 @@ import json
 import shlex
 
 import pytest
-from conftest import cli
 
+from conftest import cli
 from verl_p40 import UserError
-from verl_p40.plan import algorithms
 from verl_p40.models.checkpoints import write_run_record
+from verl_p40.plan import algorithms
 from verl_p40.plan.planner import plan
 from verl_p40.plan.run_options import RunOptions
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import cli
 
+from conftest import cli
 from verl_p40.data import gsm8k as data
 
 

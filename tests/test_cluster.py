@@ -13,8 +13,8 @@ import sys
 import time
 
 import pytest
-from conftest import cli
 
+from conftest import cli
 from verl_p40.run.cluster import ray_command
 
 

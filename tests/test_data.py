@@ -2,8 +2,8 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import cli
 
+from conftest import cli
 from verl_p40.data import gsm8k as data
 
 

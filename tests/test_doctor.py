@@ -8,13 +8,13 @@ import shutil
 from types import SimpleNamespace
 
 import pytest
-from conftest import cli
 
+from conftest import cli
 from verl_p40 import child, patches
-from verl_p40.doctor import stack_checks as checks
-from verl_p40.doctor import runner as doctor
-from verl_p40.gpu import nvml as gpu
 from verl_p40.doctor import host_checks
+from verl_p40.doctor import runner as doctor
+from verl_p40.doctor import stack_checks as checks
+from verl_p40.gpu import nvml as gpu
 from verl_p40.plan.run_options import RunOptions
 
 
@@ -166,7 +166,7 @@ def test_data_check(tmp_path, prepared, gsm8k_dir):
     assert ok.status == "PASS" and ok.detail.endswith("train 7473 rows, test 1319 rows")
 
 
-# ---------------------------------------------------------------------------------------------- writable, disk, shm, ram
+# ------------------------------------------------------------------------------------------ writable, disk, shm, ram
 
 
 def test_writable_check_names_the_folder(tmp_path):

@@ -1,10 +1,9 @@
 """Which rollout engine and torch.compile setting a profile gets, for each GPU generation and installed packages."""
 
 import pytest
-from conftest import cli
 
-from verl_p40.plan import engines
-from verl_p40.plan import profiles
+from conftest import cli
+from verl_p40.plan import engines, profiles
 from verl_p40.plan import planner as train
 from verl_p40.plan.engines import Where
 

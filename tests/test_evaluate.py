@@ -4,13 +4,11 @@ import json
 import shutil
 
 import pytest
-from conftest import cli, make_tiny_qwen
 
+from conftest import cli, make_tiny_qwen
 from verl_p40 import UserError, reward
+from verl_p40.evaluation import evaluate, generation, stats
 from verl_p40.models import checkpoints
-from verl_p40.evaluation import evaluate
-from verl_p40.evaluation import generation
-from verl_p40.evaluation import stats
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, make_tiny_qwen
 
+from conftest import REPO, make_tiny_qwen
 from verl_p40.models import export
 
 PROMPT = [[151644, 872, 198, 3838, 374, 220, 17, 10, 17, 30, 151645, 198, 151644, 77091, 198]]  # chat-formatted "What is 2+2?"

@@ -3,9 +3,9 @@ import subprocess
 import sys
 
 import pytest
+
 from conftest import REPO
 from hub_mirror import HubMirror
-
 from verl_p40.models.fetch import MANIFEST, REQUIRED
 
 REPO_ID = "Qwen/Qwen2.5-0.5B-Instruct"

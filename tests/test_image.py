@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from conftest import REPO
 from hub_mirror import HubMirror
 

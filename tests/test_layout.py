@@ -2,12 +2,12 @@
 (NVML's answer is replaced by the GPUs each test describes)."""
 
 import pytest
-from conftest import cli
 
+from conftest import cli
 from verl_p40 import UserError
+from verl_p40.gpu.nvml import GPUInfo
 from verl_p40.plan import layout
 from verl_p40.plan import planner as train
-from verl_p40.gpu.nvml import GPUInfo
 from verl_p40.plan.planner import plan
 from verl_p40.plan.run_options import RunOptions
 

@@ -40,7 +40,8 @@ def test_the_cli_process_never_applies_the_cap(tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys; from verl_p40 import cli; cli.build_parser(); import verl_p40.plan.planner, verl_p40.doctor.runner; "
+    code = ("import sys; from verl_p40 import cli; cli.build_parser(); "
+            "import verl_p40.plan.planner, verl_p40.doctor.runner; "
             "print('verl_p40.memcap' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             env={**__import__("os").environ, "VERL_P40_GPU_MEMORY_CAP_GB": "24"})

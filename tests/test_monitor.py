@@ -6,13 +6,13 @@ import threading
 import urllib.request
 
 import pytest
-from conftest import cli
 
+from conftest import cli
 from verl_p40 import UserError
-from verl_p40.gpu import nvml as samples
 from verl_p40.gpu import csv_log as gpu_csv
-from verl_p40.gpu import prometheus
 from verl_p40.gpu import monitor as m
+from verl_p40.gpu import nvml as samples
+from verl_p40.gpu import prometheus
 
 
 def _gpu(ts, gpu=0, used=10e9, util=50.0, total=24e9, name="Tesla P40", throttle="none"):

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import cli
 
+from conftest import cli
 from verl_p40 import patches
 from verl_p40.patches import Edit, PatchError
 from verl_p40.patches.verl_050 import EDITS

@@ -12,10 +12,9 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import REPO, cli
 
+from conftest import REPO, cli
 from verl_p40.data import gsm8k as data
-from verl_p40.data import prep
 from verl_p40.data.manifest import MANIFEST, manifest_problems, request
 
 

@@ -1,9 +1,9 @@
 import pytest
-from conftest import cli
 
+from conftest import cli
 from verl_p40 import UserError
-from verl_p40.plan import profiles
 from verl_p40.gpu.nvml import GPUInfo
+from verl_p40.plan import profiles
 from verl_p40.plan.planner import plan
 from verl_p40.plan.run_options import RunOptions
 

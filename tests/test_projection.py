@@ -4,8 +4,8 @@ summary `verl-p40 bench` writes (checked on a recorded verl log; the command its
 import json
 
 import pytest
-from conftest import cli
 
+from conftest import cli
 from verl_p40.perf import bench as benchmark
 from verl_p40.perf import projection
 from verl_p40.plan.planner import plan

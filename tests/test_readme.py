@@ -4,8 +4,8 @@ for a user), and both name every command."""
 import re
 
 import pytest
-from conftest import REPO
 
+from conftest import REPO
 from verl_p40.cli import build_parser
 
 

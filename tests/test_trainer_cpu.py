@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, make_tiny_qwen
 
+from conftest import REPO, make_tiny_qwen
 from verl_p40.run.trainer_log import read_steps
 
 BIN = Path(sys.executable).parent

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from conftest import cli
 
 TESTS = Path(__file__).parent

@@ -16,7 +16,6 @@ import torch
 import torch.distributed as dist
 from omegaconf import OmegaConf, open_dict
 from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2ForTokenClassification
-
 from verl import DataProto
 from verl.workers.actor.dp_actor import DataParallelPPOActor
 from verl.workers.critic.dp_critic import DataParallelPPOCritic

@@ -108,8 +108,8 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from verl_p40.perf import bench as benchmark
     from verl_p40.doctor import runner as doctor
+    from verl_p40.perf import bench as benchmark
 
     out = Path(args.out)
     result = benchmark.run(_run_options(args), args.steps, out, doctor.skips(args.skip_check),

@@ -236,7 +236,7 @@ def write_parquets(results: dict[str, SplitResult], out_dir: Path) -> dict[str, 
 
     targets = {split: out_dir / f"{split}.parquet" for split in results}
     with staged(list(targets.values())) as temps:
-        for (split, result), temp in zip(results.items(), temps):
+        for result, temp in zip(results.values(), temps):
             pq.write_table(pa.Table.from_pylist(result.rows, schema=_arrow_schema()), temp)
     return targets
 

@@ -7,8 +7,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from verl_p40.plan import budget
 from verl_p40.doctor.context import CheckFailed, CheckSkipped, Context
+from verl_p40.plan import budget
 
 MIN_SHM_BYTES = 2 * 10**9
 

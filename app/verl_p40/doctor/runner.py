@@ -19,8 +19,15 @@ from verl_p40 import VERL_VERSION, UserError
 from verl_p40.doctor.cluster_check import check_cluster
 from verl_p40.doctor.context import CheckFailed, CheckSkipped, Context
 from verl_p40.doctor.host_checks import check_data, check_disk, check_model, check_ram, check_shm, check_writable
-from verl_p40.doctor.stack_checks import (check_apex, check_compute, check_gpu, check_kernels, check_torch_build,
-                                          check_verl, check_vllm)
+from verl_p40.doctor.stack_checks import (
+    check_apex,
+    check_compute,
+    check_gpu,
+    check_kernels,
+    check_torch_build,
+    check_verl,
+    check_vllm,
+)
 from verl_p40.plan.planner import RunPlan
 from verl_p40.plan.run_options import RunOptions
 

@@ -10,7 +10,7 @@ import json
 
 from verl_p40 import VERL_VERSION, UserError
 from verl_p40.child import last_error_line, run_python
-from verl_p40.doctor.context import CheckFailed, CheckSkipped, Context
+from verl_p40.doctor.context import CheckFailed, Context
 
 # The oldest architecture the product supports: torch's sm_60 code runs on a P40's sm_61.
 OLDEST_ARCH = (6, 0)

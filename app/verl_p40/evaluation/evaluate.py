@@ -1,11 +1,11 @@
 """`verl-p40 eval`: what training changed. Greedy GSM8K answers of a model (and optionally a second one), scored
 with `verl_p40.reward`, written as report.json, answers.jsonl, report.md and curves.png. Two models are compared
-question by question, each difference with its paired sign test (`verl_p40.evaluation.stats`); the report names the dtype the
-answers were generated in (fp32 unless --dtype says otherwise).
+question by question, each difference with its paired sign test (`verl_p40.evaluation.stats`); the report names the
+dtype the answers were generated in (fp32 unless --dtype says otherwise).
 
 A model is a Hugging Face folder, a verl FSDP checkpoint folder (`.../global_step_N/actor`) or `latest`
-(`verl_p40.models.checkpoints` merges those); answers come from `verl_p40.evaluation.generation`. answers.jsonl is appended per
-batch, so a rerun continues where one stopped.
+(`verl_p40.models.checkpoints` merges those); answers come from `verl_p40.evaluation.generation`. answers.jsonl is
+appended per batch, so a rerun continues where one stopped.
 """
 
 from __future__ import annotations
@@ -16,11 +16,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from verl_p40 import UserError, reward
-from verl_p40.evaluation import stats
 from verl_p40.atomic import write_text
-from verl_p40.models.checkpoints import resolve_model
+from verl_p40.evaluation import stats
 from verl_p40.evaluation.curves import training_curves
-from verl_p40.evaluation.generation import HfGenerator, Question, VllmGenerator, load_questions, pick_engine, torch_dtype
+from verl_p40.evaluation.generation import (
+    HfGenerator,
+    Question,
+    VllmGenerator,
+    load_questions,
+    pick_engine,
+    torch_dtype,
+)
+from verl_p40.models.checkpoints import resolve_model
 
 # ------------------------------------------------------------------------------------------------ answers
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from verl_p40.gpu.nvml import GPU_COLUMNS, GPUSample, ProcessSample
 
+
 class CsvLog:
     """Appends rows under one header; starts a new file when the header differs or the size passes `max_bytes`
     (the old file becomes NAME.1, NAME.2, ... keeping `keep` of them)."""

@@ -17,12 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from verl_p40 import UserError
-from verl_p40.gpu import plots
 from verl_p40.atomic import write_text
-from verl_p40.gpu.nvml import GPU_COLUMNS, PROCESS_COLUMNS, GPUSample, NvmlSource, ProcessSample, parse_gpus
+from verl_p40.gpu import plots
 from verl_p40.gpu.csv_log import CsvLog, read_gpu_csv
+from verl_p40.gpu.nvml import GPU_COLUMNS, PROCESS_COLUMNS, GPUSample, NvmlSource, ProcessSample, parse_gpus
 from verl_p40.gpu.prometheus import Exporter
-
 
 # ------------------------------------------------------------------------------------------------ summary
 
@@ -109,7 +108,8 @@ def format_table(rows: list[GPUSample], procs: list[ProcessSample]) -> str:
     lines = ["gpu  name                      mem used/total GB   util%  mem%  temp  power W      clocks MHz  throttle"]
     for r in rows:
         lines.append(
-            f"{r.gpu:>3}  {r.name[:24]:<24}  {fmt(r.memory_used_bytes, 1e9, '.2f'):>7}/{fmt(r.memory_total_bytes, 1e9, '.2f'):<8}"
+            f"{r.gpu:>3}  {r.name[:24]:<24}  {fmt(r.memory_used_bytes, 1e9, '.2f'):>7}/"
+            f"{fmt(r.memory_total_bytes, 1e9, '.2f'):<8}"
             f"  {fmt(r.utilization_gpu_pct):>5}  {fmt(r.utilization_memory_pct):>4}  {fmt(r.temperature_c):>4}"
             f"  {fmt(r.power_w):>4}/{fmt(r.power_limit_w):<4}  {fmt(r.sm_clock_mhz):>5}/{fmt(r.memory_clock_mhz):<5}"
             f"  {r.throttle_reasons or '-'}"

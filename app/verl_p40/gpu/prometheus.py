@@ -5,6 +5,7 @@ from __future__ import annotations
 from verl_p40 import UserError
 from verl_p40.gpu.nvml import GPU_COLUMNS, GPUSample, ProcessSample
 
+
 class Exporter:
     """Prometheus gauges mirroring the CSV columns, served by prometheus_client on `bind:port`."""
 

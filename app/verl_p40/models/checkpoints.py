@@ -109,7 +109,8 @@ def fold(merged: Path, actor: Path, out: Path) -> str:
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(merged).save_pretrained(out)
     shutil.copytree(adapter, out / ADAPTER)
-    return f"LoRA adapter (rank {config['r']}, alpha {lora['alpha']}) merged into the weights; adapter kept in {out / ADAPTER}"
+    return (f"LoRA adapter (rank {config['r']}, alpha {lora['alpha']}) merged into the weights; "
+            f"adapter kept in {out / ADAPTER}")
 
 
 def saved_world_size(experiment: Path) -> tuple[Path, int] | None:

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from verl_p40 import UserError, __version__
-from verl_p40.perf import projection
 from verl_p40.atomic import write_text
 from verl_p40.child import last_error_line, run_python
+from verl_p40.perf import projection
 
 
 def make_random_model(source: Path, target: Path) -> Path:
@@ -52,8 +52,8 @@ class Sampler:
     """The GPU monitor's own NVML sampling (one sampler for every peak the project reports), in a thread."""
 
     def __init__(self, out: Path, interval: float = 0.5):
-        from verl_p40.gpu.nvml import NvmlSource
         from verl_p40.gpu.monitor import Monitor
+        from verl_p40.gpu.nvml import NvmlSource
 
         self.monitor = Monitor(NvmlSource(log=lambda line: None), out, interval, log=lambda line: None)
         self.thread = threading.Thread(target=self.monitor.run, daemon=True)
@@ -130,10 +130,10 @@ def summarise(steps: list[dict], cfg: Any, shape: projection.Shape, measured_car
 
 def run(options, steps: int, out: Path, skip: dict[str, str], keep: Path | None = None) -> dict:
     """Run `steps` training steps with random weights of `options.model`'s shape; write and return the JSON."""
-    from verl_p40.run.trainer_log import read_steps
     from verl_p40.doctor.runner import preflight
     from verl_p40.plan.planner import plan
     from verl_p40.run.trainer import run_trainer
+    from verl_p40.run.trainer_log import read_steps
 
     if steps < 2:
         raise UserError("--steps must be at least 2 (the first step is warm-up and is not timed)")
@@ -183,8 +183,11 @@ def run(options, steps: int, out: Path, skip: dict[str, str], keep: Path | None 
 def lines(result: dict) -> list[str]:
     p = result["projection"]
     return [
-        f"{result['environment']['gpus'][0]}: {result['seconds_per_step']} s/step ({result['prompts_per_s']} prompts/s), "
-        f"worker peak {result['memory']['nvml_peak_process_gb']} GB (NVML), torch {result['torch_max_allocated_gb']} GB",
-        f"projection for this GPU: {p['this_gpu']['step']} s/step ({p['this_gpu']['error_pct_vs_measured']:+}% vs measured)",
+        f"{result['environment']['gpus'][0]}: {result['seconds_per_step']} s/step "
+        f"({result['prompts_per_s']} prompts/s), "
+        f"worker peak {result['memory']['nvml_peak_process_gb']} GB (NVML), "
+        f"torch {result['torch_max_allocated_gb']} GB",
+        f"projection for this GPU: {p['this_gpu']['step']} s/step "
+        f"({p['this_gpu']['error_pct_vs_measured']:+}% vs measured)",
         f"projection for a Tesla P40: {p['p40']['step']} s/step, {p['p40']['hours_per_gsm8k_epoch']} h per GSM8K epoch",
     ]

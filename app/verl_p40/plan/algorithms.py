@@ -98,8 +98,8 @@ def batch_per_prompt(profile_verl: dict[str, Any], n: int, origin: str) -> dict[
     if batch % n or mini % n:
         divisors = [d for d in range(1, mini + 1) if batch % d == 0 and mini % d == 0]
         raise UserError(
-            f"{origin}: {n} samples per prompt do not divide the profile's {batch} sequences a step and mini-batches of "
-            f"{mini}; use one of {', '.join(map(str, divisors))}, or set data.train_batch_size and "
+            f"{origin}: {n} samples per prompt do not divide the profile's {batch} sequences a step and "
+            f"mini-batches of {mini}; use one of {', '.join(map(str, divisors))}, or set data.train_batch_size and "
             "actor_rollout_ref.actor.ppo_mini_batch_size (in prompts) yourself")
     return {"data.train_batch_size": batch // n, "actor_rollout_ref.actor.ppo_mini_batch_size": mini // n}
 

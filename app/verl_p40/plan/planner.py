@@ -21,9 +21,15 @@ from verl_p40.plan import algorithms, engines
 from verl_p40.plan import layout as layout_mod
 from verl_p40.plan import profiles as profiles_mod
 from verl_p40.plan.run_options import RunOptions
-from verl_p40.plan.verlconfig import (Override, compose, hydra_value, parse_set, profile_overrides, settings_overrides,
-                                 to_hydra)
-
+from verl_p40.plan.verlconfig import (
+    Override,
+    compose,
+    hydra_value,
+    parse_set,
+    profile_overrides,
+    settings_overrides,
+    to_hydra,
+)
 
 REWARD_DEFAULTS = {"method": "strict", "format_bonus": 0.0}  # verl's own GSM8K rule
 
