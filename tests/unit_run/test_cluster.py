@@ -2,8 +2,8 @@
 head waiting for it, and the doctor's cluster check of what every host sees.
 
 Ray's own `ray stop` (the head's, at its end) ends every process of this machine whose command line names one of
-Ray's programs (monitor.py among them): do not name tests/test_monitor.py on the same pytest command line, or run
-another Ray beside these tests."""
+Ray's programs (monitor.py among them): do not name tests/unit_gpu/test_monitor.py on the same pytest command line,
+or run another Ray beside these tests."""
 
 import os
 import signal

@@ -141,7 +141,7 @@ def test_merge_dtype_defaults_to_bf16_and_follows_the_environment(verl_copy, mon
 def _probe_hf_rollout(verl_copy: Path, model: Path) -> dict:
     import json
 
-    probe = Path(__file__).with_name("hf_rollout_probe.py")
+    probe = Path(__file__).resolve().parents[1] / "hf_rollout_probe.py"
     result = subprocess.run([sys.executable, str(probe), str(model)], capture_output=True, text=True, timeout=300,
                             env={"PYTHONPATH": str(verl_copy.parent), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
     assert result.returncode == 0, result.stderr[-3000:]

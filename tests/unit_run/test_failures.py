@@ -1,12 +1,12 @@
 """The trainer's one line at the end of a failed run: out of memory (which phase, which setting), a bad parquet,
 a full disk. The out-of-memory case is a verl traceback recorded on the GPU machine (bench/results/generations-*);
-the parquet and disk cases run verl's real loop on the CPU (tests/test_trainer_cpu.py)."""
+the parquet and disk cases run verl's real loop on the CPU (tests/unit_run/test_trainer_cpu.py)."""
 
 from pathlib import Path
 
 from verl_p40.run.failures import Diagnosis
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def _diagnose(lines):
