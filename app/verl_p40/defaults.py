@@ -27,6 +27,8 @@ GSM8K_SOURCE = Default("VERL_P40_GSM8K_SOURCE", "hf:openai/gsm8k")
 VAL_SIZE = Default("VERL_P40_VAL_SIZE", "0")  # prep: train rows held out as val.parquet
 CHECKPOINTS = Default("VERL_P40_CHECKPOINTS", "checkpoints")
 LOGS = Default("VERL_P40_LOGS", "logs")
+RAY_PORT = Default("RAY_PORT", "6379")  # cluster: the head's Ray port; every host also uses the 102 after it
+CLUSTER_WAIT_S = Default("VERL_P40_CLUSTER_WAIT_S", "900")  # cluster head: how long to wait for the other hosts
 
 # `--gpu-memory-cap-gb`: the trainer's workers read it when verl imports verl_p40.memcap (named here, not imported:
 # importing that module applies the cap, which must happen in a worker, never in the CLI's own process)

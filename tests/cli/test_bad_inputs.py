@@ -108,6 +108,9 @@ CASES = [
     ("monitor-no-driver", ["monitor", "--once"], {}, "no NVIDIA GPU visible through NVML"),
     ("monitor-gpus-all-no-driver", ["monitor", "--once", "--gpus", "all"], {}, "no NVIDIA GPU visible through NVML"),
     ("monitor-gpus-bad", ["monitor", "--once", "--gpus", "first"], {}, "--gpus 'first': use all, or GPU indices"),
+    ("cluster-ray-port-env", ["cluster", "join", "--address", "h:1"], {"RAY_PORT": "abc"},
+     "argument --port: 'abc' is not an integer from 1 to 65535 (also read from $RAY_PORT)"),
+    ("cluster-wait-env", ["cluster", "head"], {"VERL_P40_CLUSTER_WAIT_S": "soon"}, "(also read from $VERL_P40_CLUSTER_WAIT_S)"),
     ("patch-verl-not-verl", ["patch-verl", f"{T}/src"], {}, "not a verl package folder"),
 ]
 

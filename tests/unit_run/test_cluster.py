@@ -99,3 +99,12 @@ def test_join_needs_the_heads_address():
     result = cli("cluster", "join", env={"RAY_HEAD": ""})
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("verl-p40 cluster: error: --address HEAD:PORT")
+
+
+def test_a_bad_environment_value_does_not_break_help():
+    """Environment values are checked when the command that reads them is parsed, not while the parser is built."""
+    for env in ({"RAY_PORT": "abc"}, {"VERL_P40_CLUSTER_WAIT_S": "soon"}):
+        result = cli("--help", env=env)
+        assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+        assert cli("cluster", "--help", env=env).returncode == 0
+

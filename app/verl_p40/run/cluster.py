@@ -23,8 +23,9 @@ import sys
 import time
 from pathlib import Path
 
-from verl_p40 import UserError
+from verl_p40 import UserError, defaults
 from verl_p40.gpu.nvml import detect_gpus
+from verl_p40.options import number
 from verl_p40.plan import layout as layout_mod
 
 
@@ -139,10 +140,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("role", choices=("head", "join"), help="head: start the cluster here and train; join: lend this "
                    "host's GPUs to a head")
     p.add_argument("--address", default=os.environ.get("RAY_HEAD"), help="join: the head's HOST:PORT [$RAY_HEAD]")
-    p.add_argument("--port", type=int, default=int(os.environ.get("RAY_PORT") or 6379),
+    # environment values are strings that argparse converts (and checks) after parsing: a bad one never breaks --help
+    p.add_argument("--port", type=number(int, 1, 65535, env=defaults.RAY_PORT.env), default=defaults.RAY_PORT.get(),
                    help="head: Ray's port; every host also uses the 102 after it [%(default)s, $RAY_PORT]")
     p.add_argument("--node-ip", default=os.environ.get("RAY_NODE_IP"),
                    help="this host's address the others reach it at [Ray's guess, $RAY_NODE_IP]")
-    p.add_argument("--wait-s", type=float, default=float(os.environ.get("VERL_P40_CLUSTER_WAIT_S") or 900),
+    p.add_argument("--wait-s", type=number(float, 0, env=defaults.CLUSTER_WAIT_S.env), default=defaults.CLUSTER_WAIT_S.get(),
                    help="head: how long to wait for the other hosts [%(default)s]")
     p.add_argument("--no-train", action="store_true", help="head: start the cluster and wait, without training")
