@@ -55,7 +55,9 @@ def _imports(module: str, path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             # `from PKG import NAME`: the submodule NAME where there is one, else PKG itself
             names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names]
         else:
@@ -93,7 +95,7 @@ def test_no_import_circles():
         state[module] = 1
         for target in sorted(GRAPH[module]):
             if state.get(target) == 1:
-                circles.append(" -> ".join(path[path.index(target):] + [target]))
+                circles.append(" -> ".join(path[path.index(target) :] + [target]))
             elif target not in state:
                 visit(target, [*path, target])
         state[module] = 2

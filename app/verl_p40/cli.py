@@ -112,8 +112,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from verl_p40.perf import bench as benchmark
 
     out = Path(args.out)
-    result = benchmark.run(_run_options(args), args.steps, out, doctor.skips(args.skip_check),
-                           keep=Path(args.keep_model) if args.keep_model else None)
+    result = benchmark.run(
+        _run_options(args),
+        args.steps,
+        out,
+        doctor.skips(args.skip_check),
+        keep=Path(args.keep_model) if args.keep_model else None,
+    )
     for line in benchmark.lines(result):
         print(line)
     print(f"wrote {out}")
@@ -160,17 +165,30 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from verl_p40.evaluation import evaluate
 
     report = evaluate.run(
-        model=args.model, compare=args.compare, data=Path(args.data), out=Path(args.out), limit=args.limit,
-        batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, checkpoints=Path(args.checkpoints),
-        logs=Path(args.logs) if args.logs else None, device=args.device, examples=args.examples, engine=args.engine,
+        model=args.model,
+        compare=args.compare,
+        data=Path(args.data),
+        out=Path(args.out),
+        limit=args.limit,
+        batch_size=args.batch_size,
+        max_new_tokens=args.max_new_tokens,
+        checkpoints=Path(args.checkpoints),
+        logs=Path(args.logs) if args.logs else None,
+        device=args.device,
+        examples=args.examples,
+        engine=args.engine,
         dtype=args.dtype,
     )
     for label, m in report["models"].items():
-        print(f"{label:>8}: strict {m['accuracy_strict']:.1%}  flexible {m['accuracy_flexible']:.1%}  "
-              f"format {m['format_rate']:.1%}  {m['mean_response_tokens']} tokens  {m['samples_per_s']} samples/s")
+        print(
+            f"{label:>8}: strict {m['accuracy_strict']:.1%}  flexible {m['accuracy_flexible']:.1%}  "
+            f"format {m['format_rate']:.1%}  {m['mean_response_tokens']} tokens  {m['samples_per_s']} samples/s"
+        )
     for kind, c in (report["comparison"] or {}).items():
-        print(f"{kind:>8}: trained - base {c['difference']:+.1%} ({c['trained_only']} only trained, "
-              f"{c['base_only']} only base; sign test p = {c['p_value']:.3g})")
+        print(
+            f"{kind:>8}: trained - base {c['difference']:+.1%} ({c['trained_only']} only trained, "
+            f"{c['base_only']} only base; sign test p = {c['p_value']:.3g})"
+        )
     print(f"report: {Path(args.out) / 'report.md'} ({report['questions']} questions)")
     return 0
 
@@ -179,8 +197,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     from verl_p40.models import export
 
     kinds = [k.strip() for k in (args.gguf or "").split(",") if k.strip()]
-    for path in export.run(args.model, Path(args.checkpoints), Path(args.out), dtype=args.dtype, gguf_kinds=kinds,
-                           lora=args.lora):
+    for path in export.run(
+        args.model, Path(args.checkpoints), Path(args.out), dtype=args.dtype, gguf_kinds=kinds, lora=args.lora
+    ):
         size = sum(p.stat().st_size for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file()) / 1e6
         print(f"wrote {path} ({size:.1f} MB)")
     return 0
@@ -220,8 +239,12 @@ def _add_gpu_memory_cap(p: argparse.ArgumentParser) -> None:
 def _add_skip_check(p: argparse.ArgumentParser) -> None:
     from verl_p40.doctor.runner import SKIP_ENV, names_help
 
-    p.add_argument("--skip-check", action="append", metavar="NAME[,NAME]",
-                   help=f"skip a preflight check by name (also ${SKIP_ENV}); checks: {names_help()}")
+    p.add_argument(
+        "--skip-check",
+        action="append",
+        metavar="NAME[,NAME]",
+        help=f"skip a preflight check by name (also ${SKIP_ENV}); checks: {names_help()}",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -237,28 +260,43 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = add("prep", cmd_prep, "GSM8K -> verl's RL parquet (train.parquet, test.parquet)")
-    p.add_argument("--source", default=defaults.GSM8K_SOURCE.get(),
-                   help="folder with train/test.jsonl or parquet, or hf:openai/gsm8k [%(default)s]")
+    p.add_argument(
+        "--source",
+        default=defaults.GSM8K_SOURCE.get(),
+        help="folder with train/test.jsonl or parquet, or hf:openai/gsm8k [%(default)s]",
+    )
     p.add_argument("--out", default=defaults.DATA.get(), help="output folder [%(default)s]")
     p.add_argument("--limit", type=number(int, 1), help="at most N rows per split")
     p.add_argument("--skip-invalid", action="store_true", help="skip bad rows (and count them) instead of stopping")
-    p.add_argument("--val-size", type=number(int, 0), default=defaults.VAL_SIZE.get(), help="also write val.parquet: N "
-                   "train rows held out for validation, so choosing settings never sees the test split [%(default)s]")
+    p.add_argument(
+        "--val-size",
+        type=number(int, 0),
+        default=defaults.VAL_SIZE.get(),
+        help="also write val.parquet: N "
+        "train rows held out for validation, so choosing settings never sees the test split [%(default)s]",
+    )
     p.add_argument("--instruction", default=None, help="text appended to each question")
     p.add_argument("--tokenizer", help="model/tokenizer folder: also print prompt-token statistics")
     p.add_argument("--cache-dir", default=os.environ.get("HF_DATASETS_CACHE"), help="datasets cache for hf: sources")
     p.add_argument("--summary-json", help="also write the summary as JSON here")
-    p.add_argument("--skip-existing", action="store_true",
-                   help="do nothing when the folder holds what this prep would write (its manifest says so)")
+    p.add_argument(
+        "--skip-existing",
+        action="store_true",
+        help="do nothing when the folder holds what this prep would write (its manifest says so)",
+    )
 
     p = add("fetch-model", cmd_fetch_model, "download the model from the Hugging Face hub (HF_ENDPOINT, HF_TOKEN)")
     p.add_argument("--repo", default=defaults.MODEL_REPO.get(), help="[%(default)s]")
     p.add_argument("--revision", default=None, help="branch, tag or commit [main]")
     p.add_argument("--out", default=defaults.MODEL.get(), help="[%(default)s]")
     p.add_argument("--force", action="store_true", help="download again even when complete")
-    p.add_argument("--from", dest="from_dir", metavar="DIR", default=os.environ.get("VERL_P40_MODEL_FROM") or None,
-                   help="no hub: copy a complete model folder brought on a disk (air-gapped hosts) "
-                   "($VERL_P40_MODEL_FROM)")
+    p.add_argument(
+        "--from",
+        dest="from_dir",
+        metavar="DIR",
+        default=os.environ.get("VERL_P40_MODEL_FROM") or None,
+        help="no hub: copy a complete model folder brought on a disk (air-gapped hosts) ($VERL_P40_MODEL_FROM)",
+    )
 
     p = add("config", cmd_config, "print the complete verl config a profile gives, as YAML")
     _add_run_options(p)
@@ -280,11 +318,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_gpu_memory_cap(p)
     _add_skip_check(p)
     p.set_defaults(dry_run=False)
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                   help="head: verl config values, as with train (right after the role, or with --set)")
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="head: verl config values, as with train (right after the role, or with --set)",
+    )
 
-    p = add("bench", cmd_bench, "a few training steps on random weights of the model's shape: s/step, peak memory and "
-            "the P40 projection, as a shareable JSON")
+    p = add(
+        "bench",
+        cmd_bench,
+        "a few training steps on random weights of the model's shape: s/step, peak memory and "
+        "the P40 projection, as a shareable JSON",
+    )
     _add_run_options(p)
     _add_gpu_memory_cap(p)
     _add_skip_check(p)
@@ -293,8 +339,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-model", metavar="DIR", help="build the random-weight model here once and reuse it")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="verl config values, as with train")
 
-    p = add("doctor", cmd_doctor, "preflight checks, one line each: driver, kernels, GPU compute, verl, model, data, "
-            "disk, memory (train runs them too)")
+    p = add(
+        "doctor",
+        cmd_doctor,
+        "preflight checks, one line each: driver, kernels, GPU compute, verl, model, data, "
+        "disk, memory (train runs them too)",
+    )
     _add_run_options(p)
     _add_skip_check(p)
     p.add_argument("--only", action="append", metavar="NAME[,NAME]", help="run only these checks")
@@ -317,13 +367,20 @@ def build_parser() -> argparse.ArgumentParser:
     eval_arguments(p)
 
     p = add("export", cmd_export, "a trained model to take home: Hugging Face folder (fp16/fp32), LoRA adapter, GGUF")
-    p.add_argument("--model", default="latest", help="verl checkpoint .../global_step_N/actor, latest, or a Hugging Face "
-                   "folder [%(default)s]")
+    p.add_argument(
+        "--model",
+        default="latest",
+        help="verl checkpoint .../global_step_N/actor, latest, or a Hugging Face folder [%(default)s]",
+    )
     p.add_argument("--checkpoints", default=defaults.CHECKPOINTS.get(), help="for 'latest' [%(default)s]")
     p.add_argument("--out", default=os.environ.get("VERL_P40_EXPORT") or "exports", help="output folder [%(default)s]")
     p.add_argument("--dtype", choices=("fp16", "fp32"), default="fp16", help="of the Hugging Face folder [%(default)s]")
-    p.add_argument("--lora", choices=("merged", "adapter"), default="merged",
-                   help="a LoRA run: the adapter folded into the weights, or the adapter alone [%(default)s]")
+    p.add_argument(
+        "--lora",
+        choices=("merged", "adapter"),
+        default="merged",
+        help="a LoRA run: the adapter folded into the weights, or the adapter alone [%(default)s]",
+    )
     p.add_argument("--gguf", metavar="f16,q8_0", default="", help="also write GGUF files for llama.cpp/Ollama")
 
     add("profiles", cmd_profiles, "list the hardware profiles")

@@ -72,9 +72,11 @@ def score_answer(solution_str: str, ground_truth: str, method: str = "strict", s
 def score_parts(solution_str: str, ground_truth: str) -> dict[str, float]:
     """Strict and flexible correctness and the `#### N` format of one answer, each 0.0 or 1.0."""
     truth = str(ground_truth)
-    return {"strict": score_answer(solution_str, truth, "strict"),
-            "flexible": score_answer(solution_str, truth, "flexible"),
-            "format": 1.0 if has_format(solution_str) else 0.0}
+    return {
+        "strict": score_answer(solution_str, truth, "strict"),
+        "flexible": score_answer(solution_str, truth, "flexible"),
+        "format": 1.0 if has_format(solution_str) else 0.0,
+    }
 
 
 def compute_score(

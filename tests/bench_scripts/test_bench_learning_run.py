@@ -12,8 +12,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import learning_run  # noqa: E402
 from real_weights import State  # noqa: E402
 
-COMMAND = ("$ /usr/bin/python3 -m verl.trainer.main_ppo data.train_batch_size=16 actor_rollout_ref.rollout.n=8 "
-           "trainer.n_gpus_per_node=2 trainer.nnodes=1 +trainer.stop_file=/tmp/x\n")
+COMMAND = (
+    "$ /usr/bin/python3 -m verl.trainer.main_ppo data.train_batch_size=16 actor_rollout_ref.rollout.n=8 "
+    "trainer.n_gpus_per_node=2 trainer.nnodes=1 +trainer.stop_file=/tmp/x\n"
+)
 
 
 def write_work(work: Path, steps: int) -> None:
@@ -21,17 +23,31 @@ def write_work(work: Path, steps: int) -> None:
     lines = [COMMAND, "(TaskRunner pid=1) step:0 - val-core/openai/gsm8k/reward/mean@1:0.25\n"]
     for step in range(1, steps + 1):
         val = " - val-core/openai/gsm8k/reward/mean@1:0.5" if step == steps else ""
-        lines.append(f"(TaskRunner pid=1) step:{step} - critic/score/mean:np.float64(0.{step}) - actor/entropy:0.3"
-                     f" - response_length/mean:200.0 - response_length/clip_ratio:0.1 - timing_s/step:20.0{val}\n")
+        lines.append(
+            f"(TaskRunner pid=1) step:{step} - critic/score/mean:np.float64(0.{step}) - actor/entropy:0.3"
+            f" - response_length/mean:200.0 - response_length/clip_ratio:0.1 - timing_s/step:20.0{val}\n"
+        )
     (work / "logs" / "train-1.log").write_text("".join(lines))
     (work / "eval-final").mkdir()
-    report = {"questions": 1319, "dtype": "fp32", "max_new_tokens": 320,
-              "models": {"base": {"flexible": 0.2}, "trained": {"flexible": 0.3}}, "comparison": {"flexible": {}}}
+    report = {
+        "questions": 1319,
+        "dtype": "fp32",
+        "max_new_tokens": 320,
+        "models": {"base": {"flexible": 0.2}, "trained": {"flexible": 0.3}},
+        "comparison": {"flexible": {}},
+    }
     (work / "eval-final" / "report.json").write_text(json.dumps(report))
     (work / "eval-final" / "report.md").write_text("# report\n")
     state = State(work, "learning-state.json")
-    state.data.update({"train_log": "train-1.log", "wall_s": 300.0, "returncode": 0, "stop_sent_at_s": 250.0,
-                       "final_eval": {"commands": ["verl-p40 eval ..."], "wall_s": 60.0}})
+    state.data.update(
+        {
+            "train_log": "train-1.log",
+            "wall_s": 300.0,
+            "returncode": 0,
+            "stop_sent_at_s": 250.0,
+            "final_eval": {"commands": ["verl-p40 eval ..."], "wall_s": 60.0},
+        }
+    )
     state.save(work)
 
 

@@ -45,7 +45,8 @@ def test_settings_read_back_from_the_recorded_command():
 
 def steps_with(scores: list[float]) -> list[dict]:
     return [{"step": 0, "val-core/openai/gsm8k/reward/mean@1": 0.3}] + [
-        {"step": i + 1, "critic/score/mean": v} for i, v in enumerate(scores)]
+        {"step": i + 1, "critic/score/mean": v} for i, v in enumerate(scores)
+    ]
 
 
 def test_reward_rise_splits_at_the_warmup_and_finds_a_clear_rise():

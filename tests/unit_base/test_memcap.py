@@ -21,7 +21,9 @@ def test_apply_sets_the_fraction_on_the_current_device(monkeypatch, capsys):
     calls = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: types.SimpleNamespace(total_memory=48_000_000_000))
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda d: types.SimpleNamespace(total_memory=48_000_000_000)
+    )
     monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, d: calls.append((f, d)))
     monkeypatch.setenv(memcap.ENV, "24")
     assert memcap.apply() == pytest.approx(0.5)
@@ -40,10 +42,16 @@ def test_the_cli_process_never_applies_the_cap(tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys; from verl_p40 import cli; cli.build_parser(); "
-            "import verl_p40.plan.planner, verl_p40.doctor.runner; "
-            "print('verl_p40.memcap' in sys.modules)")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            env={**__import__("os").environ, "VERL_P40_GPU_MEMORY_CAP_GB": "24"})
+    code = (
+        "import sys; from verl_p40 import cli; cli.build_parser(); "
+        "import verl_p40.plan.planner, verl_p40.doctor.runner; "
+        "print('verl_p40.memcap' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "VERL_P40_GPU_MEMORY_CAP_GB": "24"},
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"

@@ -123,8 +123,13 @@ def test_patched_workers_import_without_flash_attn(verl_copy):
         "assert importlib.util.find_spec('flash_attn') is None\n"
         "print(verl.__file__)\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                            env={"PYTHONPATH": str(verl_copy.parent), "PATH": "/usr/bin:/bin"})
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(verl_copy.parent), "PATH": "/usr/bin:/bin"},
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == str(verl_copy / "__init__.py")
 
@@ -142,8 +147,13 @@ def _probe_hf_rollout(verl_copy: Path, model: Path) -> dict:
     import json
 
     probe = Path(__file__).resolve().parents[1] / "hf_rollout_probe.py"
-    result = subprocess.run([sys.executable, str(probe), str(model)], capture_output=True, text=True, timeout=300,
-                            env={"PYTHONPATH": str(verl_copy.parent), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
+    result = subprocess.run(
+        [sys.executable, str(probe), str(model)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(verl_copy.parent), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -164,8 +174,9 @@ def test_hf_rollout_generates_what_generate_does_with_the_configured_sampling(ve
     assert result["sample"]["equal"], result["sample"]
 
 
-@pytest.mark.parametrize("left_out, mode", [("hf-rollout-generate-positions", "greedy"),
-                                            ("hf-rollout-sampling-settings", "sample")])
+@pytest.mark.parametrize(
+    "left_out, mode", [("hf-rollout-generate-positions", "greedy"), ("hf-rollout-sampling-settings", "sample")]
+)
 def test_each_hf_rollout_edit_is_needed(verl_copy, tiny_model, left_out, mode):
     """Without the edit, verl 0.5.0's rollout departs from generate(): the probe can tell."""
     patches.apply(verl_copy, edits=[edit for edit in EDITS if edit.name != left_out])

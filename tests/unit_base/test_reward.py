@@ -45,7 +45,9 @@ def verl_gsm8k():
 
 @pytest.mark.parametrize("response, truth", CORPUS)
 def test_strict_default_equals_verl(verl_gsm8k, response, truth):
-    assert reward.compute_score("openai/gsm8k", response, truth)["score"] == float(verl_gsm8k.compute_score(response, truth))
+    assert reward.compute_score("openai/gsm8k", response, truth)["score"] == float(
+        verl_gsm8k.compute_score(response, truth)
+    )
 
 
 def test_corpus_covers_both_outcomes(verl_gsm8k):
@@ -81,8 +83,13 @@ def test_parts_are_returned_beside_the_reward():
     assert result == {"score": 1.0, "acc": 1.0, "strict": 0.0, "flexible": 1.0, "format": 0.0}
     result = reward.compute_score("s", "#### 18", "18", format_bonus=0.25)
     assert result == {"score": 1.25, "acc": 1.0, "strict": 1.0, "flexible": 1.0, "format": 1.0}
-    assert reward.compute_score("s", "#### 17", "18") == {"score": 0.0, "acc": 0.0, "strict": 0.0, "flexible": 0.0,
-                                                          "format": 1.0}
+    assert reward.compute_score("s", "#### 17", "18") == {
+        "score": 0.0,
+        "acc": 0.0,
+        "strict": 0.0,
+        "flexible": 0.0,
+        "format": 1.0,
+    }
     assert reward.score_parts("#### 18", "18") == {"strict": 1.0, "flexible": 1.0, "format": 1.0}
 
 

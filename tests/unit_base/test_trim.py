@@ -30,10 +30,20 @@ def probe(patched_verl, tmp_path_factory) -> dict:
     config = cli("config", "--profile", "p40")
     assert config.returncode == 0, config.stderr
     (folder / "config.yaml").write_text(config.stdout)
-    env = {**os.environ, "PYTHONPATH": f"{TESTS / 'cpu_shims'}{os.pathsep}{patched_verl}", "VERL_P40_CPU_SHIMS": "1",
-           "HF_HUB_OFFLINE": "1", "TRIM_PROBE_PORT": str(_free_port())}
-    result = subprocess.run([sys.executable, str(TESTS / "trim_probe.py"), str(folder / "config.yaml")],
-                            capture_output=True, text=True, timeout=300, env=env)
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{TESTS / 'cpu_shims'}{os.pathsep}{patched_verl}",
+        "VERL_P40_CPU_SHIMS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TRIM_PROBE_PORT": str(_free_port()),
+    }
+    result = subprocess.run(
+        [sys.executable, str(TESTS / "trim_probe.py"), str(folder / "config.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -60,7 +70,8 @@ def test_kept_columns_edges():
     import torch
 
     spec = importlib.util.spec_from_file_location(
-        "p40_trim", TESTS.parent / "app" / "verl_p40" / "patches" / "p40_trim.py")
+        "p40_trim", TESTS.parent / "app" / "verl_p40" / "patches" / "p40_trim.py"
+    )
     trim = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(trim)
     # prompt width 4, response width 3: rows [_ _ p p | r _ _] and [_ p p p | r r _]

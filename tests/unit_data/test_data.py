@@ -30,7 +30,9 @@ def test_full_gsm8k_counts_and_ground_truths(prepared, gsm8k_dir):
 def test_row_schema_matches_verl_gsm8k_example(prepared):
     row = pq.read_table(prepared / "test.parquet").slice(0, 1).to_pylist()[0]
     assert row["data_source"] == "openai/gsm8k" and row["ability"] == "math"
-    assert row["prompt"] == [{"role": "user", "content": row["extra_info"]["question"] + " " + data.DEFAULT_INSTRUCTION}]
+    assert row["prompt"] == [
+        {"role": "user", "content": row["extra_info"]["question"] + " " + data.DEFAULT_INSTRUCTION}
+    ]
     assert data.DEFAULT_INSTRUCTION == 'Let\'s think step by step and output the final answer after "####".'
 
 
@@ -40,8 +42,15 @@ def test_parquet_loads_with_verl_rlhf_dataset(prepared, tokenizer_dir):
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    config = OmegaConf.create({"max_prompt_length": 320, "filter_overlong_prompts": True, "truncation": "error",
-                               "prompt_key": "prompt", "return_raw_chat": False})
+    config = OmegaConf.create(
+        {
+            "max_prompt_length": 320,
+            "filter_overlong_prompts": True,
+            "truncation": "error",
+            "prompt_key": "prompt",
+            "return_raw_chat": False,
+        }
+    )
     dataset = RLHFDataset(data_files=[str(prepared / "test.parquet")], tokenizer=tokenizer, config=config)
     assert len(dataset) == 1319
     item = dataset[5]
@@ -57,8 +66,11 @@ def test_parquet_loads_with_verl_rlhf_dataset(prepared, tokenizer_dir):
         ("{not json", "not valid JSON"),
         (json.dumps({"question": "q?"}), "missing field 'answer'"),
         (json.dumps({"answer": "#### 3"}), "missing field 'question'"),
-        (json.dumps({"question": "q?", "answer": "no final answer"}), 'answer has no numeric final answer after "#### "'),
-        (json.dumps({"question": "q?", "answer": "#### seven"}), 'answer has no numeric final answer'),
+        (
+            json.dumps({"question": "q?", "answer": "no final answer"}),
+            'answer has no numeric final answer after "#### "',
+        ),
+        (json.dumps({"question": "q?", "answer": "#### seven"}), "answer has no numeric final answer"),
         (json.dumps(["a", "list"]), "expected a JSON object"),
     ],
 )
@@ -134,8 +146,16 @@ def test_parquet_source_missing_column_is_named(tmp_path):
 def test_missing_source_and_offline_hub_are_clear(tmp_path):
     result = cli("prep", "--source", str(tmp_path / "nope"), "--out", str(tmp_path / "out"))
     assert result.returncode == 2 and "not a folder" in result.stderr
-    offline = cli("prep", "--source", "hf:openai/gsm8k", "--out", str(tmp_path / "out"),
-                  "--cache-dir", str(tmp_path / "cache"), env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
+    offline = cli(
+        "prep",
+        "--source",
+        "hf:openai/gsm8k",
+        "--out",
+        str(tmp_path / "out"),
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+    )
     assert offline.returncode == 2 and "could not load openai/gsm8k" in offline.stderr
     assert "Traceback" not in offline.stderr
 
@@ -157,8 +177,19 @@ def test_hub_source_goes_through_datasets(monkeypatch, tmp_path):
 
 
 def test_tokenizer_statistics(tmp_path, gsm8k_dir, tokenizer_dir):
-    result = cli("prep", "--source", str(gsm8k_dir), "--out", str(tmp_path / "o"), "--limit", "50",
-                 "--tokenizer", str(tokenizer_dir), "--summary-json", str(tmp_path / "s.json"))
+    result = cli(
+        "prep",
+        "--source",
+        str(gsm8k_dir),
+        "--out",
+        str(tmp_path / "o"),
+        "--limit",
+        "50",
+        "--tokenizer",
+        str(tokenizer_dir),
+        "--summary-json",
+        str(tmp_path / "s.json"),
+    )
     assert result.returncode == 0, result.stderr
     stats = json.loads((tmp_path / "s.json").read_text())["splits"]["train"]["prompt_tokens"]
     assert 60 < stats["mean"] < 200 and stats["p50"] <= stats["p99"] <= stats["max"]

@@ -42,13 +42,16 @@ def test_skip_existing_trusts_the_manifest_only(small_source, tmp_path):
     assert again.returncode == 0 and "are what this prep would write" in again.stdout
 
 
-@pytest.mark.parametrize("damage, reason", [
-    ("zero-byte", "train.parquet is not the file prep wrote"),
-    ("no-manifest", "no .verl-p40-data.json"),
-    ("hf-export", "train.parquet is not the file prep wrote"),
-    ("limit", "made with limit 5, now None"),
-    ("other-source", "the source files changed since"),
-])
+@pytest.mark.parametrize(
+    "damage, reason",
+    [
+        ("zero-byte", "train.parquet is not the file prep wrote"),
+        ("no-manifest", "no .verl-p40-data.json"),
+        ("hf-export", "train.parquet is not the file prep wrote"),
+        ("limit", "made with limit 5, now None"),
+        ("other-source", "the source files changed since"),
+    ],
+)
 def test_skip_existing_redoes_what_it_cannot_trust(small_source, tmp_path, damage, reason):
     out = tmp_path / "data"
     assert _prep(small_source, out).returncode == 0
@@ -66,8 +69,9 @@ def test_skip_existing_redoes_what_it_cannot_trust(small_source, tmp_path, damag
     assert result.returncode == 0, result.stderr
     assert "preparing again" in result.stderr and reason in result.stderr
     assert pq.ParquetFile(out / "train.parquet").metadata.num_rows == 40
-    assert not manifest_problems(out, request(str(small_source), None, False, data.DEFAULT_INSTRUCTION),
-                                       data.written_splits(0))
+    assert not manifest_problems(
+        out, request(str(small_source), None, False, data.DEFAULT_INSTRUCTION), data.written_splits(0)
+    )
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
@@ -79,9 +83,16 @@ def test_killed_mid_write_then_skip_existing_redoes_it_cleanly(gsm8k_dir, tmp_pa
     (tmp_path / "slow").mkdir()
     (tmp_path / "slow" / "sitecustomize.py").write_text(
         "import time, pyarrow.parquet as pq\n_w = pq.write_table\n"
-        "def write_table(*a, **k):\n    _w(*a, **k)\n    time.sleep(30)\npq.write_table = write_table\n")
-    proc = subprocess.Popen([sys.executable, "-m", "verl_p40.cli", "prep", "--source", str(gsm8k_dir), "--out",
-                             str(out)], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        "def write_table(*a, **k):\n    _w(*a, **k)\n    time.sleep(30)\npq.write_table = write_table\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "verl_p40.cli", "prep", "--source", str(gsm8k_dir), "--out", str(out)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 60
     while time.time() < deadline and not list(out.glob(".train.parquet.*.tmp")):
         time.sleep(0.1)
@@ -124,8 +135,9 @@ def test_doctor_sees_a_parquet_changed_after_prep(small_source, tmp_path):
 def test_prep_onto_a_full_disk_is_one_line_and_leaves_nothing(gsm8k_dir, tmp_path):
     full = tmp_path / "full"
     full.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(full)], capture_output=True,
-                             text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(full)], capture_output=True, text=True
+    )
     assert mounted.returncode == 0, f"this test needs root to mount a small tmpfs: {mounted.stderr}"
     try:
         result = _prep(gsm8k_dir, full / "gsm8k")
@@ -177,6 +189,8 @@ def test_a_validation_slice_as_big_as_train_is_refused(small_source, tmp_path):
     out = tmp_path / "data"
     result = _prep(small_source, out, "--val-size", "40")
     assert result.returncode == 2 and not out.exists()
-    assert result.stderr.strip().splitlines()[-1] == \
-        "verl-p40 prep: error: --val-size 40: the train split has only 40 rows; take fewer"
+    assert (
+        result.stderr.strip().splitlines()[-1]
+        == "verl-p40 prep: error: --val-size 40: the train split has only 40 rows; take fewer"
+    )
     assert "Traceback" not in result.stderr

@@ -19,8 +19,13 @@ from verl_p40.plan.run_options import RunOptions
 
 
 def _ctx(tmp_path, **kw) -> doctor.Context:
-    options = RunOptions(profile="p40", model=str(tmp_path / "model"), data=str(tmp_path / "data"),
-                         checkpoints=str(tmp_path / "ckpt"), logs=str(tmp_path / "logs"))
+    options = RunOptions(
+        profile="p40",
+        model=str(tmp_path / "model"),
+        data=str(tmp_path / "data"),
+        checkpoints=str(tmp_path / "ckpt"),
+        logs=str(tmp_path / "logs"),
+    )
     for key, value in kw.items():
         setattr(options, key, value)
     return doctor.Context(options)
@@ -59,12 +64,15 @@ def test_gpu_check_refuses_a_driver_too_old_for_the_torch_build(tmp_path, monkey
     assert _one(_ctx(tmp_path), "gpu").status == "PASS"
 
 
-@pytest.mark.parametrize("archs,cc,ok", [
-    ("sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90", (6, 1), True),  # the image's torch on a P40
-    ("sm_75 sm_80 sm_86 sm_90 sm_100 sm_120", (6, 1), False),     # the GPU machine's torch under the Pascal mask
-    ("sm_60", (7, 0), False),                                     # binary code does not cross a major version
-    ("sm_80 compute_80", (9, 0), True),                           # PTX is compiled forward by the driver
-])
+@pytest.mark.parametrize(
+    "archs,cc,ok",
+    [
+        ("sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90", (6, 1), True),  # the image's torch on a P40
+        ("sm_75 sm_80 sm_86 sm_90 sm_100 sm_120", (6, 1), False),  # the GPU machine's torch under the Pascal mask
+        ("sm_60", (7, 0), False),  # binary code does not cross a major version
+        ("sm_80 compute_80", (9, 0), True),  # PTX is compiled forward by the driver
+    ],
+)
 def test_kernel_list_against_the_compute_capability(tmp_path, monkeypatch, archs, cc, ok):
     monkeypatch.setattr(checks, "arch_flags", lambda: archs.split())
     ctx = _ctx(tmp_path)
@@ -84,8 +92,9 @@ def test_kernel_and_compute_checks_skip_without_a_gpu(tmp_path):
 def test_compute_check_reports_the_probe_error(tmp_path, monkeypatch):
     ctx = _ctx(tmp_path)
     ctx._cache["gpus"] = [_p40()]
-    answer = SimpleNamespace(stdout='{"error": "GPU 0: CUDA error: no kernel image is available for execution"}\n',
-                             stderr="")
+    answer = SimpleNamespace(
+        stdout='{"error": "GPU 0: CUDA error: no kernel image is available for execution"}\n', stderr=""
+    )
     monkeypatch.setattr(child.subprocess, "run", lambda *a, **k: answer)
     result = _one(ctx, "compute")
     assert result.status == "FAIL" and "no kernel image is available" in result.detail
@@ -119,7 +128,11 @@ def test_apex_and_vllm_checks_when_they_are_missing(tmp_path):
 
 def test_verl_check_sees_missing_and_applied_patches(patched_verl):
     unpatched = cli("doctor", "--profile", "p40", "--only", "verl")
-    assert unpatched.returncode == 2 and "patches missing" in unpatched.stdout and "fix: verl-p40 patch-verl" in unpatched.stdout
+    assert (
+        unpatched.returncode == 2
+        and "patches missing" in unpatched.stdout
+        and "fix: verl-p40 patch-verl" in unpatched.stdout
+    )
     patched = cli("doctor", "--profile", "p40", "--only", "verl", env={"PYTHONPATH": str(patched_verl)})
     assert patched.returncode == 0, patched.stdout
     n = len(patches.all_edits())
@@ -205,8 +218,11 @@ def test_shm_and_ram_checks(tmp_path, tokenizer_dir, monkeypatch):
     from conftest import make_tiny_qwen
 
     real = shutil.disk_usage
-    monkeypatch.setattr(host_checks.shutil, "disk_usage",
-                        lambda path: SimpleNamespace(total=64 * 2**20, free=0) if str(path) == "/dev/shm" else real(path))
+    monkeypatch.setattr(
+        host_checks.shutil,
+        "disk_usage",
+        lambda path: SimpleNamespace(total=64 * 2**20, free=0) if str(path) == "/dev/shm" else real(path),
+    )
     result = _one(_ctx(tmp_path), "shm")
     assert result.status == "FAIL" and "/dev/shm 0.1 GB" in result.detail and "shm_size: 16gb" in result.fix
     model = make_tiny_qwen(tokenizer_dir, tmp_path / "tiny")
@@ -219,8 +235,16 @@ def test_shm_and_ram_checks(tmp_path, tokenizer_dir, monkeypatch):
 
 
 def test_skip_by_flag_and_by_environment(tmp_path):
-    result = cli("doctor", "--profile", "p40", "--only", "gpu,kernels", "--skip-check", "gpu",
-                 env={"VERL_P40_DOCTOR_SKIP": "kernels"})
+    result = cli(
+        "doctor",
+        "--profile",
+        "p40",
+        "--only",
+        "gpu,kernels",
+        "--skip-check",
+        "gpu",
+        env={"VERL_P40_DOCTOR_SKIP": "kernels"},
+    )
     assert result.returncode == 0, result.stdout
     assert result.stdout.splitlines() == [
         "SKIP  gpu         skipped by --skip-check gpu",
@@ -229,27 +253,47 @@ def test_skip_by_flag_and_by_environment(tmp_path):
     ]
 
 
-@pytest.mark.parametrize("args,env,origin", [
-    (["--skip-check", "kernel"], {}, "--skip-check: unknown check 'kernel'"),
-    (["--only", "gpus"], {}, "--only: unknown check 'gpus'"),
-    ([], {"VERL_P40_DOCTOR_SKIP": "nvml"}, "VERL_P40_DOCTOR_SKIP: unknown check 'nvml'"),
-])
+@pytest.mark.parametrize(
+    "args,env,origin",
+    [
+        (["--skip-check", "kernel"], {}, "--skip-check: unknown check 'kernel'"),
+        (["--only", "gpus"], {}, "--only: unknown check 'gpus'"),
+        ([], {"VERL_P40_DOCTOR_SKIP": "nvml"}, "VERL_P40_DOCTOR_SKIP: unknown check 'nvml'"),
+    ],
+)
 def test_unknown_check_names_are_refused(args, env, origin):
     result = cli("doctor", "--profile", "p40", *args, env=env)
     assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr.strip().splitlines() == [f"verl-p40 doctor: error: {origin}; checks: " + ", ".join(doctor.BY_NAME)]
+    assert result.stderr.strip().splitlines() == [
+        f"verl-p40 doctor: error: {origin}; checks: " + ", ".join(doctor.BY_NAME)
+    ]
 
 
 def test_json_output_and_the_train_preflight(tmp_path, patched_verl):
     result = cli("doctor", "--profile", "p40", "--only", "gpu", "--json")
     assert json.loads(result.stdout)[0]["status"] == "FAIL"
     # train runs the same checks before Ray starts and stops at the first failure with one error line
-    train = cli("train", "--profile", "p40", "--model", str(tmp_path / "none"), "--data", str(tmp_path),
-                "--skip-check", "gpu,kernels,compute", env={"PYTHONPATH": str(patched_verl)})
+    train = cli(
+        "train",
+        "--profile",
+        "p40",
+        "--model",
+        str(tmp_path / "none"),
+        "--data",
+        str(tmp_path),
+        "--skip-check",
+        "gpu,kernels,compute",
+        env={"PYTHONPATH": str(patched_verl)},
+    )
     assert train.returncode == 2
-    assert train.stderr.strip().splitlines()[-1].startswith(
-        f"verl-p40 train: error: preflight: model: {tmp_path / 'none'}: no model here (config.json missing); fix: "
-        "verl-p40 fetch-model --out")
+    assert (
+        train.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"verl-p40 train: error: preflight: model: {tmp_path / 'none'}: no model here (config.json missing); fix: "
+            "verl-p40 fetch-model --out"
+        )
+    )
     assert train.stderr.strip().endswith("(and 1 more failed checks above)")  # data
     assert "Traceback" not in train.stderr
     assert "SKIP  gpu         skipped by --skip-check gpu" in train.stderr

@@ -17,16 +17,36 @@ def tiny_models(tokenizer_dir, tmp_path_factory):
 
 
 def _eval(base, trained, prepared, out, *extra):
-    return cli("eval", "--model", str(base), "--compare", str(trained), "--data", str(prepared / "test.parquet"),
-               "--out", str(out), "--device", "cpu", "--max-new-tokens", "24", "--batch-size", "3", *extra)
+    return cli(
+        "eval",
+        "--model",
+        str(base),
+        "--compare",
+        str(trained),
+        "--data",
+        str(prepared / "test.parquet"),
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        "--max-new-tokens",
+        "24",
+        "--batch-size",
+        "3",
+        *extra,
+    )
 
 
 def test_report_agrees_with_answers(tiny_models, prepared, tmp_path):
     logs = tmp_path / "logs"
     logs.mkdir()
-    (logs / "train-1.log").write_text("".join(
-        f"(TaskRunner pid=1) step:{i} - critic/score/mean:{i / 10} - actor/pg_loss:0.1 - critic/vf_loss:{1 / i} - "
-        f"response_length/mean:{200 - i} - actor/reward_kl_penalty:0.001\n" for i in range(1, 6)))
+    (logs / "train-1.log").write_text(
+        "".join(
+            f"(TaskRunner pid=1) step:{i} - critic/score/mean:{i / 10} - actor/pg_loss:0.1 - critic/vf_loss:{1 / i} - "
+            f"response_length/mean:{200 - i} - actor/reward_kl_penalty:0.001\n"
+            for i in range(1, 6)
+        )
+    )
     result = _eval(*tiny_models, prepared, tmp_path / "out", "--limit", "4", "--logs", str(logs))
     assert result.returncode == 0, result.stderr
     out = tmp_path / "out"
@@ -39,8 +59,10 @@ def test_report_agrees_with_answers(tiny_models, prepared, tmp_path):
         for r, record in zip(rows, records):  # every stored score is the reward module's score of the stored answer
             scored = reward.compute_score("openai/gsm8k", r["answer"], record["ground_truth"])
             assert r["strict"] == scored["strict"] == scored["score"]
-            assert r["flexible"] == reward.compute_score("openai/gsm8k", r["answer"], record["ground_truth"],
-                                                         method="flexible")["score"]
+            assert (
+                r["flexible"]
+                == reward.compute_score("openai/gsm8k", r["answer"], record["ground_truth"], method="flexible")["score"]
+            )
             assert 1 <= r["response_tokens"] <= 24
         assert m["accuracy_strict"] == round(sum(r["strict"] for r in rows) / 4, 4)
         assert m["accuracy_flexible"] == round(sum(r["flexible"] for r in rows) / 4, 4)
@@ -52,9 +74,12 @@ def test_report_agrees_with_answers(tiny_models, prepared, tmp_path):
     md = (out / "report.md").read_text()
     assert "| base |" in md and "| trained |" in md and "4 questions, greedy decoding in fp32" in md
     for kind in ("strict accuracy", "flexible accuracy", "format rate"):  # every difference printed has its p-value
-        c = report["comparison"][{"strict accuracy": "strict", "flexible accuracy": "flexible",
-                                  "format rate": "format"}[kind]]
-        assert f"| {kind} | {c['difference']:+.1%} | {c['trained_only']} | {c['base_only']} | {c['p_value']:.3g} |" in md
+        c = report["comparison"][
+            {"strict accuracy": "strict", "flexible accuracy": "flexible", "format rate": "format"}[kind]
+        ]
+        assert (
+            f"| {kind} | {c['difference']:+.1%} | {c['trained_only']} | {c['base_only']} | {c['p_value']:.3g} |" in md
+        )
     assert "sign test p =" in result.stdout
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG" and report["curves"] == "curves.png"
     assert records[0]["ground_truth"] == "18" and records[0]["question"].startswith("Janet")
@@ -72,15 +97,48 @@ def test_rerun_skips_done_questions(tiny_models, prepared, tmp_path):
 
 
 def test_single_model_and_bad_inputs(tiny_models, prepared, tmp_path):
-    result = cli("eval", "--model", str(tiny_models[0]), "--data", str(prepared / "test.parquet"), "--out",
-                 str(tmp_path / "one"), "--device", "cpu", "--max-new-tokens", "8", "--limit", "2")
+    result = cli(
+        "eval",
+        "--model",
+        str(tiny_models[0]),
+        "--data",
+        str(prepared / "test.parquet"),
+        "--out",
+        str(tmp_path / "one"),
+        "--device",
+        "cpu",
+        "--max-new-tokens",
+        "8",
+        "--limit",
+        "2",
+    )
     assert result.returncode == 0, result.stderr
     assert set(json.loads((tmp_path / "one" / "report.json").read_text())["models"]) == {"base"}
-    missing = cli("eval", "--model", str(tmp_path / "nothing"), "--data", str(prepared / "test.parquet"),
-                  "--out", str(tmp_path / "x"), "--device", "cpu")
+    missing = cli(
+        "eval",
+        "--model",
+        str(tmp_path / "nothing"),
+        "--data",
+        str(prepared / "test.parquet"),
+        "--out",
+        str(tmp_path / "x"),
+        "--device",
+        "cpu",
+    )
     assert missing.returncode == 2 and "neither a Hugging Face model folder" in missing.stderr
-    latest = cli("eval", "--model", "latest", "--checkpoints", str(tmp_path), "--data",
-                 str(prepared / "test.parquet"), "--out", str(tmp_path / "y"), "--device", "cpu")
+    latest = cli(
+        "eval",
+        "--model",
+        "latest",
+        "--checkpoints",
+        str(tmp_path),
+        "--data",
+        str(prepared / "test.parquet"),
+        "--out",
+        str(tmp_path / "y"),
+        "--device",
+        "cpu",
+    )
     assert latest.returncode == 2 and "no verl checkpoint" in latest.stderr
 
 
@@ -119,16 +177,28 @@ def test_greedy_ignores_the_checkpoints_repetition_penalty(tokenizer_dir, prepar
     GenerationConfig(repetition_penalty=5.0, eos_token_id=151645).save_pretrained(model_dir)
     question = generation.load_questions(prepared / "test.parquet", 1)[0]
     generator = generation.HfGenerator(model_dir, "cpu", max_new_tokens=8)
-    (answer, _), = generator([question.prompt])
+    ((answer, _),) = generator([question.prompt])
     model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
     text = generator.tokenizer.apply_chat_template(question.prompt, add_generation_prompt=True, tokenize=False)
     ids = generator.tokenizer(text, return_tensors="pt")
     with torch.no_grad():
-        plain = model.generate(**ids, max_new_tokens=8, do_sample=False, repetition_penalty=1.0,
-                               eos_token_id=generator.eos, pad_token_id=generator.tokenizer.pad_token_id)
-        penalised = model.generate(**ids, max_new_tokens=8, do_sample=False, repetition_penalty=5.0,
-                                   eos_token_id=generator.eos, pad_token_id=generator.tokenizer.pad_token_id)
-    decode = lambda row: generator.tokenizer.decode(row[ids["input_ids"].shape[1]:], skip_special_tokens=True)  # noqa: E731
+        plain = model.generate(
+            **ids,
+            max_new_tokens=8,
+            do_sample=False,
+            repetition_penalty=1.0,
+            eos_token_id=generator.eos,
+            pad_token_id=generator.tokenizer.pad_token_id,
+        )
+        penalised = model.generate(
+            **ids,
+            max_new_tokens=8,
+            do_sample=False,
+            repetition_penalty=5.0,
+            eos_token_id=generator.eos,
+            pad_token_id=generator.tokenizer.pad_token_id,
+        )
+    decode = lambda row: generator.tokenizer.decode(row[ids["input_ids"].shape[1] :], skip_special_tokens=True)  # noqa: E731
     assert decode(plain[0]) != decode(penalised[0])  # the penalty would change this model's answer
     assert answer == decode(plain[0])
 
@@ -144,13 +214,22 @@ def test_sign_test_values():
 
 def test_compare_counts_only_discordant_questions():
     def rec(base, trained):
-        return {"models": {"base": {"strict": base, "flexible": base, "format": 0.0},
-                           "trained": {"strict": trained, "flexible": trained, "format": 1.0}}}
+        return {
+            "models": {
+                "base": {"strict": base, "flexible": base, "format": 0.0},
+                "trained": {"strict": trained, "flexible": trained, "format": 1.0},
+            }
+        }
+
     # 10 questions only the trained model gets, 1 only the base, 30 both, 59 neither
     records = [rec(0.0, 1.0)] * 10 + [rec(1.0, 0.0)] + [rec(1.0, 1.0)] * 30 + [rec(0.0, 0.0)] * 59
     c = evaluate.paired_differences(records, "base", "trained")
-    assert c["flexible"] == {"difference": 0.09, "trained_only": 10, "base_only": 1,
-                             "p_value": round(2 * (1 + 11) / 2**11, 6)}
+    assert c["flexible"] == {
+        "difference": 0.09,
+        "trained_only": 10,
+        "base_only": 1,
+        "p_value": round(2 * (1 + 11) / 2**11, 6),
+    }
     assert c["format"]["trained_only"] == 100 and c["format"]["p_value"] < 1e-20
 
 
@@ -169,6 +248,9 @@ def test_dtype_choice_and_refusals(tiny_models, prepared, tmp_path, monkeypatch)
     before = (out / "answers.jsonl").read_bytes()
     result = _eval(*tiny_models, prepared, out, "--limit", "2", "--dtype", "bf16")
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines()[-1].endswith(
-        "answers generated in fp32, this run asks for bf16; use another --out or remove it")
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .endswith("answers generated in fp32, this run asks for bf16; use another --out or remove it")
+    )
     assert (out / "answers.jsonl").read_bytes() == before

@@ -16,10 +16,23 @@ from verl_p40.gpu import prometheus
 
 
 def _gpu(ts, gpu=0, used=10e9, util=50.0, total=24e9, name="Tesla P40", throttle="none"):
-    return samples.GPUSample(ts=ts, gpu=gpu, name=name, memory_used_bytes=int(used), memory_total_bytes=int(total),
-                       utilization_gpu_pct=util, utilization_memory_pct=20.0, temperature_c=60.0, power_w=150.0,
-                       power_limit_w=250.0, sm_clock_mhz=1531.0, memory_clock_mhz=3615.0, throttle_reasons=throttle,
-                       pcie_tx_kbs=None, pcie_rx_kbs=1000.0)
+    return samples.GPUSample(
+        ts=ts,
+        gpu=gpu,
+        name=name,
+        memory_used_bytes=int(used),
+        memory_total_bytes=int(total),
+        utilization_gpu_pct=util,
+        utilization_memory_pct=20.0,
+        temperature_c=60.0,
+        power_w=150.0,
+        power_limit_w=250.0,
+        sm_clock_mhz=1531.0,
+        memory_clock_mhz=3615.0,
+        throttle_reasons=throttle,
+        pcie_tx_kbs=None,
+        pcie_rx_kbs=1000.0,
+    )
 
 
 class Recorded:
@@ -35,8 +48,10 @@ class Recorded:
             raise RuntimeError("NVML_ERROR_UNKNOWN")
         self.t += 1
         used = 8e9 + self.reads * 1e9
-        return ([_gpu(self.t, used=used, util=10.0 * self.reads), _gpu(self.t, gpu=1, used=2e9, util=0.0, name="GPU B")],
-                [samples.ProcessSample(self.t, 0, 4242, "python3", int(used - 5e8))])
+        return (
+            [_gpu(self.t, used=used, util=10.0 * self.reads), _gpu(self.t, gpu=1, used=2e9, util=0.0, name="GPU B")],
+            [samples.ProcessSample(self.t, 0, 4242, "python3", int(used - 5e8))],
+        )
 
 
 def test_loop_writes_csv_summary_and_plot_and_survives_a_bad_sample(tmp_path):
@@ -49,7 +64,9 @@ def test_loop_writes_csv_summary_and_plot_and_survives_a_bad_sample(tmp_path):
     assert (tmp_path / "gpu.csv").read_text().count("memory_used_bytes") == 1
     assert any("sample failed: RuntimeError: NVML_ERROR_UNKNOWN" in line for line in lines)
     assert summary["gpus"]["0"]["peak_memory_used_bytes"] == int(8e9 + 6 * 1e9)
-    assert summary["gpus"]["0"]["utilization_gpu_p95_pct"] == 58.0  # interpolated (statistics.quantiles, inclusive): 50 + 0.8 x (60 - 50)
+    assert (
+        summary["gpus"]["0"]["utilization_gpu_p95_pct"] == 58.0
+    )  # interpolated (statistics.quantiles, inclusive): 50 + 0.8 x (60 - 50)
     assert summary["gpus"]["1"]["utilization_gpu_mean_pct"] == 0.0
     assert summary["processes"][0]["pid"] == 4242 and summary["processes"][0]["peak_used_memory_bytes"] == int(13.5e9)
     assert json.loads((tmp_path / "gpu-summary.json").read_text()) == summary
@@ -99,7 +116,11 @@ def test_alert_rearms_after_dropping_below():
     alerts = m.Alerts(90, log=lines.append)
     for used in (10e9, 22e9, 23e9, 5e9, 22.5e9):
         alerts.check([_gpu(0.0, used=used)])
-    assert [line.split(" (")[0] for line in lines] == ["WARNING: GPU 0", "GPU 0 memory back under 90%", "WARNING: GPU 0"]
+    assert [line.split(" (")[0] for line in lines] == [
+        "WARNING: GPU 0",
+        "GPU 0 memory back under 90%",
+        "WARNING: GPU 0",
+    ]
 
 
 def test_metrics_endpoint_served_and_scraped_over_loopback():
@@ -110,8 +131,10 @@ def test_metrics_endpoint_served_and_scraped_over_loopback():
         port = s.getsockname()[1]
     exporter = prometheus.Exporter(port, "127.0.0.1")
     try:
-        exporter.update([_gpu(1.0, used=12.5e9, util=77.0, throttle="sw_power_cap")],
-                        [samples.ProcessSample(1.0, 0, 99, "python3", int(3e9))])
+        exporter.update(
+            [_gpu(1.0, used=12.5e9, util=77.0, throttle="sw_power_cap")],
+            [samples.ProcessSample(1.0, 0, 99, "python3", int(3e9))],
+        )
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     finally:
         exporter.close()
@@ -170,11 +193,15 @@ def test_nvml_is_initialised_once_per_process(monkeypatch):
     calls = []
     fake = types.SimpleNamespace(
         NVMLError=RuntimeError,
-        nvmlInit=lambda: calls.append("init"), nvmlShutdown=lambda: calls.append("shutdown"),
-        nvmlDeviceGetCount=lambda: 1, nvmlDeviceGetHandleByIndex=lambda i: i,
-        nvmlDeviceGetName=lambda h: b"Tesla P40", nvmlDeviceGetCudaComputeCapability=lambda h: (6, 1),
+        nvmlInit=lambda: calls.append("init"),
+        nvmlShutdown=lambda: calls.append("shutdown"),
+        nvmlDeviceGetCount=lambda: 1,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetName=lambda h: b"Tesla P40",
+        nvmlDeviceGetCudaComputeCapability=lambda h: (6, 1),
         nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=24 * 2**30, used=0),
-        nvmlSystemGetDriverVersion=lambda: "535.183.01", nvmlSystemGetCudaDriverVersion=lambda: 12020,
+        nvmlSystemGetDriverVersion=lambda: "535.183.01",
+        nvmlSystemGetCudaDriverVersion=lambda: 12020,
     )
     exits = []
     monkeypatch.setitem(sys.modules, "pynvml", fake)

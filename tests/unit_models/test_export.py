@@ -11,7 +11,9 @@ import torch
 from conftest import REPO, make_tiny_qwen
 from verl_p40.models import export
 
-PROMPT = [[151644, 872, 198, 3838, 374, 220, 17, 10, 17, 30, 151645, 198, 151644, 77091, 198]]  # chat-formatted "What is 2+2?"
+PROMPT = [
+    [151644, 872, 198, 3838, 374, 220, 17, 10, 17, 30, 151645, 198, 151644, 77091, 198]
+]  # chat-formatted "What is 2+2?"
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +57,10 @@ def test_gguf_f16_reads_back_with_the_same_tensors_and_close_logits(tiny, tmp_pa
     assert "output.weight" not in tensors  # tied embeddings: llama.cpp uses token_embd
     q = tensors["blk.0.attn_q.weight"]
     assert q.tensor_type == gguf.GGMLQuantizationType.F16
-    np.testing.assert_array_equal(np.asarray(q.data).reshape(source["model.layers.0.self_attn.q_proj.weight"].shape),
-                                  source["model.layers.0.self_attn.q_proj.weight"].half().numpy())
+    np.testing.assert_array_equal(
+        np.asarray(q.data).reshape(source["model.layers.0.self_attn.q_proj.weight"].shape),
+        source["model.layers.0.self_attn.q_proj.weight"].half().numpy(),
+    )
     assert tensors["output_norm.weight"].tensor_type == gguf.GGMLQuantizationType.F32
     # transformers' own GGUF loader (dequantizes to fp32) gives the fp16 model's logits
     loaded = _logits(tmp_path, gguf_file=path.name)
@@ -79,15 +83,28 @@ def test_gguf_q8_0_loads_back_close(tiny, tmp_path):
 
 def test_export_command_and_its_errors(tiny, tmp_path):
     out = tmp_path / "exports"
-    result = subprocess.run([sys.executable, "-m", "verl_p40.cli", "export", "--model", str(tiny), "--out", str(out),
-                             "--gguf", "q8_0"], capture_output=True, text=True, cwd=REPO)
+    result = subprocess.run(
+        [sys.executable, "-m", "verl_p40.cli", "export", "--model", str(tiny), "--out", str(out), "--gguf", "q8_0"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in out.iterdir()) == ["tiny-hf-fp16", "tiny-q8_0.gguf"]
-    bad = subprocess.run([sys.executable, "-m", "verl_p40.cli", "export", "--model", str(tiny), "--out", str(out),
-                          "--gguf", "q4_k"], capture_output=True, text=True, cwd=REPO)
+    bad = subprocess.run(
+        [sys.executable, "-m", "verl_p40.cli", "export", "--model", str(tiny), "--out", str(out), "--gguf", "q4_k"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
-        "verl-p40 export: error: --gguf q4_k: not one of f16, q8_0"]
-    adapter = subprocess.run([sys.executable, "-m", "verl_p40.cli", "export", "--model", str(tiny), "--out", str(out),
-                              "--lora", "adapter"], capture_output=True, text=True, cwd=REPO)
+        "verl-p40 export: error: --gguf q4_k: not one of f16, q8_0"
+    ]
+    adapter = subprocess.run(
+        [sys.executable, "-m", "verl_p40.cli", "export", "--model", str(tiny), "--out", str(out), "--lora", "adapter"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert adapter.returncode == 2 and "no LoRA adapter here" in adapter.stderr and "Traceback" not in adapter.stderr
     assert sorted(p.name for p in out.iterdir()) == ["tiny-hf-fp16", "tiny-q8_0.gguf"]  # nothing half-written

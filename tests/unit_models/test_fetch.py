@@ -28,10 +28,21 @@ def model_repo(tokenizer_dir, tmp_path_factory):
 
 
 def fetch(out, endpoint, *extra, offline="0"):
-    env = {"HF_ENDPOINT": endpoint, "HF_HUB_OFFLINE": offline, "HF_HUB_DISABLE_XET": "1",
-           "HF_HOME": str(out.parent / "hf-home"), "PATH": "/usr/bin:/bin"}
-    return subprocess.run([sys.executable, "-m", "verl_p40.cli", "fetch-model", "--out", str(out), *extra],
-                          capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    env = {
+        "HF_ENDPOINT": endpoint,
+        "HF_HUB_OFFLINE": offline,
+        "HF_HUB_DISABLE_XET": "1",
+        "HF_HOME": str(out.parent / "hf-home"),
+        "PATH": "/usr/bin:/bin",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "verl_p40.cli", "fetch-model", "--out", str(out), *extra],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=300,
+    )
 
 
 def test_downloads_verifies_then_skips(model_repo, tmp_path):
@@ -122,7 +133,10 @@ def test_out_that_is_a_file_is_refused(tmp_path):
     target = tmp_path / "model"
     target.write_text("not a folder")
     result = fetch(target, "http://127.0.0.1:9")
-    assert result.returncode == 2 and result.stderr.strip() == f"verl-p40 fetch-model: error: --out {target}: is a file, not a folder"
+    assert (
+        result.returncode == 2
+        and result.stderr.strip() == f"verl-p40 fetch-model: error: --out {target}: is a file, not a folder"
+    )
     assert target.read_text() == "not a folder"
 
 
@@ -156,5 +170,6 @@ def test_air_gapped_copy_refuses_an_incomplete_folder_and_writes_nothing(model_r
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines() == [
         f"verl-p40 fetch-model: error: --from {bundle}: not a complete model folder (no weights (*.safetensors)); "
-        "nothing copied"]
+        "nothing copied"
+    ]
     assert [p.name for p in out.iterdir()] == ["keep.txt"]

@@ -36,8 +36,9 @@ def test_phase_costs_follow_the_settings(shape):
     assert ppo["values"]["flops"] < ppo["old_log_prob"]["flops"]  # the critic has no vocabulary projection
     # the profile offloads the actor's optimizer and the critic: both cross PCIe each step
     assert ppo["update_actor"]["host_bytes"] == 2 * 2 * 4 * shape.parameters
-    grpo = projection.phases(shape, _run("p40", "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=4",
-                                         "data.train_batch_size=16"))
+    grpo = projection.phases(
+        shape, _run("p40", "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=4", "data.train_batch_size=16")
+    )
     assert "values" not in grpo and "update_critic" not in grpo
 
 
@@ -62,10 +63,22 @@ def test_host_overhead_is_what_the_gpu_work_does_not_explain(shape):
 
 
 def test_bench_summary_from_recorded_steps(shape):
-    steps = [{"step": i, "timing_s/step": 20.0 + (i == 1) * 30, "timing_s/gen": 8.0, "timing_s/update_actor": 4.2,
-              "timing_s/update_critic": 4.1, "timing_s/old_log_prob": 1.0, "timing_s/ref": 1.1, "timing_s/values": 1.0,
-              "response_length/max": 256.0, "prompt_length/max": 150.0 + i, "perf/max_memory_allocated_gb": 14.8}
-             for i in range(1, 5)]
+    steps = [
+        {
+            "step": i,
+            "timing_s/step": 20.0 + (i == 1) * 30,
+            "timing_s/gen": 8.0,
+            "timing_s/update_actor": 4.2,
+            "timing_s/update_critic": 4.1,
+            "timing_s/old_log_prob": 1.0,
+            "timing_s/ref": 1.1,
+            "timing_s/values": 1.0,
+            "response_length/max": 256.0,
+            "prompt_length/max": 150.0 + i,
+            "perf/max_memory_allocated_gb": 14.8,
+        }
+        for i in range(1, 5)
+    ]
     cfg = plan(RunOptions(profile="p40")).config()
     card = projection.Card("H200 (measured)", 45.0, 4000.0, 40.0, "test")
     summary = benchmark.summarise(steps, cfg, shape, card)
@@ -90,8 +103,10 @@ def test_trimmed_width_only_where_trimming_is_on(shape):
     assert projection.run_from_config(cfg, 256).width == 576  # no lengths logged: the full width
     off = plan(RunOptions(profile="p40", sets=["actor_rollout_ref.model.trim_padding=false"])).config()
     assert projection.run_from_config(off, 256, (150.0, 256.0)).width == 576
-    narrow, wide = (projection.phases(shape, projection.run_from_config(cfg, 256, lengths))["ref"]["flops"]
-                    for lengths in ((150.0, 256.0), (320.0, 256.0)))
+    narrow, wide = (
+        projection.phases(shape, projection.run_from_config(cfg, 256, lengths))["ref"]["flops"]
+        for lengths in ((150.0, 256.0), (320.0, 256.0))
+    )
     assert narrow < wide * 406 / 576 * 1.01
 
 
@@ -104,8 +119,9 @@ def test_bench_needs_a_gpu_and_says_so(tmp_path):
 
 def test_several_gpus_share_the_sequences_and_pay_for_fsdp_traffic(shape):
     one = projection.run_from_config(plan(RunOptions(profile="p40")).config(), 256)
-    two = projection.run_from_config(plan(RunOptions(profile="p40", sets=[
-        "trainer.n_gpus_per_node=2", "data.train_batch_size=128"])).config(), 256)
+    two = projection.run_from_config(
+        plan(RunOptions(profile="p40", sets=["trainer.n_gpus_per_node=2", "data.train_batch_size=128"])).config(), 256
+    )
     assert (one.sequences, one.gpus, two.sequences, two.gpus) == (64, 1, 64, 2)  # each GPU does its 64
     assert two.micro_batches == {"old_log_prob": 8, "ref": 8, "values": 16, "update_actor": 16, "update_critic": 16}
     assert all("link_bytes" not in cost for cost in projection.phases(shape, one).values())
@@ -116,5 +132,7 @@ def test_several_gpus_share_the_sequences_and_pay_for_fsdp_traffic(shape):
     p40_one, p40_two = (projection.project(shape, run, projection.P40, 0.02)["step"] for run in (one, two))
     assert p40_one < p40_two < 2 * p40_one
     nvlink = projection.Card("two H200s", 41.0, 4251.0, 22.3, "test", link_gbs=300.0)
-    assert projection.project(shape, two, nvlink, 0.02)["step"] < projection.project(
-        shape, two, projection.Card("two H200s", 41.0, 4251.0, 22.3, "test"), 0.02)["step"]
+    assert (
+        projection.project(shape, two, nvlink, 0.02)["step"]
+        < projection.project(shape, two, projection.Card("two H200s", 41.0, 4251.0, 22.3, "test"), 0.02)["step"]
+    )

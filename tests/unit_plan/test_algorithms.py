@@ -28,8 +28,9 @@ def test_every_algorithm_file_composes_against_verl_and_names_a_verl_estimator()
         assert cfg.actor_rollout_ref.rollout.n == algo.samples_per_prompt
         # the profile's sequences per step are kept (64 on the p40 profile) unless the file sets its own prompts
         own = algo.verl.get("data", {}).get("train_batch_size")
-        assert cfg.data.train_batch_size * cfg.actor_rollout_ref.rollout.n == (own * algo.samples_per_prompt
-                                                                                if own else 64)
+        assert cfg.data.train_batch_size * cfg.actor_rollout_ref.rollout.n == (
+            own * algo.samples_per_prompt if own else 64
+        )
         own = algo.verl.get("actor_rollout_ref", {}).get("actor", {}).get("ppo_mini_batch_size")
         assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size == (own or 16 // algo.samples_per_prompt)
         assert cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 4  # sequences: unchanged
@@ -37,32 +38,88 @@ def test_every_algorithm_file_composes_against_verl_and_names_a_verl_estimator()
 
 
 def test_grpo_has_no_kl_in_the_reward_and_kl_as_a_loss(tiny_model, prepared):
-    words = _words(cli("train", "--profile", "p40", "--dry-run", "--algorithm", "grpo", "--model", str(tiny_model),
-                       "--data", str(prepared)))
-    for expected in ("algorithm.adv_estimator=grpo", "algorithm.use_kl_in_reward=false",
-                     "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
-                     "actor_rollout_ref.rollout.n=4", "data.train_batch_size=16",
-                     "actor_rollout_ref.actor.ppo_mini_batch_size=4"):
+    words = _words(
+        cli(
+            "train",
+            "--profile",
+            "p40",
+            "--dry-run",
+            "--algorithm",
+            "grpo",
+            "--model",
+            str(tiny_model),
+            "--data",
+            str(prepared),
+        )
+    )
+    for expected in (
+        "algorithm.adv_estimator=grpo",
+        "algorithm.use_kl_in_reward=false",
+        "actor_rollout_ref.actor.use_kl_loss=true",
+        "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
+        "actor_rollout_ref.rollout.n=4",
+        "data.train_batch_size=16",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+    ):
         assert expected in words, expected
 
 
 def test_samples_per_prompt_rescales_and_a_users_batch_still_wins(tiny_model, prepared):
-    words = _words(cli("train", "--profile", "p40", "--dry-run", "--algorithm", "grpo", "--samples-per-prompt", "8",
-                       "--model", str(tiny_model), "--data", str(prepared), "data.train_batch_size=4"))
+    words = _words(
+        cli(
+            "train",
+            "--profile",
+            "p40",
+            "--dry-run",
+            "--algorithm",
+            "grpo",
+            "--samples-per-prompt",
+            "8",
+            "--model",
+            str(tiny_model),
+            "--data",
+            str(prepared),
+            "data.train_batch_size=4",
+        )
+    )
     assert "actor_rollout_ref.rollout.n=8" in words and "actor_rollout_ref.actor.ppo_mini_batch_size=2" in words
     assert [w for w in words if w.startswith("data.train_batch_size=")] == ["data.train_batch_size=4"]
 
 
 def test_lora_settings_and_their_origin_in_errors(tiny_model, prepared):
-    words = _words(cli("train", "--profile", "p40", "--dry-run", "--algorithm", "grpo", "--lora-rank", "32",
-                       "--lora-alpha", "16", "--model", str(tiny_model), "--data", str(prepared)))
-    for expected in ("actor_rollout_ref.model.lora_rank=32", "actor_rollout_ref.model.lora_alpha=16",
-                     "actor_rollout_ref.model.target_modules=all-linear", "actor_rollout_ref.actor.strategy=fsdp2",
-                     "actor_rollout_ref.actor.optim.lr=1e-05",
-                     f"trainer.experiment_name={tiny_model.name.lower()}-gsm8k-grpo-lora32"):
+    words = _words(
+        cli(
+            "train",
+            "--profile",
+            "p40",
+            "--dry-run",
+            "--algorithm",
+            "grpo",
+            "--lora-rank",
+            "32",
+            "--lora-alpha",
+            "16",
+            "--model",
+            str(tiny_model),
+            "--data",
+            str(prepared),
+        )
+    )
+    for expected in (
+        "actor_rollout_ref.model.lora_rank=32",
+        "actor_rollout_ref.model.lora_alpha=16",
+        "actor_rollout_ref.model.target_modules=all-linear",
+        "actor_rollout_ref.actor.strategy=fsdp2",
+        "actor_rollout_ref.actor.optim.lr=1e-05",
+        f"trainer.experiment_name={tiny_model.name.lower()}-gsm8k-grpo-lora32",
+    ):
         assert expected in words, expected
-    assert not any(w.startswith("actor_rollout_ref.model.lora_rank=") for w in _words(
-        cli("train", "--profile", "p40", "--dry-run", "--model", str(tiny_model), "--data", str(prepared))))
+    assert not any(
+        w.startswith("actor_rollout_ref.model.lora_rank=")
+        for w in _words(
+            cli("train", "--profile", "p40", "--dry-run", "--model", str(tiny_model), "--data", str(prepared))
+        )
+    )
 
 
 def test_the_run_record_refuses_to_resume_other_settings(tmp_path):
@@ -72,8 +129,14 @@ def test_the_run_record_refuses_to_resume_other_settings(tmp_path):
     assert path.parent.name == "qwen2.5-0.5b-gsm8k-grpo"
     assert record["algorithm"] == "grpo" and record["samples_per_prompt"] == 4 and record["lora"] is None
     # the same experiment folder, asked for PPO: refused before anything starts, the record untouched
-    other = plan(RunOptions(profile="p40", algorithm="ppo", checkpoints=str(tmp_path),
-                            sets=["trainer.experiment_name=qwen2.5-0.5b-gsm8k-grpo"]))
+    other = plan(
+        RunOptions(
+            profile="p40",
+            algorithm="ppo",
+            checkpoints=str(tmp_path),
+            sets=["trainer.experiment_name=qwen2.5-0.5b-gsm8k-grpo"],
+        )
+    )
     before = path.read_bytes()
     with pytest.raises(UserError, match="made with algorithm 'grpo', this run has 'ppo'"):
         write_run_record(other.record)
@@ -83,8 +146,9 @@ def test_the_run_record_refuses_to_resume_other_settings(tmp_path):
 
 def test_batch_per_prompt_names_the_divisors():
     with pytest.raises(UserError, match="use one of 1, 2, 4, 8, 16,"):
-        algorithms.batch_per_prompt({"data": {"train_batch_size": 64},
-                                     "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 16}}}, 5, "--x")
+        algorithms.batch_per_prompt(
+            {"data": {"train_batch_size": 64}, "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 16}}}, 5, "--x"
+        )
     assert algorithms.batch_per_prompt({"data": {"train_batch_size": 64}}, 1, "--x") == {}
 
 
@@ -110,23 +174,35 @@ def test_a_recipe_batch_is_in_prompts_and_scales_with_samples_and_gpus():
     """with_batch puts the recipe's prompts in the profile's place as sequences, so --samples-per-prompt keeps the
     recipe's prompts (and the layout multiplies them by the GPUs as it does a profile's batch)."""
     recipe = algorithms.load("grpo-gsm8k")
-    settings, rest = algorithms.with_batch({"data": {"train_batch_size": 64, "max_prompt_length": 320},
-                                            "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 16}}}, recipe, 8)
+    settings, rest = algorithms.with_batch(
+        {
+            "data": {"train_batch_size": 64, "max_prompt_length": 320},
+            "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 16}},
+        },
+        recipe,
+        8,
+    )
     assert settings["data"] == {"train_batch_size": 256, "max_prompt_length": 320}
     assert settings["actor_rollout_ref"]["actor"]["ppo_mini_batch_size"] == 128
-    assert "train_batch_size" not in rest.verl["data"] and "ppo_mini_batch_size" not in rest.verl["actor_rollout_ref"]["actor"]
+    assert (
+        "train_batch_size" not in rest.verl["data"]
+        and "ppo_mini_batch_size" not in rest.verl["actor_rollout_ref"]["actor"]
+    )
     assert rest.verl["data"]["max_response_length"] == 512  # the rest of the recipe stays
     four = plan(RunOptions(profile="p40", algorithm="grpo-gsm8k", samples_per_prompt=4)).config()
     assert four.data.train_batch_size == 32 and four.actor_rollout_ref.rollout.n == 4
     # a recipe without a batch leaves the profile's sequences per step (divided by its n) as before
     plain = algorithms.load("grpo")
-    assert algorithms.with_batch({"data": {"train_batch_size": 64}}, plain, 4) == ({"data": {"train_batch_size": 64}},
-                                                                                   plain)
+    assert algorithms.with_batch({"data": {"train_batch_size": 64}}, plain, 4) == (
+        {"data": {"train_batch_size": 64}},
+        plain,
+    )
 
 
 def test_a_recipe_batch_that_is_not_a_count_is_refused(tmp_path, monkeypatch):
-    bad = algorithms.Algorithm(name="bad", path=tmp_path / "bad.yaml", description="",
-                               verl={"data": {"train_batch_size": "many"}})
+    bad = algorithms.Algorithm(
+        name="bad", path=tmp_path / "bad.yaml", description="", verl={"data": {"train_batch_size": "many"}}
+    )
     with pytest.raises(UserError, match=r"bad.yaml: data.train_batch_size must be a whole number of prompts"):
         algorithms.with_batch({"data": {"train_batch_size": 64}}, bad, 8)
 

@@ -34,8 +34,12 @@ def test_every_gpu_of_the_host_by_default_and_the_batch_grows_with_them(monkeypa
     assert cfg2.data.train_batch_size == 2 * cfg1.data.train_batch_size == 128
     for key in ("actor_rollout_ref.actor.ppo_mini_batch_size", "critic.ppo_mini_batch_size"):
         assert _get(cfg2, key) == 2 * _get(cfg1, key)
-    for key in ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "critic.ppo_micro_batch_size_per_gpu",
-                "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", "actor_rollout_ref.rollout.micro_batch_size"):
+    for key in (
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+        "critic.ppo_micro_batch_size_per_gpu",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+        "actor_rollout_ref.rollout.micro_batch_size",
+    ):
         assert _get(cfg2, key) == _get(cfg1, key)  # the per-GPU work is the profile's
     assert "CUDA_VISIBLE_DEVICES" not in two.env  # all of them: nothing to hide
     assert any(n.startswith("layout: 2 GPUs (0, 1), 2 in all") for n in two.notes)
@@ -114,7 +118,8 @@ def test_gpus_without_a_driver_is_one_line(tmp_path):
     result = cli("config", "--profile", "p40", "--gpus", "0,1")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
-        "verl-p40 config: error: --gpus 0,1: no GPU driver (NVML) here to check it against; leave it at all")
+        "verl-p40 config: error: --gpus 0,1: no GPU driver (NVML) here to check it against; leave it at all"
+    )
 
 
 def _get(cfg, key):
@@ -132,8 +137,18 @@ def test_a_checkpoint_of_another_gpu_count_is_refused_in_one_line(tiny_model, pr
         (actor / f"model_world_size_2_rank_{rank}.pt").write_bytes(b"")
     (actor.parent.parent / "latest_checkpointed_iteration.txt").write_text("5")
     before = sorted(p.name for p in actor.iterdir())
-    args = ["train", "--dry-run", "--profile", "p40", "--model", str(tiny_model), "--data", str(prepared),
-            "--checkpoints", str(tmp_path / "ckpt")]
+    args = [
+        "train",
+        "--dry-run",
+        "--profile",
+        "p40",
+        "--model",
+        str(tiny_model),
+        "--data",
+        str(prepared),
+        "--checkpoints",
+        str(tmp_path / "ckpt"),
+    ]
     result = cli(*args)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     line = result.stderr.strip().splitlines()[-1]

@@ -77,9 +77,18 @@ def test_auto_without_gpu_says_so_and_fails():
 
 @pytest.mark.parametrize(
     "cc, mem, expected",
-    [((6, 1), 23.9, "p40"), ((6, 1), 22.4, "p40"), ((6, 0), 15.9, "pascal-16gb"), ((6, 1), 7.9, "pascal-16gb"),
-     ((7, 0), 31.7, "volta-turing"), ((7, 0), 15.8, "volta-turing"), ((7, 5), 14.6, "volta-turing"),
-     ((8, 0), 79.2, "ampere"), ((8, 6), 23.6, "ampere"), ((9, 0), 139.8, "ampere")],
+    [
+        ((6, 1), 23.9, "p40"),
+        ((6, 1), 22.4, "p40"),
+        ((6, 0), 15.9, "pascal-16gb"),
+        ((6, 1), 7.9, "pascal-16gb"),
+        ((7, 0), 31.7, "volta-turing"),
+        ((7, 0), 15.8, "volta-turing"),
+        ((7, 5), 14.6, "volta-turing"),
+        ((8, 0), 79.2, "ampere"),
+        ((8, 6), 23.6, "ampere"),
+        ((9, 0), 139.8, "ampere"),
+    ],
 )
 def test_auto_selection_from_nvml_facts(cc, mem, expected):
     profile, notes = profiles.select([_gpu(cc, mem)])
@@ -103,8 +112,10 @@ def test_profiles_extend_each_other_through_omegaconf(tmp_path, monkeypatch):
     p40, p16, volta = profiles.load("p40").verl, profiles.load("pascal-16gb").verl, profiles.load("volta-turing").verl
     assert p16["data"]["train_batch_size"] == 32 and p40["data"]["train_batch_size"] == 64
     assert p16["critic"]["model"]["fsdp_config"] == p40["critic"]["model"]["fsdp_config"]  # inherited
-    assert volta["actor_rollout_ref"]["rollout"]["name"] == "vllm" and volta["actor_rollout_ref"]["actor"][
-        "ppo_micro_batch_size_per_gpu"] == 2
+    assert (
+        volta["actor_rollout_ref"]["rollout"]["name"] == "vllm"
+        and volta["actor_rollout_ref"]["actor"]["ppo_micro_batch_size_per_gpu"] == 2
+    )
     assert p40["actor_rollout_ref"]["model"]["override_config"]["attn_implementation"] == "sdpa"  # from base.yaml
     ampere = profiles.load("ampere").verl
     assert ampere["actor_rollout_ref"]["actor"]["fsdp_config"]["mixed_precision"]["param_dtype"] == "fp32"

@@ -33,10 +33,16 @@ def _free_base() -> int:
 
 def _start(*args: str) -> subprocess.Popen:
     # with no `ray` script on PATH, as where Ray came with `pip --target` (the GPU machine's first attempt failed so)
-    path = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep) if not os.path.exists(os.path.join(d, "ray")))
-    return subprocess.Popen([sys.executable, "-m", "verl_p40.cli", "cluster", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PATH": path, "RAY_USAGE_STATS_ENABLED": "0"})
+    path = os.pathsep.join(
+        d for d in os.environ["PATH"].split(os.pathsep) if not os.path.exists(os.path.join(d, "ray"))
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "verl_p40.cli", "cluster", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PATH": path, "RAY_USAGE_STATS_ENABLED": "0"},
+    )
 
 
 def _wait_line(proc: subprocess.Popen, text: str, timeout: float = 120) -> list[str]:
@@ -54,8 +60,9 @@ def _wait_line(proc: subprocess.Popen, text: str, timeout: float = 120) -> list[
 @pytest.fixture(scope="module")
 def two_hosts():
     base = _free_base()
-    head = _start("head", "--nodes", "2", "--no-train", "--port", str(base), "--node-ip", "127.0.0.1",
-                  "--wait-s", "120")
+    head = _start(
+        "head", "--nodes", "2", "--no-train", "--port", str(base), "--node-ip", "127.0.0.1", "--wait-s", "120"
+    )
     joined = None
     try:
         _wait_line(head, "cluster: 1 of 2 hosts, 1 of 2 GPUs")  # no GPU here: each host lends the profile's one
@@ -107,4 +114,3 @@ def test_a_bad_environment_value_does_not_break_help():
         result = cli("--help", env=env)
         assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
         assert cli("cluster", "--help", env=env).returncode == 0
-

@@ -18,20 +18,30 @@ def _diagnose(lines):
 
 def test_out_of_memory_in_update_actor_from_a_recorded_verl_traceback():
     said = _diagnose((DATA / "verl-oom-update-actor.log").read_text().splitlines())
-    assert said == ("CUDA out of memory in the actor's update (tried to allocate 1.84 GiB with 14.90 GiB allowed): "
-                    "lower actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu, or give the run a bigger card or a "
-                    "larger --gpu-memory-cap-gb")
+    assert said == (
+        "CUDA out of memory in the actor's update (tried to allocate 1.84 GiB with 14.90 GiB allowed): "
+        "lower actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu, or give the run a bigger card or a "
+        "larger --gpu-memory-cap-gb"
+    )
 
 
 def test_other_phases_and_causes():
-    assert "the critic's values" in _diagnose([
-        "ray.exceptions.RayTaskError(OutOfMemoryError): ray::WorkerDict.critic_compute_values() (pid=1)",
-        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."])
-    assert _diagnose(["OSError: [Errno 28] No space left on device: '/checkpoints/x/global_step_5/actor/model.pt'"]) \
-        .startswith("disk full writing /checkpoints/x/global_step_5/actor/model.pt: free space")
-    said = _diagnose(["ray.exceptions.RayTaskError(RuntimeError): ray::WorkerDict.actor_rollout_save_checkpoint() (pid=2)",
-                      "RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos 9984 vs 9878"])
+    assert "the critic's values" in _diagnose(
+        [
+            "ray.exceptions.RayTaskError(OutOfMemoryError): ray::WorkerDict.critic_compute_values() (pid=1)",
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+        ]
+    )
+    assert _diagnose(
+        ["OSError: [Errno 28] No space left on device: '/checkpoints/x/global_step_5/actor/model.pt'"]
+    ).startswith("disk full writing /checkpoints/x/global_step_5/actor/model.pt: free space")
+    said = _diagnose(
+        [
+            "ray.exceptions.RayTaskError(RuntimeError): ray::WorkerDict.actor_rollout_save_checkpoint() (pid=2)",
+            "RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos 9984 vs 9878",
+        ]
+    )
     assert said.startswith("disk full writing a checkpoint: free space")  # torch.save's words for ENOSPC
-    said = _diagnose(["  File \"/data/gsm8k/train.parquet\"", "pyarrow.lib.ArrowInvalid: Parquet file size is 0 bytes"])
+    said = _diagnose(['  File "/data/gsm8k/train.parquet"', "pyarrow.lib.ArrowInvalid: Parquet file size is 0 bytes"])
     assert said.startswith("/data/gsm8k/train.parquet: not a readable parquet file") and "verl-p40 prep" in said
     assert _diagnose(["step:1 - critic/score/mean:0.5", "KeyboardInterrupt"]) is None

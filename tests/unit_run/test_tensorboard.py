@@ -35,9 +35,21 @@ def test_the_service_entrypoint_serves_the_runs_scalars_on_localhost(tmp_path):
     port = _free_port()
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     # what compose runs, with the host and port of this test
-    server = subprocess.Popen([str(REPO / "entrypoints" / "tensorboard.sh"), "--logdir", str(logdir),
-                               "--host", "127.0.0.1", "--port", str(port)],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server = subprocess.Popen(
+        [
+            str(REPO / "entrypoints" / "tensorboard.sh"),
+            "--logdir",
+            str(logdir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline, tags = time.time() + 90, {}
         while time.time() < deadline:
@@ -50,8 +62,14 @@ def test_the_service_entrypoint_serves_the_runs_scalars_on_localhost(tmp_path):
             assert server.poll() is None, server.stdout.read()
             time.sleep(1)
         scalars = tags.get(".", {})
-        for tag in ("critic/score/mean", "actor/reward_kl_penalty", "actor/pg_loss", "critic/vf_loss",
-                    "response_length/mean", "timing_s/step"):
+        for tag in (
+            "critic/score/mean",
+            "actor/reward_kl_penalty",
+            "actor/pg_loss",
+            "critic/vf_loss",
+            "response_length/mean",
+            "timing_s/step",
+        ):
             assert tag in scalars, (tag, sorted(scalars)[:20])
         points = json.loads(_get(f"http://127.0.0.1:{port}/data/plugin/scalars/scalars?run=.&tag=critic/score/mean"))
         assert len(points) >= 10 and all(len(p) == 3 for p in points)  # (wall time, step, value) per PPO step

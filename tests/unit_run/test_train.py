@@ -4,8 +4,21 @@ from conftest import cli
 
 
 def test_dry_run_prints_verl_main_ppo_with_overrides(tiny_model, prepared):
-    result = cli("train", "--profile", "p40", "--dry-run", "--model", str(tiny_model), "--data", str(prepared),
-                 "--checkpoints", "/ckpt", "--gpu-memory-cap-gb", "24", "trainer.total_training_steps=5")
+    result = cli(
+        "train",
+        "--profile",
+        "p40",
+        "--dry-run",
+        "--model",
+        str(tiny_model),
+        "--data",
+        str(prepared),
+        "--checkpoints",
+        "/ckpt",
+        "--gpu-memory-cap-gb",
+        "24",
+        "trainer.total_training_steps=5",
+    )
     assert result.returncode == 0, result.stderr
     words = shlex.split(result.stdout.replace("\\\n", " "))
     assert words[words.index("-m") + 1] == "verl.trainer.main_ppo"
@@ -18,9 +31,23 @@ def test_dry_run_prints_verl_main_ppo_with_overrides(tiny_model, prepared):
 
 
 def test_later_values_win_and_reward_options_pass_through(tiny_model, prepared):
-    result = cli("train", "--profile", "p40", "--dry-run", "--model", str(tiny_model), "--data", str(prepared),
-                 "--reward-method", "flexible", "--format-bonus", "0.1",
-                 "--set", "data.train_batch_size=8", "data.train_batch_size=32")
+    result = cli(
+        "train",
+        "--profile",
+        "p40",
+        "--dry-run",
+        "--model",
+        str(tiny_model),
+        "--data",
+        str(prepared),
+        "--reward-method",
+        "flexible",
+        "--format-bonus",
+        "0.1",
+        "--set",
+        "data.train_batch_size=8",
+        "data.train_batch_size=32",
+    )
     words = shlex.split(result.stdout.replace("\\\n", " "))
     assert [w for w in words if w.startswith("data.train_batch_size=")] == ["data.train_batch_size=32"]
     assert "+custom_reward_function.reward_kwargs.method=flexible" in words
@@ -28,14 +55,32 @@ def test_later_values_win_and_reward_options_pass_through(tiny_model, prepared):
 
 
 def test_train_refuses_missing_model_before_starting_ray(tmp_path):
-    result = cli("train", "--profile", "p40", "--model", str(tmp_path / "none"), "--data", str(tmp_path),
-                 "--skip-check", "gpu,kernels,compute")
+    result = cli(
+        "train",
+        "--profile",
+        "p40",
+        "--model",
+        str(tmp_path / "none"),
+        "--data",
+        str(tmp_path),
+        "--skip-check",
+        "gpu,kernels,compute",
+    )
     assert result.returncode == 2 and "no model here" in result.stderr and "fetch-model" in result.stderr
 
 
 def test_train_refuses_missing_data(tmp_path, tokenizer_dir):
-    result = cli("train", "--profile", "p40", "--model", str(tokenizer_dir), "--data", str(tmp_path / "nodata"),
-                 "--skip-check", "gpu,kernels,compute,model")
+    result = cli(
+        "train",
+        "--profile",
+        "p40",
+        "--model",
+        str(tokenizer_dir),
+        "--data",
+        str(tmp_path / "nodata"),
+        "--skip-check",
+        "gpu,kernels,compute,model",
+    )
     assert result.returncode == 2 and "train.parquet: missing" in result.stderr
 
 
@@ -45,8 +90,15 @@ def test_bad_cap_rejected():
 
 
 def test_cap_refuses_a_competing_external_lib():
-    result = cli("train", "--profile", "p40", "--dry-run", "--gpu-memory-cap-gb", "24",
-                 "actor_rollout_ref.model.external_lib=my_lib")
+    result = cli(
+        "train",
+        "--profile",
+        "p40",
+        "--dry-run",
+        "--gpu-memory-cap-gb",
+        "24",
+        "actor_rollout_ref.model.external_lib=my_lib",
+    )
     assert result.returncode == 2 and "cannot be combined" in result.stderr
 
 
@@ -57,17 +109,21 @@ def test_train_log_shows_each_line_while_the_trainer_still_runs(tmp_path):
     import time
 
     release = tmp_path / "release"
-    trainer = ("import pathlib, sys, time\n"
-               "print('step:3 - critic/score/mean:0.5', flush=True)\n"
-               f"deadline = time.time() + 30\n"
-               f"while not pathlib.Path({str(release)!r}).exists() and time.time() < deadline:\n"
-               "    time.sleep(0.05)\n")
-    runner = ("import sys\n"
-              "from verl_p40.run.trainer import run_trainer\n"
-              "class Plan:\n"
-              "    env, overrides = {}, []\n"
-              f"    def command(self): return [sys.executable, '-c', {trainer!r}]\n"
-              f"sys.exit(run_trainer(Plan(), {str(tmp_path / 'logs')!r}))\n")
+    trainer = (
+        "import pathlib, sys, time\n"
+        "print('step:3 - critic/score/mean:0.5', flush=True)\n"
+        f"deadline = time.time() + 30\n"
+        f"while not pathlib.Path({str(release)!r}).exists() and time.time() < deadline:\n"
+        "    time.sleep(0.05)\n"
+    )
+    runner = (
+        "import sys\n"
+        "from verl_p40.run.trainer import run_trainer\n"
+        "class Plan:\n"
+        "    env, overrides = {}, []\n"
+        f"    def command(self): return [sys.executable, '-c', {trainer!r}]\n"
+        f"sys.exit(run_trainer(Plan(), {str(tmp_path / 'logs')!r}))\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", runner], stdout=subprocess.DEVNULL)
     try:
         seen = False
@@ -86,21 +142,25 @@ def test_train_log_shows_each_line_while_the_trainer_still_runs(tmp_path):
 
 
 def _stand_in_runner(tmp_path, trainer: str) -> str:
-    return ("import sys\n"
-            "from verl_p40.run.trainer import run_trainer\n"
-            "class Plan:\n"
-            "    env, overrides = {}, []\n"
-            f"    def command(self): return [sys.executable, '-c', {trainer!r}]\n"
-            f"sys.exit(run_trainer(Plan(), {str(tmp_path / 'logs')!r}))\n")
+    return (
+        "import sys\n"
+        "from verl_p40.run.trainer import run_trainer\n"
+        "class Plan:\n"
+        "    env, overrides = {}, []\n"
+        f"    def command(self): return [sys.executable, '-c', {trainer!r}]\n"
+        f"sys.exit(run_trainer(Plan(), {str(tmp_path / 'logs')!r}))\n"
+    )
 
 
 # a stand-in for verl's patched loop: it finishes its "step" when trainer.stop_file appears, or never
-STOPPABLE = ("import os, sys, time\n"
-             "stop = next(a.split('=', 1)[1] for a in sys.argv if a.startswith('+trainer.stop_file='))\n"
-             "print('step:1 - critic/score/mean:0.5', flush=True)\n"
-             "while not os.path.exists(stop):\n"
-             "    time.sleep(0.05)\n"
-             "print('verl-p40: stopped on request after step 1', flush=True)\n")
+STOPPABLE = (
+    "import os, sys, time\n"
+    "stop = next(a.split('=', 1)[1] for a in sys.argv if a.startswith('+trainer.stop_file='))\n"
+    "print('step:1 - critic/score/mean:0.5', flush=True)\n"
+    "while not os.path.exists(stop):\n"
+    "    time.sleep(0.05)\n"
+    "print('verl-p40: stopped on request after step 1', flush=True)\n"
+)
 
 
 def _start_after_step_one(tmp_path, trainer: str):
@@ -109,8 +169,12 @@ def _start_after_step_one(tmp_path, trainer: str):
     import sys
     import time
 
-    proc = subprocess.Popen([sys.executable, "-c", _stand_in_runner(tmp_path, trainer)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _stand_in_runner(tmp_path, trainer)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     for _ in range(200):
         logs = list((tmp_path / "logs").glob("train-*.log"))
         if logs and "step:1" in logs[0].read_text():
@@ -171,7 +235,10 @@ def test_tf32_is_on_for_sm80_and_never_on_a_p40(monkeypatch):
         assert defaults.TF32_ENV not in run.env
         assert not any(o.startswith("actor_rollout_ref.model.external_lib") for o in run.overrides)
     capped = _planned(monkeypatch, p40, profile="p40", gpu_memory_cap_gb=24)  # the cap alone still hooks memcap
-    assert defaults.TF32_ENV not in capped.env and "actor_rollout_ref.model.external_lib=verl_p40.memcap" in capped.overrides
+    assert (
+        defaults.TF32_ENV not in capped.env
+        and "actor_rollout_ref.model.external_lib=verl_p40.memcap" in capped.overrides
+    )
     assert defaults.TF32_ENV not in _planned(monkeypatch, h100, profile="ampere", tf32="off").env
     with pytest.raises(UserError, match="--tf32 on: TF32 needs an sm_80\\+ GPU .* this one is sm_61"):
         _planned(monkeypatch, p40, profile="p40", tf32="on")
@@ -183,12 +250,14 @@ def test_tf32_reaches_the_process_that_imports_the_worker_hook(tmp_path):
     import subprocess
     import sys
 
-    code = ("import torch, verl_p40.memcap; "
-            "print(torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)")
+    code = (
+        "import torch, verl_p40.memcap; print(torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)"
+    )
     import os
 
-    on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                        env={**os.environ, "VERL_P40_WORKER_TF32": "1"})
+    on = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "VERL_P40_WORKER_TF32": "1"}
+    )
     assert on.returncode == 0, on.stderr
     assert on.stdout.strip().splitlines()[-1] == "True True" and "TF32 matmuls on" in on.stdout
     env = {k: v for k, v in os.environ.items() if k != "VERL_P40_WORKER_TF32"}
@@ -209,7 +278,9 @@ def test_a_dry_run_composes_the_run_config_once(tiny_model, prepared, monkeypatc
     from verl_p40 import cli
 
     composed = _count_compose(monkeypatch)
-    assert cli.main(["train", "--profile", "p40", "--dry-run", "--model", str(tiny_model), "--data", str(prepared)]) == 0
+    assert (
+        cli.main(["train", "--profile", "p40", "--dry-run", "--model", str(tiny_model), "--data", str(prepared)]) == 0
+    )
     assert len(composed) == 1
     assert "verl.trainer.main_ppo" in capsys.readouterr().out
 
@@ -223,9 +294,23 @@ def test_train_plans_once_and_its_preflight_checks_that_plan(tiny_model, prepare
     composed = _count_compose(monkeypatch)
     started = []
     monkeypatch.setattr(trainer, "run_trainer", lambda run, logs: started.append(run) or 0)
-    code = cli.main(["train", "--profile", "p40", "--model", str(tiny_model), "--data", str(prepared),
-                     "--checkpoints", str(tmp_path / "ckpt"), "--logs", str(tmp_path / "logs"),
-                     "--skip-check", "gpu,kernels,compute,verl,shm,cluster"])
+    code = cli.main(
+        [
+            "train",
+            "--profile",
+            "p40",
+            "--model",
+            str(tiny_model),
+            "--data",
+            str(prepared),
+            "--checkpoints",
+            str(tmp_path / "ckpt"),
+            "--logs",
+            str(tmp_path / "logs"),
+            "--skip-check",
+            "gpu,kernels,compute,verl,shm,cluster",
+        ]
+    )
     report = capsys.readouterr().err
     assert code == 0, report
     assert "PASS  disk" in report and "PASS  ram" in report  # both read the plan's config

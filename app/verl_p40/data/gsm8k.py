@@ -91,8 +91,9 @@ def _read_jsonl(path: Path) -> Iterator[RawRow]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                yield RawRow(f"{path}:{lineno}", InvalidRow(f"not UTF-8 (byte 0x{raw[exc.start]:02x} at column "
-                                                            f"{exc.start + 1})"))
+                yield RawRow(
+                    f"{path}:{lineno}", InvalidRow(f"not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})")
+                )
                 continue
             if not line.strip():
                 continue
@@ -205,7 +206,9 @@ def carve_validation(train: SplitResult, size: int) -> tuple[SplitResult, SplitR
     if size >= len(train.rows):
         raise UserError(f"--val-size {size}: the train split has only {len(train.rows)} rows; take fewer")
     picked = set(random.Random(VAL_SEED).sample(range(len(train.rows)), size))
-    val = [{**row, "extra_info": {**row["extra_info"], "split": "val"}} for i, row in enumerate(train.rows) if i in picked]
+    val = [
+        {**row, "extra_info": {**row["extra_info"], "split": "val"}} for i, row in enumerate(train.rows) if i in picked
+    ]
     rest = [row for i, row in enumerate(train.rows) if i not in picked]
     return SplitResult(rows=rest, skipped=train.skipped), SplitResult(rows=val)
 
@@ -289,8 +292,12 @@ def prompt_token_stats(rows: list[dict], tokenizer_path: str) -> dict[str, float
         return {}
 
     cuts = statistics.quantiles(lengths, n=100, method="inclusive") if len(lengths) > 1 else [lengths[0]] * 99
-    return {"mean": round(statistics.fmean(lengths), 1), "p50": round(cuts[49], 1), "p99": round(cuts[98], 1),
-            "max": lengths[-1]}
+    return {
+        "mean": round(statistics.fmean(lengths), 1),
+        "p50": round(cuts[49], 1),
+        "p99": round(cuts[98], 1),
+        "max": lengths[-1],
+    }
 
 
 def prepare(

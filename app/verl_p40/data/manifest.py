@@ -38,9 +38,14 @@ def source_identity(source: str) -> dict[str, Any]:
 
 def request(source: str, limit: int | None, skip_invalid: bool, instruction: str, val_size: int = 0) -> dict[str, Any]:
     """Everything that decides prep's output: if it matches a manifest, the output is what this run would write."""
-    return {"schema_version": SCHEMA_VERSION, **source_identity(source), "limit": limit, "skip_invalid": skip_invalid,
-            "instruction": instruction, "val_size": val_size}
-
+    return {
+        "schema_version": SCHEMA_VERSION,
+        **source_identity(source),
+        "limit": limit,
+        "skip_invalid": skip_invalid,
+        "instruction": instruction,
+        "val_size": val_size,
+    }
 
 
 def manifest_problems(out_dir: Path, wanted: dict[str, Any], splits: Iterable[str]) -> list[str]:
@@ -52,8 +57,11 @@ def manifest_problems(out_dir: Path, wanted: dict[str, Any], splits: Iterable[st
         return [f"no {MANIFEST} (not written by verl-p40 prep, or prep did not finish)"]
     except (OSError, ValueError) as exc:
         return [f"{MANIFEST} unreadable ({exc})"]
-    problems = [f"made with {key} {manifest.get(key)!r}, now {value!r}" for key, value in wanted.items()
-                if key != "files" and manifest.get(key) != value]
+    problems = [
+        f"made with {key} {manifest.get(key)!r}, now {value!r}"
+        for key, value in wanted.items()
+        if key != "files" and manifest.get(key) != value
+    ]
     if manifest.get("files") != wanted.get("files"):
         problems.append("the source files changed since")
     for split, entry in (manifest.get("outputs") or {}).items():
@@ -69,10 +77,18 @@ def manifest_problems(out_dir: Path, wanted: dict[str, Any], splits: Iterable[st
 
 def write_manifest(out_dir: Path, wanted: dict[str, Any], results: dict, paths: dict[str, Path]) -> None:
     """The manifest of what prep wrote: `results` maps each split to its `gsm8k.SplitResult`, `paths` to its file."""
-    outputs = {split: {"rows": len(results[split].rows), "skipped": len(results[split].skipped),
-                       "bytes": paths[split].stat().st_size, "sha256": _sha256(paths[split])} for split in paths}
-    write_text(Path(out_dir) / MANIFEST, json.dumps({**wanted, "verl_p40": __version__, "outputs": outputs},
-                                                     indent=2) + "\n")
+    outputs = {
+        split: {
+            "rows": len(results[split].rows),
+            "skipped": len(results[split].skipped),
+            "bytes": paths[split].stat().st_size,
+            "sha256": _sha256(paths[split]),
+        }
+        for split in paths
+    }
+    write_text(
+        Path(out_dir) / MANIFEST, json.dumps({**wanted, "verl_p40": __version__, "outputs": outputs}, indent=2) + "\n"
+    )
 
 
 def changed_outputs(folder: Path) -> list[str]:
@@ -82,6 +98,8 @@ def changed_outputs(folder: Path) -> list[str]:
         outputs = json.loads(manifest.read_text(encoding="utf-8")).get("outputs") or {}
     except (OSError, ValueError):
         return []
-    return [f"{split}.parquet: changed since verl-p40 prep wrote it ({MANIFEST})"
-            for split, entry in outputs.items()
-            if (folder / f"{split}.parquet").is_file() and _sha256(folder / f"{split}.parquet") != entry.get("sha256")]
+    return [
+        f"{split}.parquet: changed since verl-p40 prep wrote it ({MANIFEST})"
+        for split, entry in outputs.items()
+        if (folder / f"{split}.parquet").is_file() and _sha256(folder / f"{split}.parquet") != entry.get("sha256")
+    ]

@@ -17,7 +17,11 @@ from verl_p40.data.manifest import MANIFEST, manifest_problems, request, write_m
 
 def remove_stale_temps(out_dir: Path) -> list[Path]:
     """prep's own temporary files left by a killed run (`.train.parquet.*.tmp`, ...)."""
-    stale = [p for name in (*(f"{s}.parquet" for s in gsm8k.written_splits(1)), MANIFEST) for p in Path(out_dir).glob(f".{name}.*.tmp")]
+    stale = [
+        p
+        for name in (*(f"{s}.parquet" for s in gsm8k.written_splits(1)), MANIFEST)
+        for p in Path(out_dir).glob(f".{name}.*.tmp")
+    ]
     for path in stale:
         path.unlink(missing_ok=True)
     return stale

@@ -48,9 +48,11 @@ def check_writable(ctx: Context) -> str:
     folders = [Path(ctx.options.checkpoints).expanduser(), Path(ctx.options.logs).expanduser(), Path(hf_home)]
     bad = [problem for problem in map(_writable, folders) if problem]
     if bad:
-        raise CheckFailed(f"cannot write to {'; '.join(bad)}",
-                          f"make them writable for uid {os.getuid()} (in compose: recreate the volume with "
-                          "`docker compose down -v` after updating the image)")
+        raise CheckFailed(
+            f"cannot write to {'; '.join(bad)}",
+            f"make them writable for uid {os.getuid()} (in compose: recreate the volume with "
+            "`docker compose down -v` after updating the image)",
+        )
     return "checkpoints, logs and the Hugging Face cache are writable"
 
 
@@ -74,11 +76,16 @@ def check_disk(ctx: Context) -> str:
     need = _needs(ctx)
     folder = Path(ctx.options.checkpoints).expanduser()
     free = shutil.disk_usage(_existing_parent(folder)).free
-    detail = (f"{budget.gb(free)} free at {folder}; the run keeps {need.checkpoints_kept} checkpoints of "
-              f"~{budget.gb(need.checkpoint_bytes)} and needs ~{budget.gb(need.disk_bytes)}")
+    detail = (
+        f"{budget.gb(free)} free at {folder}; the run keeps {need.checkpoints_kept} checkpoints of "
+        f"~{budget.gb(need.checkpoint_bytes)} and needs ~{budget.gb(need.disk_bytes)}"
+    )
     if free < need.disk_bytes:
-        raise CheckFailed(detail, "free disk space, or keep fewer checkpoints (--set trainer.max_actor_ckpt_to_keep=1 "
-                          "trainer.max_critic_ckpt_to_keep=1) or save less often (trainer.save_freq)")
+        raise CheckFailed(
+            detail,
+            "free disk space, or keep fewer checkpoints (--set trainer.max_actor_ckpt_to_keep=1 "
+            "trainer.max_critic_ckpt_to_keep=1) or save less often (trainer.save_freq)",
+        )
     return detail
 
 
@@ -89,8 +96,10 @@ def check_shm(ctx: Context) -> str:
         raise CheckFailed("/dev/shm is missing", "mount a tmpfs at /dev/shm (docker: --shm-size=16g)") from None
     detail = f"/dev/shm {budget.gb(size)}"
     if size < MIN_SHM_BYTES:
-        raise CheckFailed(f"{detail}, under the {budget.gb(MIN_SHM_BYTES)} Ray's object store and NCCL need",
-                          "give the container more shared memory (compose: shm_size: 16gb; docker run --shm-size=16g)")
+        raise CheckFailed(
+            f"{detail}, under the {budget.gb(MIN_SHM_BYTES)} Ray's object store and NCCL need",
+            "give the container more shared memory (compose: shm_size: 16gb; docker run --shm-size=16g)",
+        )
     return detail
 
 
@@ -119,6 +128,9 @@ def check_ram(ctx: Context) -> str:
     available, where = _host_memory()
     detail = f"{budget.gb(available)} available ({where}); offloaded state and Ray need ~{budget.gb(need.host_bytes)}"
     if available < need.host_bytes:
-        raise CheckFailed(detail, "free host memory, or offload less (--set critic.model.fsdp_config.param_offload=false "
-                          "... costs GPU memory)")
+        raise CheckFailed(
+            detail,
+            "free host memory, or offload less (--set critic.model.fsdp_config.param_offload=false "
+            "... costs GPU memory)",
+        )
     return detail

@@ -67,8 +67,11 @@ CHECKS = [
     Check("disk", check_disk, "free disk for the checkpoints the run keeps"),
     Check("shm", check_shm, "/dev/shm for Ray's object store and NCCL"),
     Check("ram", check_ram, "host memory for offloaded state and Ray"),
-    Check("cluster", check_cluster, "with --nodes above 1: every host joined, sees the model and data, shares the "
-          "checkpoints folder"),
+    Check(
+        "cluster",
+        check_cluster,
+        "with --nodes above 1: every host joined, sees the model and data, shares the checkpoints folder",
+    ),
     Check("torch-build", check_torch_build, "the torch build has sm_60 kernels (image build check)"),
     Check("apex", check_apex, "Apex's CUDA extensions import (image build check)"),
     Check("vllm", check_vllm, "vLLM and verl's vLLM rollout import (build check of the -vllm variant)"),
@@ -114,8 +117,12 @@ def report(results: list[Result], as_json: bool = False) -> str:
     if as_json:
         return json.dumps([asdict(r) for r in results], indent=2)
     failed = sum(r.status == FAIL for r in results)
-    summary = f"doctor: {failed} of {len(results)} checks failed" if failed else \
-        f"doctor: all {len(results)} checks passed" + (" or skipped" if any(r.status == SKIP for r in results) else "")
+    summary = (
+        f"doctor: {failed} of {len(results)} checks failed"
+        if failed
+        else f"doctor: all {len(results)} checks passed"
+        + (" or skipped" if any(r.status == SKIP for r in results) else "")
+    )
     return "\n".join([r.line() for r in results] + [summary])
 
 
@@ -135,5 +142,7 @@ def preflight(run: RunPlan, options: RunOptions, skip: dict[str, str], quiet: bo
         described = [f"{r.name}: {r.detail}" + (f"; fix: {r.fix}" if r.fix else "") for r in failed]
         if quiet:  # nothing was printed: every failure goes into the one line
             raise UserError("preflight: " + " | ".join(described))
-        raise UserError(f"preflight: {described[0]}"
-                        + (f" (and {len(failed) - 1} more failed checks above)" if len(failed) > 1 else ""))
+        raise UserError(
+            f"preflight: {described[0]}"
+            + (f" (and {len(failed) - 1} more failed checks above)" if len(failed) > 1 else "")
+        )

@@ -42,14 +42,18 @@ def check_torch_build(ctx: Context) -> str:
         raise CheckFailed(f"torch {torch.__version__} is a CPU-only build", "install a CUDA build of torch")
     oldest = "sm_%d%d" % OLDEST_ARCH
     if oldest not in archs:
-        raise CheckFailed(f"torch {torch.__version__} has no {oldest} kernels ({' '.join(archs)}): a P40 cannot run it",
-                          "install torch 2.6.0+cu118 (its wheels carry sm_60) or another build listing sm_60")
+        raise CheckFailed(
+            f"torch {torch.__version__} has no {oldest} kernels ({' '.join(archs)}): a P40 cannot run it",
+            "install torch 2.6.0+cu118 (its wheels carry sm_60) or another build listing sm_60",
+        )
     return f"torch {torch.__version__}, CUDA {torch.version.cuda}, kernels {' '.join(archs)}"
 
 
 def check_apex(ctx: Context) -> str:
     if importlib.util.find_spec("apex") is None:
-        raise CheckFailed("apex is not installed", "build the image's apex stage (only verl's Megatron backend needs it)")
+        raise CheckFailed(
+            "apex is not installed", "build the image's apex stage (only verl's Megatron backend needs it)"
+        )
     _torch()  # the extensions link against torch's libraries
     failed = []
     for name in APEX_EXTENSIONS:
@@ -58,8 +62,10 @@ def check_apex(ctx: Context) -> str:
         except ImportError as exc:
             failed.append(f"{name} ({exc})")
     if failed:
-        raise CheckFailed(f"apex extensions do not import: {'; '.join(failed)}",
-                          "rebuild apex against this torch (its CUDA must match torch.version.cuda)")
+        raise CheckFailed(
+            f"apex extensions do not import: {'; '.join(failed)}",
+            "rebuild apex against this torch (its CUDA must match torch.version.cuda)",
+        )
     return f"apex with {', '.join(APEX_EXTENSIONS)}"
 
 
@@ -72,12 +78,15 @@ def check_verl(ctx: Context) -> str:
         raise CheckFailed(str(exc), f"pip install --no-deps verl=={VERL_VERSION} && verl-p40 patch-verl") from None
     version = patches.verl_version(patches.default_verl_dir())
     if version != VERL_VERSION:
-        raise CheckFailed(f"verl {version} is installed; verl-p40 runs verl {VERL_VERSION}",
-                          f"pip install --no-deps verl=={VERL_VERSION} && verl-p40 patch-verl")
+        raise CheckFailed(
+            f"verl {version} is installed; verl-p40 runs verl {VERL_VERSION}",
+            f"pip install --no-deps verl=={VERL_VERSION} && verl-p40 patch-verl",
+        )
     missing = [name for name, state in states.items() if state != patches.APPLIED]
     if missing:
-        raise CheckFailed(f"{len(missing)} of {len(states)} patches missing ({', '.join(missing)})",
-                          "verl-p40 patch-verl")
+        raise CheckFailed(
+            f"{len(missing)} of {len(states)} patches missing ({', '.join(missing)})", "verl-p40 patch-verl"
+        )
     return f"verl {version}, {len(states)}/{len(states)} patches applied"
 
 
@@ -92,16 +101,22 @@ def check_gpu(ctx: Context) -> str:
         gpus = detect()
         driver, driver_cuda = driver_versions()
     except NoGPU as exc:
-        raise CheckFailed(str(exc), "install the NVIDIA driver; in Docker, run with the GPU reservation (compose) or "
-                          "--gpus all, which needs the NVIDIA Container Toolkit") from None
+        raise CheckFailed(
+            str(exc),
+            "install the NVIDIA driver; in Docker, run with the GPU reservation (compose) or "
+            "--gpus all, which needs the NVIDIA Container Toolkit",
+        ) from None
     torch = _torch()
     detail = f"driver {driver} (CUDA {driver_cuda[0]}.{driver_cuda[1]}), " + "; ".join(g.describe() for g in gpus)
     if torch.version.cuda:
         major = int(torch.version.cuda.split(".")[0])
         needed = MIN_DRIVER.get(major)
         if driver_cuda[0] < major or (needed and _version_tuple(driver) < _version_tuple(needed)):
-            raise CheckFailed(f"{detail}: torch {torch.__version__} needs CUDA {torch.version.cuda}, which needs "
-                              f"driver >= {needed or '?'}", f"update the NVIDIA driver to {needed} or newer")
+            raise CheckFailed(
+                f"{detail}: torch {torch.__version__} needs CUDA {torch.version.cuda}, which needs "
+                f"driver >= {needed or '?'}",
+                f"update the NVIDIA driver to {needed} or newer",
+            )
     return detail
 
 
@@ -121,10 +136,14 @@ def check_kernels(ctx: Context) -> str:
     archs = arch_flags()
     bad = [g for g in ctx.gpus() if not any(_arch_runs_on(a, g.compute_capability) for a in archs)]
     if bad:
-        cards = ", ".join(f"GPU {g.index} {g.name} (sm_{g.compute_capability[0]}{g.compute_capability[1]})" for g in bad)
-        raise CheckFailed(f"torch {torch.__version__} has no kernels for {cards}: it has {' '.join(archs)}",
-                          "use the verl-p40 image (torch 2.6.0+cu118 carries sm_60 kernels) or a torch build for "
-                          "this card; only skip this check where the reported capability is emulated")
+        cards = ", ".join(
+            f"GPU {g.index} {g.name} (sm_{g.compute_capability[0]}{g.compute_capability[1]})" for g in bad
+        )
+        raise CheckFailed(
+            f"torch {torch.__version__} has no kernels for {cards}: it has {' '.join(archs)}",
+            "use the verl-p40 image (torch 2.6.0+cu118 carries sm_60 kernels) or a torch build for "
+            "this card; only skip this check where the reported capability is emulated",
+        )
     return f"{' '.join(archs)} cover " + ", ".join(f"GPU {g.index}" for g in ctx.gpus())
 
 
@@ -151,7 +170,8 @@ def compute_probe() -> None:
             return
         expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         if not torch.allclose(product, a @ b, rtol=1e-3, atol=1e-3) or not torch.allclose(
-                out.detach().cpu(), expected, rtol=1e-3, atol=1e-3):
+            out.detach().cpu(), expected, rtol=1e-3, atol=1e-3
+        ):
             print(json.dumps({"error": f"GPU {index}: fp32 results differ from the CPU's"}))
             return
         done.append(index)
@@ -164,22 +184,26 @@ def check_compute(ctx: Context) -> str:
     ctx.gpus()
     result, probe = run_python("from verl_p40.doctor.stack_checks import compute_probe; compute_probe()", timeout=300)
     if result is None:
-        raise CheckFailed(f"the GPU probe crashed ({last_error_line(probe)})", "check the driver and the GPU (nvidia-smi)")
+        raise CheckFailed(
+            f"the GPU probe crashed ({last_error_line(probe)})", "check the driver and the GPU (nvidia-smi)"
+        )
     if "error" in result:
         raise CheckFailed(result["error"], "the GPU cannot run this torch build's kernels: use the verl-p40 image")
     if not result["ok"]:
         raise CheckFailed("torch sees no CUDA device", "check CUDA_VISIBLE_DEVICES and the container's GPU reservation")
-    return ("fp32 matmul and SDPA forward/backward agree with the CPU on "
-            + ", ".join(f"GPU {i}" for i in result["ok"]))
+    return "fp32 matmul and SDPA forward/backward agree with the CPU on " + ", ".join(f"GPU {i}" for i in result["ok"])
 
 
 def check_vllm(ctx: Context) -> str:
     """vLLM and verl's vLLM rollout import (the -vllm image variant), in a fresh interpreter."""
     if importlib.util.find_spec("vllm") is None:
         raise CheckFailed("vllm is not installed", "use the -vllm image variant (sm_70+), or the HF rollout")
-    result, probe = run_python("import json, vllm, verl.workers.rollout.vllm_rollout; "
-                               "print(json.dumps({'version': vllm.__version__}))", timeout=600)
+    result, probe = run_python(
+        "import json, vllm, verl.workers.rollout.vllm_rollout; print(json.dumps({'version': vllm.__version__}))",
+        timeout=600,
+    )
     if probe.returncode != 0 or result is None:
-        raise CheckFailed(f"vllm does not import: {last_error_line(probe)}",
-                          "rebuild the -vllm variant against PyPI's torch 2.6.0")
+        raise CheckFailed(
+            f"vllm does not import: {last_error_line(probe)}", "rebuild the -vllm variant against PyPI's torch 2.6.0"
+        )
     return f"vllm {result['version']} and verl's vLLM rollout import"

@@ -43,8 +43,11 @@ def training_curves(logs: Path, out: Path) -> bool:
         start = min((s.ts for s in samples), default=0.0)
         for gpu in sorted({s.gpu for s in samples}):
             rows = [s for s in samples if s.gpu == gpu]
-            ax.plot([(s.ts - start) / 60 for s in rows],
-                    [(s.memory_used_bytes or 0) / 1e9 for s in rows], label=f"GPU {gpu}")
+            ax.plot(
+                [(s.ts - start) / 60 for s in rows],
+                [(s.memory_used_bytes or 0) / 1e9 for s in rows],
+                label=f"GPU {gpu}",
+            )
         peak = max(((s.memory_used_bytes or 0) for s in samples), default=0) / 1e9
         ax.set_title(f"GPU memory used (gpu-monitor), peak {peak:.2f} GB", fontsize=9)
         ax.set_xlabel("minutes", fontsize=8)

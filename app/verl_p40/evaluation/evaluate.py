@@ -38,7 +38,7 @@ def score(answer: str, ground_truth: str) -> dict:
 
 def _batches(items: list, size: int) -> Iterator[list]:
     for start in range(0, len(items), size):
-        yield items[start:start + size]
+        yield items[start : start + size]
 
 
 def read_answers(path: Path) -> dict[int, dict]:
@@ -55,21 +55,32 @@ def read_answers(path: Path) -> dict[int, dict]:
     return done
 
 
-def generate_answers(models: dict[str, Path], questions: list[Question], out: Path, batch_size: int,
-                     device: str, max_new_tokens: int, engine: type = HfGenerator,
-                     dtype: str = "fp32") -> dict[int, dict]:
+def generate_answers(
+    models: dict[str, Path],
+    questions: list[Question],
+    out: Path,
+    batch_size: int,
+    device: str,
+    max_new_tokens: int,
+    engine: type = HfGenerator,
+    dtype: str = "fp32",
+) -> dict[int, dict]:
     """Append one line per question (every model's answer and scores) to answers.jsonl, skipping done questions."""
     from tqdm import tqdm
 
     path = out / "answers.jsonl"
     done = read_answers(path)
     if done and any(set(r["models"]) != set(models) for r in done.values()):
-        raise UserError(f"{path}: written for other models ({sorted(next(iter(done.values()))['models'])}); "
-                        "use another --out or remove it")
+        raise UserError(
+            f"{path}: written for other models ({sorted(next(iter(done.values()))['models'])}); "
+            "use another --out or remove it"
+        )
     other = next((r.get("dtype") for r in done.values() if r.get("dtype") != dtype), dtype)
     if other != dtype:
-        raise UserError(f"{path}: answers generated in {other or 'an unrecorded dtype'}, this run asks for {dtype}; "
-                        "use another --out or remove it")
+        raise UserError(
+            f"{path}: answers generated in {other or 'an unrecorded dtype'}, this run asks for {dtype}; "
+            "use another --out or remove it"
+        )
     pending = [q for q in questions if q.index not in done]
     if not pending:
         return done
@@ -83,12 +94,22 @@ def generate_answers(models: dict[str, Path], questions: list[Question], out: Pa
                 seconds = (time.perf_counter() - started) / len(batch)
                 per_model[label] = (answers, seconds)
             for i, q in enumerate(batch):
-                record = {"index": q.index, "question": q.question, "prompt": q.prompt[-1]["content"],
-                          "ground_truth": q.ground_truth, "dtype": dtype, "models": {}}
+                record = {
+                    "index": q.index,
+                    "question": q.question,
+                    "prompt": q.prompt[-1]["content"],
+                    "ground_truth": q.ground_truth,
+                    "dtype": dtype,
+                    "models": {},
+                }
                 for label, (answers, seconds) in per_model.items():
                     text, tokens = answers[i]
-                    record["models"][label] = {"answer": text, "response_tokens": tokens,
-                                               "seconds": round(seconds, 4), **score(text, q.ground_truth)}
+                    record["models"][label] = {
+                        "answer": text,
+                        "response_tokens": tokens,
+                        "seconds": round(seconds, 4),
+                        **score(text, q.ground_truth),
+                    }
                 handle.write(json.dumps(record, ensure_ascii=False) + "\n")
                 done[q.index] = record
             handle.flush()
@@ -127,9 +148,12 @@ def paired_differences(records: list[dict], first: str, second: str) -> dict:
         pairs = [(r["models"][first], r["models"][second]) for r in records]
         test = stats.paired(pairs, kind)
         n = len(pairs)
-        out[kind] = {"difference": round(sum(b[kind] - a[kind] for a, b in pairs) / n, 4) if n else 0.0,
-                     f"{second}_only": test["second_higher"], f"{first}_only": test["first_higher"],
-                     "p_value": test["p_value"]}
+        out[kind] = {
+            "difference": round(sum(b[kind] - a[kind] for a, b in pairs) / n, 4) if n else 0.0,
+            f"{second}_only": test["second_higher"],
+            f"{first}_only": test["first_higher"],
+            "p_value": test["p_value"],
+        }
     return out
 
 
@@ -137,42 +161,84 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", "<br>")
 
 
-def markdown(summary: dict, records: list[dict], labels: list[str], examples: int, models: dict[str, str],
-             curves: bool, dtype: str = "fp32", comparison: dict | None = None) -> str:
+def markdown(
+    summary: dict,
+    records: list[dict],
+    labels: list[str],
+    examples: int,
+    models: dict[str, str],
+    curves: bool,
+    dtype: str = "fp32",
+    comparison: dict | None = None,
+) -> str:
     lines = ["# GSM8K evaluation", "", f"{len(records)} questions, greedy decoding in {dtype}.", ""]
-    lines += ["| model | path | strict accuracy | flexible accuracy | format rate | mean response tokens | samples/s |",
-              "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines += [
+        "| model | path | strict accuracy | flexible accuracy | format rate | mean response tokens | samples/s |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for label in labels:
         s = summary[label]
-        lines.append(f"| {label} | `{models[label]}` | {s['accuracy_strict']:.1%} | {s['accuracy_flexible']:.1%} | "
-                     f"{s['format_rate']:.1%} | {s['mean_response_tokens']} | {s['samples_per_s']} |")
+        lines.append(
+            f"| {label} | `{models[label]}` | {s['accuracy_strict']:.1%} | {s['accuracy_flexible']:.1%} | "
+            f"{s['format_rate']:.1%} | {s['mean_response_tokens']} | {s['samples_per_s']} |"
+        )
     if len(labels) == 2 and comparison:
         a, b = labels
-        lines += ["", "Paired on the same questions (sign test over the questions where only one model scores):", "",
-                  f"| score | difference ({b} - {a}) | only {b} | only {a} | p (two-sided) |",
-                  "| --- | --- | --- | --- | --- |"]
+        lines += [
+            "",
+            "Paired on the same questions (sign test over the questions where only one model scores):",
+            "",
+            f"| score | difference ({b} - {a}) | only {b} | only {a} | p (two-sided) |",
+            "| --- | --- | --- | --- | --- |",
+        ]
         for kind, title in KINDS.items():
             c = comparison[kind]
-            lines.append(f"| {title} | {c['difference']:+.1%} | {c[f'{b}_only']} | {c[f'{a}_only']} | "
-                         f"{c['p_value']:.3g} |")
-        diff = [r for r in records if r["models"][a]["flexible"] != r["models"][b]["flexible"]
-                or r["models"][a]["strict"] != r["models"][b]["strict"]]
+            lines.append(
+                f"| {title} | {c['difference']:+.1%} | {c[f'{b}_only']} | {c[f'{a}_only']} | {c['p_value']:.3g} |"
+            )
+        diff = [
+            r
+            for r in records
+            if r["models"][a]["flexible"] != r["models"][b]["flexible"]
+            or r["models"][a]["strict"] != r["models"][b]["strict"]
+        ]
         lines += ["", f"The models' strict or flexible scores differ on {len(diff)} questions.", ""]
         if diff:
-            lines += [f"## The first {min(examples, len(diff))} of them", "",
-                      f"| # | question | answer | {a} | {b} |", "| --- | --- | --- | --- | --- |"]
+            lines += [
+                f"## The first {min(examples, len(diff))} of them",
+                "",
+                f"| # | question | answer | {a} | {b} |",
+                "| --- | --- | --- | --- | --- |",
+            ]
             for r in diff[:examples]:
-                cells = [f"{_md_cell(r['models'][x]['answer'])}<br>**strict {r['models'][x]['strict']:g}, flexible "
-                         f"{r['models'][x]['flexible']:g}**" for x in (a, b)]
-                lines.append(f"| {r['index']} | {_md_cell(r['question'])} | {r['ground_truth']} | {cells[0]} | {cells[1]} |")
+                cells = [
+                    f"{_md_cell(r['models'][x]['answer'])}<br>**strict {r['models'][x]['strict']:g}, flexible "
+                    f"{r['models'][x]['flexible']:g}**"
+                    for x in (a, b)
+                ]
+                lines.append(
+                    f"| {r['index']} | {_md_cell(r['question'])} | {r['ground_truth']} | {cells[0]} | {cells[1]} |"
+                )
     if curves:
         lines += ["", "![training curves](curves.png)"]
     return "\n".join(lines) + "\n"
 
 
-def run(model: str, compare: str | None, data: Path, out: Path, limit: int | None, batch_size: int,
-        max_new_tokens: int, checkpoints: Path, logs: Path | None, device: str | None, examples: int,
-        engine: str = "auto", dtype: str = "fp32") -> dict:
+def run(
+    model: str,
+    compare: str | None,
+    data: Path,
+    out: Path,
+    limit: int | None,
+    batch_size: int,
+    max_new_tokens: int,
+    checkpoints: Path,
+    logs: Path | None,
+    device: str | None,
+    examples: int,
+    engine: str = "auto",
+    dtype: str = "fp32",
+) -> dict:
     import torch
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -189,21 +255,33 @@ def run(model: str, compare: str | None, data: Path, out: Path, limit: int | Non
     summary = summarise(records, labels)
     comparison = paired_differences(records, *labels) if len(labels) == 2 else None
     curves = training_curves(logs, out / "curves.png") if logs else False
-    report = {"data": str(data), "questions": len(records), "device": device, "dtype": dtype,
-              "max_new_tokens": max_new_tokens, "engine": "vllm" if generator is VllmGenerator else "hf",
-              "models": {label: {"path": str(models[label]), **summary[label]} for label in labels},
-              "comparison": comparison, "curves": "curves.png" if curves else None}
+    report = {
+        "data": str(data),
+        "questions": len(records),
+        "device": device,
+        "dtype": dtype,
+        "max_new_tokens": max_new_tokens,
+        "engine": "vllm" if generator is VllmGenerator else "hf",
+        "models": {label: {"path": str(models[label]), **summary[label]} for label in labels},
+        "comparison": comparison,
+        "curves": "curves.png" if curves else None,
+    }
     write_text(out / "report.json", json.dumps(report, indent=2) + "\n")
-    write_text(out / "report.md", markdown(summary, records, labels, examples, {k: str(v) for k, v in models.items()},
-                                           curves, dtype, comparison))
+    write_text(
+        out / "report.md",
+        markdown(summary, records, labels, examples, {k: str(v) for k, v in models.items()}, curves, dtype, comparison),
+    )
     return report
+
 
 def add_arguments(p) -> None:
     """`verl-p40 eval`'s options."""
     from verl_p40 import defaults
     from verl_p40.options import number
 
-    p.add_argument("--model", required=True, help="Hugging Face folder, verl checkpoint .../global_step_N/actor, or latest")
+    p.add_argument(
+        "--model", required=True, help="Hugging Face folder, verl checkpoint .../global_step_N/actor, or latest"
+    )
     p.add_argument("--compare", help="a second model, same forms (the trained one)")
     p.add_argument("--data", default=defaults.DATA.join("test.parquet"), help="[%(default)s]")
     p.add_argument("--out", default=defaults.LOGS.join("eval"), help="[%(default)s]")
@@ -213,9 +291,19 @@ def add_arguments(p) -> None:
     p.add_argument("--checkpoints", default=defaults.CHECKPOINTS.get(), help="for 'latest' [%(default)s]")
     p.add_argument("--logs", default=defaults.LOGS.get(), help="trainer logs for curves.png [%(default)s]")
     p.add_argument("--device", help="cuda, cuda:1 or cpu [cuda when available]")
-    p.add_argument("--examples", type=number(int, 0), default=10, help="questions shown side by side in report.md [%(default)s]")
-    p.add_argument("--engine", choices=("auto", "hf", "vllm"), default="auto",
-                   help="generation engine: auto = vLLM where installed on sm_70+, else HF generate [%(default)s]")
-    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
-                   help="of the weights while generating; bf16 greedy answers do not repeat run to run, so compare "
-                   "models in fp32 [%(default)s]")
+    p.add_argument(
+        "--examples", type=number(int, 0), default=10, help="questions shown side by side in report.md [%(default)s]"
+    )
+    p.add_argument(
+        "--engine",
+        choices=("auto", "hf", "vllm"),
+        default="auto",
+        help="generation engine: auto = vLLM where installed on sm_70+, else HF generate [%(default)s]",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=("fp32", "bf16", "fp16"),
+        default="fp32",
+        help="of the weights while generating; bf16 greedy answers do not repeat run to run, so compare "
+        "models in fp32 [%(default)s]",
+    )

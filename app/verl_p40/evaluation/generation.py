@@ -28,11 +28,18 @@ def load_questions(path: Path, limit: int | None) -> list[Question]:
     for i, row in enumerate(rows[: limit or None]):
         try:
             extra = row.get("extra_info") or {}  # verl's schema allows a null extra_info
-            out.append(Question(index=int(extra.get("index", i)), prompt=list(row["prompt"]),
-                                ground_truth=str(row["reward_model"]["ground_truth"]),
-                                question=str(extra.get("question") or row["prompt"][-1]["content"])))
+            out.append(
+                Question(
+                    index=int(extra.get("index", i)),
+                    prompt=list(row["prompt"]),
+                    ground_truth=str(row["reward_model"]["ground_truth"]),
+                    question=str(extra.get("question") or row["prompt"][-1]["content"]),
+                )
+            )
         except (KeyError, TypeError, IndexError, ValueError) as exc:
-            raise UserError(f"{path}: row {i + 1}: not in verl's RL schema ({exc}); make it with verl-p40 prep") from None
+            raise UserError(
+                f"{path}: row {i + 1}: not in verl's RL schema ({exc}); make it with verl-p40 prep"
+            ) from None
     return out
 
 
@@ -69,8 +76,11 @@ class HfGenerator:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.dtype = torch_dtype(dtype, device)
         attn = "sdpa"
-        self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), torch_dtype=self.dtype,
-                                                          attn_implementation=attn).to(device).eval()
+        self.model = (
+            AutoModelForCausalLM.from_pretrained(str(model_dir), torch_dtype=self.dtype, attn_implementation=attn)
+            .to(device)
+            .eval()
+        )
         eos = {self.tokenizer.eos_token_id}
         try:
             generation = GenerationConfig.from_pretrained(str(model_dir))
@@ -85,11 +95,16 @@ class HfGenerator:
         texts = [self.tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
         batch = self.tokenizer(texts, return_tensors="pt", padding=True).to(self.device)
         with self.torch.no_grad():
-            out = self.model.generate(**batch, max_new_tokens=self.max_new_tokens, do_sample=False,
-                                      repetition_penalty=1.0, eos_token_id=self.eos,
-                                      pad_token_id=self.tokenizer.pad_token_id)
+            out = self.model.generate(
+                **batch,
+                max_new_tokens=self.max_new_tokens,
+                do_sample=False,
+                repetition_penalty=1.0,
+                eos_token_id=self.eos,
+                pad_token_id=self.tokenizer.pad_token_id,
+            )
         results = []
-        for row in out[:, batch["input_ids"].shape[1]:]:
+        for row in out[:, batch["input_ids"].shape[1] :]:
             ids = row.tolist()
             length = next((i + 1 for i, t in enumerate(ids) if t in self.eos), len(ids))
             results.append((self.tokenizer.decode(ids[:length], skip_special_tokens=True), length))
@@ -104,7 +119,9 @@ class VllmGenerator:
         from vllm import LLM, SamplingParams
 
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-        self.llm = LLM(model=str(model_dir), dtype=torch_dtype(dtype, device), gpu_memory_utilization=0.5, enforce_eager=True)
+        self.llm = LLM(
+            model=str(model_dir), dtype=torch_dtype(dtype, device), gpu_memory_utilization=0.5, enforce_eager=True
+        )
         self.params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
 
     def __call__(self, prompts: list[list[dict]]) -> list[tuple[str, int]]:
@@ -120,7 +137,9 @@ def pick_engine(engine: str, device: str) -> type:
     import torch
 
     has_vllm = importlib.util.find_spec("vllm") is not None
-    capable = device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.get_device_capability(device) >= (7, 0)
+    capable = (
+        device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.get_device_capability(device) >= (7, 0)
+    )
     if engine == "vllm":
         if not (has_vllm and capable):
             raise UserError("--engine vllm needs the vllm package and a GPU of compute capability 7.0 or newer")

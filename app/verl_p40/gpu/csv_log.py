@@ -61,7 +61,9 @@ def read_gpu_csv(path: str | Path) -> list[GPUSample]:
                 if value == "":
                     values[key] = None
                 elif key in numeric:
-                    values[key] = int(float(value)) if key in ("gpu", "memory_used_bytes", "memory_total_bytes") else float(value)
+                    values[key] = (
+                        int(float(value)) if key in ("gpu", "memory_used_bytes", "memory_total_bytes") else float(value)
+                    )
                 else:
                     values[key] = value
             out.append(GPUSample(**values))
@@ -70,6 +72,13 @@ def read_gpu_csv(path: str | Path) -> list[GPUSample]:
 
 def read_process_csv(path: str | Path) -> list[ProcessSample]:
     with open(path, newline="") as handle:
-        return [ProcessSample(ts=float(row["ts"]), gpu=int(row["gpu"]), pid=int(row["pid"]), name=row["name"],
-                              used_memory_bytes=int(row["used_memory_bytes"]) if row["used_memory_bytes"] else None)
-                for row in csv.DictReader(handle)]
+        return [
+            ProcessSample(
+                ts=float(row["ts"]),
+                gpu=int(row["gpu"]),
+                pid=int(row["pid"]),
+                name=row["name"],
+                used_memory_bytes=int(row["used_memory_bytes"]) if row["used_memory_bytes"] else None,
+            )
+            for row in csv.DictReader(handle)
+        ]

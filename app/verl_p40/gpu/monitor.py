@@ -46,16 +46,24 @@ class Summary:
             self.started = row.ts if self.started is None else min(self.started, row.ts)
             self.ended = row.ts if self.ended is None else max(self.ended, row.ts)
             self.samples += 1
-            g = self.gpus.setdefault(row.gpu, {"name": row.name, "peak_memory_used_bytes": 0,
-                                               "memory_total_bytes": row.memory_total_bytes, "peak_at": None})
+            g = self.gpus.setdefault(
+                row.gpu,
+                {
+                    "name": row.name,
+                    "peak_memory_used_bytes": 0,
+                    "memory_total_bytes": row.memory_total_bytes,
+                    "peak_at": None,
+                },
+            )
             if row.memory_used_bytes is not None and row.memory_used_bytes > g["peak_memory_used_bytes"]:
                 g["peak_memory_used_bytes"], g["peak_at"] = row.memory_used_bytes, row.ts
             if row.utilization_gpu_pct is not None:
                 self._util.setdefault(row.gpu, []).append(row.utilization_gpu_pct)
         for proc in proc_rows:
             key = f"{proc.gpu}:{proc.pid}"
-            p = self.processes.setdefault(key, {"gpu": proc.gpu, "pid": proc.pid, "name": proc.name,
-                                                "peak_used_memory_bytes": 0})
+            p = self.processes.setdefault(
+                key, {"gpu": proc.gpu, "pid": proc.pid, "name": proc.name, "peak_used_memory_bytes": 0}
+            )
             if proc.used_memory_bytes is not None:
                 p["peak_used_memory_bytes"] = max(p["peak_used_memory_bytes"], proc.used_memory_bytes)
 
@@ -63,16 +71,20 @@ class Summary:
         gpus = {}
         for index, g in sorted(self.gpus.items()):
             util = self._util.get(index, [])
-            gpus[str(index)] = {**g, "peak_memory_used_gb": round(g["peak_memory_used_bytes"] / 1e9, 3),
-                                "utilization_gpu_mean_pct": round(sum(util) / len(util), 2) if util else None,
-                                "utilization_gpu_p95_pct": _p95(util)}
+            gpus[str(index)] = {
+                **g,
+                "peak_memory_used_gb": round(g["peak_memory_used_bytes"] / 1e9, 3),
+                "utilization_gpu_mean_pct": round(sum(util) / len(util), 2) if util else None,
+                "utilization_gpu_p95_pct": _p95(util),
+            }
         return {
             "duration_s": round((self.ended or 0) - (self.started or 0), 1),
-            "started": self.started, "ended": self.ended, "samples": self.samples, "gpus": gpus,
+            "started": self.started,
+            "ended": self.ended,
+            "samples": self.samples,
+            "gpus": gpus,
             "processes": sorted(self.processes.values(), key=lambda p: -p["peak_used_memory_bytes"]),
         }
-
-
 
 
 class Alerts:
@@ -90,9 +102,11 @@ class Alerts:
             pct = 100.0 * row.memory_used_bytes / row.memory_total_bytes
             if pct >= self.threshold and row.gpu not in self.above:
                 self.above.add(row.gpu)
-                lines.append(f"WARNING: GPU {row.gpu} ({row.name}) memory at {pct:.1f}% "
-                             f"({row.memory_used_bytes / 1e9:.2f} of {row.memory_total_bytes / 1e9:.2f} GB), "
-                             f"over the {self.threshold:g}% alert threshold: an out-of-memory kill may follow")
+                lines.append(
+                    f"WARNING: GPU {row.gpu} ({row.name}) memory at {pct:.1f}% "
+                    f"({row.memory_used_bytes / 1e9:.2f} of {row.memory_total_bytes / 1e9:.2f} GB), "
+                    f"over the {self.threshold:g}% alert threshold: an out-of-memory kill may follow"
+                )
             elif pct < self.threshold and row.gpu in self.above:
                 self.above.discard(row.gpu)
                 lines.append(f"GPU {row.gpu} memory back under {self.threshold:g}% ({pct:.1f}%)")
@@ -120,8 +134,16 @@ def format_table(rows: list[GPUSample], procs: list[ProcessSample]) -> str:
 
 
 class Monitor:
-    def __init__(self, source, out: Path, interval: float = 1.0, exporter: Exporter | None = None,
-                 alert_mem_pct: float | None = None, max_csv_bytes: int = 50 * 2**20, log=print):
+    def __init__(
+        self,
+        source,
+        out: Path,
+        interval: float = 1.0,
+        exporter: Exporter | None = None,
+        alert_mem_pct: float | None = None,
+        max_csv_bytes: int = 50 * 2**20,
+        log=print,
+    ):
         self.source, self.out, self.interval, self.exporter, self.log = source, Path(out), interval, exporter, log
         self.gpu_csv = CsvLog(self.out / "gpu.csv", GPU_COLUMNS, max_csv_bytes)
         self.proc_csv = CsvLog(self.out / "gpu-processes.csv", PROCESS_COLUMNS, max_csv_bytes)
@@ -171,7 +193,9 @@ def main(args) -> int:
         except OSError as exc:
             raise UserError(f"{csv_path}: cannot read it ({exc.strerror or exc})") from None
         except (KeyError, TypeError, ValueError) as exc:
-            raise UserError(f"{csv_path}: not a gpu.csv written by verl-p40 monitor ({type(exc).__name__}: {exc})") from None
+            raise UserError(
+                f"{csv_path}: not a gpu.csv written by verl-p40 monitor ({type(exc).__name__}: {exc})"
+            ) from None
         if not samples:
             raise UserError(f"{csv_path}: not a gpu.csv written by verl-p40 monitor (no samples)")
         plots.gpu_memory(samples, target)
@@ -194,8 +218,10 @@ def main(args) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stop)
     where = f", metrics on http://{args.bind}:{args.port}/metrics" if args.port else ""
-    log(f"[monitor] sampling {', '.join(f'GPU {i} {n}' for i, n in source.names.items())} every {args.interval:g} s "
-        f"into {out}{where}")
+    log(
+        f"[monitor] sampling {', '.join(f'GPU {i} {n}' for i, n in source.names.items())} every {args.interval:g} s "
+        f"into {out}{where}"
+    )
     try:
         monitor.run(max_samples=args.samples)
     finally:
@@ -204,10 +230,13 @@ def main(args) -> int:
         if exporter is not None:
             exporter.close()
     for index, g in summary["gpus"].items():
-        log(f"[monitor] GPU {index}: peak {g['peak_memory_used_gb']:.2f} GB, utilisation mean "
-            f"{g['utilization_gpu_mean_pct']}% p95 {g['utilization_gpu_p95_pct']}% over {summary['duration_s']} s")
+        log(
+            f"[monitor] GPU {index}: peak {g['peak_memory_used_gb']:.2f} GB, utilisation mean "
+            f"{g['utilization_gpu_mean_pct']}% p95 {g['utilization_gpu_p95_pct']}% over {summary['duration_s']} s"
+        )
     log(f"[monitor] wrote {out / 'gpu-summary.json'} and {out / 'gpu.png'}")
     return 0
+
 
 def add_arguments(p) -> None:
     """`verl-p40 monitor`'s options."""
@@ -218,10 +247,18 @@ def add_arguments(p) -> None:
     p.add_argument("--out", default=defaults.LOGS.join("gpu"), help="output folder [%(default)s]")
     p.add_argument("--port", type=number(int, 1, 65535), default=None, help="serve Prometheus metrics on this port")
     p.add_argument("--bind", default="127.0.0.1", help="address for the metrics port [%(default)s]")
-    p.add_argument("--gpus", default="all", help="all, or GPU indices as nvidia-smi numbers them (e.g. 0,1) [%(default)s]")
+    p.add_argument(
+        "--gpus", default="all", help="all, or GPU indices as nvidia-smi numbers them (e.g. 0,1) [%(default)s]"
+    )
     p.add_argument("--once", action="store_true", help="take one sample, print it, exit")
-    p.add_argument("--samples", type=number(int, 1), default=None, help="stop after N samples [run until SIGTERM/SIGINT]")
-    p.add_argument("--alert-mem-pct", type=number(float, 0, 100), default=None, help="warn when a GPU's memory use crosses N %%")
-    p.add_argument("--max-csv-mb", type=number(float, 0.01), default=50, help="rotate gpu.csv at this size [%(default)s]")
+    p.add_argument(
+        "--samples", type=number(int, 1), default=None, help="stop after N samples [run until SIGTERM/SIGINT]"
+    )
+    p.add_argument(
+        "--alert-mem-pct", type=number(float, 0, 100), default=None, help="warn when a GPU's memory use crosses N %%"
+    )
+    p.add_argument(
+        "--max-csv-mb", type=number(float, 0.01), default=50, help="rotate gpu.csv at this size [%(default)s]"
+    )
     p.add_argument("--plot", metavar="CSV", help="only redraw the picture from a gpu.csv")
     p.add_argument("--plot-out", help="with --plot: where to write the PNG [beside the CSV]")

@@ -225,30 +225,53 @@ class NvmlSource:
             util = self._field(index, "utilization", lambda: n.nvmlDeviceGetUtilizationRates(handle))
             power = self._field(index, "power", lambda: n.nvmlDeviceGetPowerUsage(handle))
             limit = self._field(index, "power limit", lambda: n.nvmlDeviceGetEnforcedPowerLimit(handle))
-            throttle = self._field(index, "throttle reasons",
-                                   lambda: n.nvmlDeviceGetCurrentClocksThrottleReasons(handle))
-            gpu_rows.append(GPUSample(
-                ts=now, gpu=index, name=self.names[index],
-                memory_used_bytes=mem.used, memory_total_bytes=mem.total,
-                utilization_gpu_pct=None if util is None else float(util.gpu),
-                utilization_memory_pct=None if util is None else float(util.memory),
-                temperature_c=self._field(index, "temperature",
-                                          lambda: float(n.nvmlDeviceGetTemperature(handle, n.NVML_TEMPERATURE_GPU))),
-                power_w=None if power is None else power / 1000.0,
-                power_limit_w=None if limit is None else limit / 1000.0,
-                sm_clock_mhz=self._field(index, "SM clock", lambda: float(n.nvmlDeviceGetClockInfo(handle, n.NVML_CLOCK_SM))),
-                memory_clock_mhz=self._field(index, "memory clock",
-                                             lambda: float(n.nvmlDeviceGetClockInfo(handle, n.NVML_CLOCK_MEM))),
-                throttle_reasons=None if throttle is None else decode_throttle(throttle, n),
-                pcie_tx_kbs=self._field(index, "PCIe throughput",
-                                        lambda: float(n.nvmlDeviceGetPcieThroughput(handle, n.NVML_PCIE_UTIL_TX_BYTES))),
-                pcie_rx_kbs=self._field(index, "PCIe throughput",
-                                        lambda: float(n.nvmlDeviceGetPcieThroughput(handle, n.NVML_PCIE_UTIL_RX_BYTES))),
-            ))
+            throttle = self._field(
+                index, "throttle reasons", lambda: n.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
+            )
+            gpu_rows.append(
+                GPUSample(
+                    ts=now,
+                    gpu=index,
+                    name=self.names[index],
+                    memory_used_bytes=mem.used,
+                    memory_total_bytes=mem.total,
+                    utilization_gpu_pct=None if util is None else float(util.gpu),
+                    utilization_memory_pct=None if util is None else float(util.memory),
+                    temperature_c=self._field(
+                        index, "temperature", lambda: float(n.nvmlDeviceGetTemperature(handle, n.NVML_TEMPERATURE_GPU))
+                    ),
+                    power_w=None if power is None else power / 1000.0,
+                    power_limit_w=None if limit is None else limit / 1000.0,
+                    sm_clock_mhz=self._field(
+                        index, "SM clock", lambda: float(n.nvmlDeviceGetClockInfo(handle, n.NVML_CLOCK_SM))
+                    ),
+                    memory_clock_mhz=self._field(
+                        index, "memory clock", lambda: float(n.nvmlDeviceGetClockInfo(handle, n.NVML_CLOCK_MEM))
+                    ),
+                    throttle_reasons=None if throttle is None else decode_throttle(throttle, n),
+                    pcie_tx_kbs=self._field(
+                        index,
+                        "PCIe throughput",
+                        lambda: float(n.nvmlDeviceGetPcieThroughput(handle, n.NVML_PCIE_UTIL_TX_BYTES)),
+                    ),
+                    pcie_rx_kbs=self._field(
+                        index,
+                        "PCIe throughput",
+                        lambda: float(n.nvmlDeviceGetPcieThroughput(handle, n.NVML_PCIE_UTIL_RX_BYTES)),
+                    ),
+                )
+            )
             procs = self._field(index, "processes", lambda: n.nvmlDeviceGetComputeRunningProcesses(handle)) or []
             for proc in procs:
-                proc_rows.append(ProcessSample(now, index, int(proc.pid), self._process_name(int(proc.pid)),
-                                               getattr(proc, "usedGpuMemory", None)))
+                proc_rows.append(
+                    ProcessSample(
+                        now,
+                        index,
+                        int(proc.pid),
+                        self._process_name(int(proc.pid)),
+                        getattr(proc, "usedGpuMemory", None),
+                    )
+                )
         if not self.handles:
             self.log("[monitor] no GPU left to sample")
         return gpu_rows, proc_rows

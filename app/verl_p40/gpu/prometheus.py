@@ -16,19 +16,30 @@ class Exporter:
         labels = ["gpu", "name"]
         self.gauges = {
             c: Gauge(f"verl_p40_gpu_{c}", f"GPU {c.replace('_', ' ')} (NVML)", labels, registry=self.registry)
-            for c in GPU_COLUMNS if c not in ("ts", "gpu", "name", "throttle_reasons")
+            for c in GPU_COLUMNS
+            if c not in ("ts", "gpu", "name", "throttle_reasons")
         }
-        self.throttled = Gauge("verl_p40_gpu_throttled", "1 when clocks are throttled for a reason other than idle",
-                               labels, registry=self.registry)
-        self.process_memory = Gauge("verl_p40_gpu_process_used_memory_bytes", "GPU memory used by a process",
-                                    ["gpu", "pid", "name"], registry=self.registry)
+        self.throttled = Gauge(
+            "verl_p40_gpu_throttled",
+            "1 when clocks are throttled for a reason other than idle",
+            labels,
+            registry=self.registry,
+        )
+        self.process_memory = Gauge(
+            "verl_p40_gpu_process_used_memory_bytes",
+            "GPU memory used by a process",
+            ["gpu", "pid", "name"],
+            registry=self.registry,
+        )
         self.server = None
         if port is not None:
             try:
                 self.server, _thread = start_http_server(port, addr=bind, registry=self.registry)
             except OSError as exc:
-                raise UserError(f"--port {port}: cannot serve metrics on {bind}:{port} ({exc.strerror or exc}); "
-                                "choose another port (MONITOR_PORT in .env)") from None
+                raise UserError(
+                    f"--port {port}: cannot serve metrics on {bind}:{port} ({exc.strerror or exc}); "
+                    "choose another port (MONITOR_PORT in .env)"
+                ) from None
 
     def update(self, gpu_rows: list[GPUSample], proc_rows: list[ProcessSample]) -> None:
         for row in gpu_rows:

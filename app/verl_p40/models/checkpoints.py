@@ -42,8 +42,18 @@ def is_fsdp_checkpoint(path: Path) -> bool:
 
 
 def merge_command(actor: Path, target: Path) -> list[str]:
-    return [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
-            "--local_dir", str(actor), "--target_dir", str(target)]
+    return [
+        sys.executable,
+        "-m",
+        "verl.model_merger",
+        "merge",
+        "--backend",
+        "fsdp",
+        "--local_dir",
+        str(actor),
+        "--target_dir",
+        str(target),
+    ]
 
 
 def resolve_model(spec: str, checkpoints: Path) -> Path:
@@ -97,9 +107,11 @@ def fold(merged: Path, actor: Path, out: Path) -> str:
 
     lora = run_record(actor).get("lora")
     if not lora:
-        raise UserError(f"{actor}: the checkpoint holds a LoRA adapter but {actor.parent.parent}/verl-p40-run.json "
-                        "does not give its alpha (was it trained without verl-p40 train?); write "
-                        '{"lora": {"rank": R, "alpha": A}} there')
+        raise UserError(
+            f"{actor}: the checkpoint holds a LoRA adapter but {actor.parent.parent}/verl-p40-run.json "
+            "does not give its alpha (was it trained without verl-p40 train?); write "
+            '{"lora": {"rank": R, "alpha": A}} there'
+        )
     adapter = merged / ADAPTER
     config = json.loads((adapter / "adapter_config.json").read_text(encoding="utf-8"))
     config["lora_alpha"] = lora["alpha"]
@@ -109,8 +121,10 @@ def fold(merged: Path, actor: Path, out: Path) -> str:
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(merged).save_pretrained(out)
     shutil.copytree(adapter, out / ADAPTER)
-    return (f"LoRA adapter (rank {config['r']}, alpha {lora['alpha']}) merged into the weights; "
-            f"adapter kept in {out / ADAPTER}")
+    return (
+        f"LoRA adapter (rank {config['r']}, alpha {lora['alpha']}) merged into the weights; "
+        f"adapter kept in {out / ADAPTER}"
+    )
 
 
 def saved_world_size(experiment: Path) -> tuple[Path, int] | None:
@@ -132,9 +146,11 @@ def check_resume(record: dict) -> None:
     saved = saved_world_size(Path(record["checkpoints"]))
     if saved and saved[1] != record["world_size"]:
         actor, size = saved
-        raise UserError(f"{actor.parent}: saved by {size} GPUs and this run has {record['world_size']}; verl 0.5.0 "
-                        f"cannot reshard it: resume on {size} GPUs (GPUS / --gpus, NODES / --nodes), or start afresh "
-                        "with --set trainer.experiment_name=NEW (verl-p40 eval and export read it on any GPU count)")
+        raise UserError(
+            f"{actor.parent}: saved by {size} GPUs and this run has {record['world_size']}; verl 0.5.0 "
+            f"cannot reshard it: resume on {size} GPUs (GPUS / --gpus, NODES / --nodes), or start afresh "
+            "with --set trainer.experiment_name=NEW (verl-p40 eval and export read it on any GPU count)"
+        )
 
 
 def write_run_record(record: dict) -> Path:
@@ -151,9 +167,11 @@ def write_run_record(record: dict) -> Path:
             before = {}
         for key in ("algorithm", "lora"):
             if key in before and before[key] != record[key]:
-                raise UserError(f"{folder}: its checkpoints were made with {key} {before[key]!r}, this run has "
-                                f"{record[key]!r}; resume with the same settings, or pass "
-                                "--set trainer.experiment_name=NEW for a fresh run")
+                raise UserError(
+                    f"{folder}: its checkpoints were made with {key} {before[key]!r}, this run has "
+                    f"{record[key]!r}; resume with the same settings, or pass "
+                    "--set trainer.experiment_name=NEW for a fresh run"
+                )
     folder.mkdir(parents=True, exist_ok=True)
     write_text(path, json.dumps(record, indent=2) + "\n")
     return path

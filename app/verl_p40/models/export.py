@@ -132,8 +132,14 @@ def gguf_file(source: Path, target: Path, kind: str) -> Path:
     return target
 
 
-def run(model: str, checkpoints: Path, out: Path, dtype: str = "fp16", gguf_kinds: list[str] | None = None,
-        lora: str = "merged") -> list[Path]:
+def run(
+    model: str,
+    checkpoints: Path,
+    out: Path,
+    dtype: str = "fp16",
+    gguf_kinds: list[str] | None = None,
+    lora: str = "merged",
+) -> list[Path]:
     """Export `model` (a checkpoint, `latest` or an HF folder) into `out`; the paths written."""
     from verl_p40.models.checkpoints import MERGED, resolve_model
 

@@ -22,7 +22,14 @@ from verl_p40.atomic import write_text
 MANIFEST = ".verl-p40-model.json"
 # What a causal LM folder needs for verl: config, weights, tokenizer. (Not pytorch_model.bin / tokenizer.model:
 # Qwen2.5 ships safetensors and a BPE tokenizer.)
-REQUIRED = ("config.json", "generation_config.json", "tokenizer_config.json", "vocab.json", "merges.txt", "tokenizer.json")
+REQUIRED = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer_config.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.json",
+)
 WANTED_PATTERNS = ("*.json", "*.safetensors", "merges.txt", "vocab.json", "LICENSE", "README.md")
 
 
@@ -83,7 +90,9 @@ def local_problems(folder: Path) -> list[str]:
             shards = set(json.loads(index.read_text())["weight_map"].values())
         except (OSError, ValueError, KeyError):
             return problems + [f"{index.name}: not a safetensors index"]
-        problems += [f"{name}: missing (listed in {index.name})" for name in sorted(shards) if not (folder / name).is_file()]
+        problems += [
+            f"{name}: missing (listed in {index.name})" for name in sorted(shards) if not (folder / name).is_file()
+        ]
     elif not weights:
         problems.append("no weights (*.safetensors)")
     problems += [f"{w.name}: empty" for w in weights if w.stat().st_size == 0]
@@ -140,7 +149,9 @@ def fetch_model(repo: str, out: Path, revision: str | None = None, force: bool =
     if _offline():
         problems = local_problems(out)
         if problems:
-            raise UserError(f"{out}: no complete copy of {repo} here ({'; '.join(problems[:3])}) and HF_HUB_OFFLINE is set")
+            raise UserError(
+                f"{out}: no complete copy of {repo} here ({'; '.join(problems[:3])}) and HF_HUB_OFFLINE is set"
+            )
         files = {p.name: p.stat().st_size for p in sorted(out.iterdir()) if p.is_file() and _wanted(p.name)}
         return FetchResult(out, files, skipped=True, note="checked locally only (HF_HUB_OFFLINE is set)")
     sha, files = remote_files(repo, revision)
@@ -154,19 +165,25 @@ def fetch_model(repo: str, out: Path, revision: str | None = None, force: bool =
 
     # snapshot_download trusts its own bookkeeping for files it fetched before: one whose size is wrong now (cut
     # short, edited) is fetched again on purpose, and replaced only when the new copy is complete
-    wrong = [name for name, size in files.items()
-             if (out / name).is_file() and size is not None and (out / name).stat().st_size != size]
+    wrong = [
+        name
+        for name, size in files.items()
+        if (out / name).is_file() and size is not None and (out / name).stat().st_size != size
+    ]
     try:
         out.mkdir(parents=True, exist_ok=True)
-        snapshot_download(repo, revision=sha or revision, local_dir=out, allow_patterns=sorted(files),
-                          force_download=force)
+        snapshot_download(
+            repo, revision=sha or revision, local_dir=out, allow_patterns=sorted(files), force_download=force
+        )
         for name in wrong:
             hf_hub_download(repo, name, revision=sha or revision, local_dir=out, force_download=True)
     except OSError as exc:
         raise UserError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
     except Exception as exc:  # network, auth, the hub's own errors: all end the same way for the user
-        raise UserError(f"download of {repo} into {out} failed: {type(exc).__name__}: {str(exc).splitlines()[0]} "
-                        "(run the same command again to resume)") from None
+        raise UserError(
+            f"download of {repo} into {out} failed: {type(exc).__name__}: {str(exc).splitlines()[0]} "
+            "(run the same command again to resume)"
+        ) from None
     problems = verify(out, files)
     if problems:
         raise UserError(f"{repo}: downloaded files do not match the hub's list: {'; '.join(problems)}")

@@ -39,9 +39,11 @@ def make_random_model(source: Path, target: Path) -> Path:
 
 def _calibration(model: Path) -> dict:
     """This GPU's constants, measured in a child process (the bench process holds no CUDA context while training)."""
-    code = ("import json, sys; from verl_p40.perf import projection; "
-            f"shape = projection.Shape.from_config(json.load(open({str(model / 'config.json')!r}))); "
-            "print(json.dumps(projection.card_dict(projection.calibrate(shape))))")
+    code = (
+        "import json, sys; from verl_p40.perf import projection; "
+        f"shape = projection.Shape.from_config(json.load(open({str(model / 'config.json')!r}))); "
+        "print(json.dumps(projection.card_dict(projection.calibrate(shape))))"
+    )
     card, probe = run_python(code, timeout=600)
     if probe.returncode != 0 or card is None:
         raise UserError(f"GPU calibration failed: {last_error_line(probe)}")
@@ -90,9 +92,17 @@ def environment() -> dict:
     import torch
 
     driver, cuda = driver_versions()
-    return {"gpus": [g.describe() for g in detect()], "driver": driver, "driver_cuda": f"{cuda[0]}.{cuda[1]}",
-            "torch": torch.__version__, "torch_cuda": torch.version.cuda, "verl": ver("verl"),
-            "transformers": ver("transformers"), "verl_p40": __version__, "python": sys.version.split()[0]}
+    return {
+        "gpus": [g.describe() for g in detect()],
+        "driver": driver,
+        "driver_cuda": f"{cuda[0]}.{cuda[1]}",
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "verl": ver("verl"),
+        "transformers": ver("transformers"),
+        "verl_p40": __version__,
+        "python": sys.version.split()[0],
+    }
 
 
 def summarise(steps: list[dict], cfg: Any, shape: projection.Shape, measured_card: projection.Card) -> dict:
@@ -117,11 +127,17 @@ def summarise(steps: list[dict], cfg: Any, shape: projection.Shape, measured_car
         "generated_tokens_per_step": generated,
         "projection": {
             "this_gpu": {**here, "error_pct_vs_measured": error, "card": projection.card_dict(measured_card)},
-            "p40": {**p40, "hours_per_gsm8k_epoch": projection.epoch_hours(p40["step"], prompts),
-                    "card": projection.card_dict(projection.P40)},
+            "p40": {
+                **p40,
+                "hours_per_gsm8k_epoch": projection.epoch_hours(p40["step"], prompts),
+                "card": projection.card_dict(projection.P40),
+            },
             "pass_width": run.width,
-            "p40_at_full_width": {**full_width, "pass_width": run.prompt_width + run.response_width,
-                                  "hours_per_gsm8k_epoch": projection.epoch_hours(full_width["step"], prompts)},
+            "p40_at_full_width": {
+                **full_width,
+                "pass_width": run.prompt_width + run.response_width,
+                "hours_per_gsm8k_epoch": projection.epoch_hours(full_width["step"], prompts),
+            },
             "host_seconds_per_generated_token": round(host, 5),
             "model": projection.__doc__.split("\n\n")[1],
         },
@@ -146,9 +162,15 @@ def run(options, steps: int, out: Path, skip: dict[str, str], keep: Path | None 
     shape = projection.Shape.from_config(json.loads((model / "config.json").read_text()))
     options.model = str(model)
     options.checkpoints = str(work / "checkpoints")
-    options.sets = [*options.sets, f"trainer.total_training_steps={steps}", "trainer.save_freq=-1",
-                    "trainer.test_freq=-1", "trainer.val_before_train=false", "trainer.resume_mode=disable",
-                    "trainer.experiment_name=bench"]
+    options.sets = [
+        *options.sets,
+        f"trainer.total_training_steps={steps}",
+        "trainer.save_freq=-1",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        "trainer.resume_mode=disable",
+        "trainer.experiment_name=bench",
+    ]
     run_plan = plan(options)
     for note in run_plan.notes:
         print(f"[verl-p40] {note}", flush=True)
@@ -166,15 +188,27 @@ def run(options, steps: int, out: Path, skip: dict[str, str], keep: Path | None 
         raise UserError(f"the trainer stopped after {len(measured)} of {steps} steps (exit code {code}); see {log}")
     cfg = run_plan.config()
     result = {
-        "verl_p40_bench": 1, "date": time.strftime("%Y-%m-%d %H:%M:%S"), "environment": environment(),
-        "profile": run_plan.profile.name, "notes": run_plan.notes,
-        "settings": {"model_parameters": shape.parameters, "train_batch_size": int(cfg.data.train_batch_size),
-                     "rollout_n": int(cfg.actor_rollout_ref.rollout.n), "rollout": cfg.actor_rollout_ref.rollout.name,
-                     "algorithm": cfg.algorithm.adv_estimator, "max_prompt_length": int(cfg.data.max_prompt_length),
-                     "max_response_length": int(cfg.data.max_response_length),
-                     "gpu_memory_cap_gb": options.gpu_memory_cap_gb},
-        "wall_s": round(wall, 1), **summarise(measured, cfg, shape, card), "memory": sampler.peaks(),
-        "steps": measured, "command": shlex.join(["verl-p40", *sys.argv[1:]]), "trainer_log": str(log),
+        "verl_p40_bench": 1,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "environment": environment(),
+        "profile": run_plan.profile.name,
+        "notes": run_plan.notes,
+        "settings": {
+            "model_parameters": shape.parameters,
+            "train_batch_size": int(cfg.data.train_batch_size),
+            "rollout_n": int(cfg.actor_rollout_ref.rollout.n),
+            "rollout": cfg.actor_rollout_ref.rollout.name,
+            "algorithm": cfg.algorithm.adv_estimator,
+            "max_prompt_length": int(cfg.data.max_prompt_length),
+            "max_response_length": int(cfg.data.max_response_length),
+            "gpu_memory_cap_gb": options.gpu_memory_cap_gb,
+        },
+        "wall_s": round(wall, 1),
+        **summarise(measured, cfg, shape, card),
+        "memory": sampler.peaks(),
+        "steps": measured,
+        "command": shlex.join(["verl-p40", *sys.argv[1:]]),
+        "trainer_log": str(log),
     }
     write_text(out, json.dumps(result, indent=2) + "\n")
     return result

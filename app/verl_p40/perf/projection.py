@@ -47,8 +47,13 @@ class Card:
 # Pascal generation (4.55 of 5.5 TFLOPS, https://github.com/zzc0721/torch-performance-test-data/issues/9), so
 # 0.83 x 11.76 = 9.8 TFLOPS; PCIe 3.0 x16: 15.75 GB/s theoretical, ~12 GB/s reached by pageable copies. A P40 has
 # no NVLink: NCCL between two of them runs over the same PCIe 3.0 x16 links (taken as the same 12 GB/s).
-P40 = Card("Tesla P40 (projected)", 9.8, 347.1, 12.0,
-           "spec 11.76 TFLOPS x 0.83 (PyTorch fp32 matmul efficiency measured on a Tesla P4), 347.1 GB/s, PCIe 3.0 x16")
+P40 = Card(
+    "Tesla P40 (projected)",
+    9.8,
+    347.1,
+    12.0,
+    "spec 11.76 TFLOPS x 0.83 (PyTorch fp32 matmul efficiency measured on a Tesla P4), 347.1 GB/s, PCIe 3.0 x16",
+)
 
 
 @dataclass(frozen=True)
@@ -72,7 +77,9 @@ class Shape:
         head_dim = int(config.get("head_dim") or hidden // heads)
         kv_dim = int(config.get("num_key_value_heads") or heads) * head_dim
         vocab = int(config["vocab_size"])
-        block = layers * (2 * hidden * heads * head_dim + 2 * hidden * kv_dim + 3 * hidden * int(config["intermediate_size"]))
+        block = layers * (
+            2 * hidden * heads * head_dim + 2 * hidden * kv_dim + 3 * hidden * int(config["intermediate_size"])
+        )
         return cls(hidden, layers, kv_dim, vocab, int(config["intermediate_size"]), block, parameter_count(config))
 
 
@@ -118,21 +125,35 @@ def phases(shape: Shape, run: Run) -> dict[str, dict[str, float]]:
     critic_fwd = _forward_flops(shape, tokens, width, lm_head=False)
     out: dict[str, dict[str, float]] = {
         "old_log_prob": {"flops": actor_fwd, "bytes": logits_bytes, "host_bytes": 0.0},
-        "update_actor": {"flops": 4 * actor_fwd, "bytes": 3 * logits_bytes + (0 if run.lora else adam_bytes),
-                         "host_bytes": 2 * optim if run.offload.get("actor_optimizer") and not run.lora else 0.0},
+        "update_actor": {
+            "flops": 4 * actor_fwd,
+            "bytes": 3 * logits_bytes + (0 if run.lora else adam_bytes),
+            "host_bytes": 2 * optim if run.offload.get("actor_optimizer") and not run.lora else 0.0,
+        },
     }
     if run.reference:
-        out["ref"] = {"flops": actor_fwd, "bytes": logits_bytes,
-                      "host_bytes": 2 * weights if run.offload.get("reference_params") and not run.lora else 0.0}
+        out["ref"] = {
+            "flops": actor_fwd,
+            "bytes": logits_bytes,
+            "host_bytes": 2 * weights if run.offload.get("reference_params") and not run.lora else 0.0,
+        }
     if run.critic:
         params_moves = 2 * weights if run.offload.get("critic_params") else 0.0
         out["values"] = {"flops": critic_fwd, "bytes": 0.0, "host_bytes": params_moves}
-        out["update_critic"] = {"flops": 4 * critic_fwd, "bytes": adam_bytes,
-                                "host_bytes": params_moves + (2 * optim if run.offload.get("critic_optimizer") else 0.0)}
+        out["update_critic"] = {
+            "flops": 4 * critic_fwd,
+            "bytes": adam_bytes,
+            "host_bytes": params_moves + (2 * optim if run.offload.get("critic_optimizer") else 0.0),
+        }
     if run.gpus > 1:
         shard_moves = weights * (run.gpus - 1) / run.gpus
-        per_micro = {"old_log_prob": 1, "ref": 1, "values": 1, "update_critic": 3,
-                     "update_actor": 2 if run.lora else 3}  # LoRA: the adapters' gradients are tiny
+        per_micro = {
+            "old_log_prob": 1,
+            "ref": 1,
+            "values": 1,
+            "update_critic": 3,
+            "update_actor": 2 if run.lora else 3,
+        }  # LoRA: the adapters' gradients are tiny
         for name, cost in out.items():
             cost["link_bytes"] = per_micro[name] * (run.micro_batches or {}).get(name, 1) * shard_moves
     return out
@@ -150,8 +171,12 @@ def generation_gpu_seconds(shape: Shape, run: Run, card: Card) -> tuple[float, f
 
 
 def phase_seconds(cost: dict[str, float], card: Card) -> float:
-    return (cost["flops"] / (card.gemm_tflops * 1e12) + cost["bytes"] / (card.memory_gbs * 1e9)
-            + cost["host_bytes"] / (card.pcie_gbs * 1e9) + cost.get("link_bytes", 0.0) / (card.link * 1e9))
+    return (
+        cost["flops"] / (card.gemm_tflops * 1e12)
+        + cost["bytes"] / (card.memory_gbs * 1e9)
+        + cost["host_bytes"] / (card.pcie_gbs * 1e9)
+        + cost.get("link_bytes", 0.0) / (card.link * 1e9)
+    )
 
 
 def project(shape: Shape, run: Run, card: Card, host_seconds_per_token: float) -> dict[str, float]:
@@ -177,7 +202,9 @@ def run_from_config(cfg: Any, generated: float, longest: tuple[float, float] | N
     get = lambda key, default=None: OmegaConf.select(cfg, key, default=default)  # noqa: E731
     estimator = get("algorithm.adv_estimator", "gae")
     full = int(get("data.max_prompt_length")) + int(get("data.max_response_length"))
-    trims = bool(get("actor_rollout_ref.model.trim_padding", False)) and not get("actor_rollout_ref.model.use_remove_padding", False)
+    trims = bool(get("actor_rollout_ref.model.trim_padding", False)) and not get(
+        "actor_rollout_ref.model.use_remove_padding", False
+    )
     gpus = int(get("trainer.n_gpus_per_node", 1)) * int(get("trainer.nnodes", 1))
     sequences = int(get("data.train_batch_size")) * int(get("actor_rollout_ref.rollout.n", 1)) // gpus
 
@@ -187,21 +214,27 @@ def run_from_config(cfg: Any, generated: float, longest: tuple[float, float] | N
 
     return Run(
         sequences=sequences,
-        prompt_width=int(get("data.max_prompt_length")), response_width=int(get("data.max_response_length")),
-        generated=float(generated), critic=estimator == "gae",
+        prompt_width=int(get("data.max_prompt_length")),
+        response_width=int(get("data.max_response_length")),
+        generated=float(generated),
+        critic=estimator == "gae",
         reference=bool(get("algorithm.use_kl_in_reward", False) or get("actor_rollout_ref.actor.use_kl_loss", False)),
         lora=int(get("actor_rollout_ref.model.lora_rank", 0) or 0) > 0,
-        offload={"actor_optimizer": bool(get("actor_rollout_ref.actor.fsdp_config.optimizer_offload", False)),
-                 "reference_params": bool(get("actor_rollout_ref.ref.fsdp_config.param_offload", False)),
-                 "critic_params": bool(get("critic.model.fsdp_config.param_offload", False)),
-                 "critic_optimizer": bool(get("critic.model.fsdp_config.optimizer_offload", False))},
+        offload={
+            "actor_optimizer": bool(get("actor_rollout_ref.actor.fsdp_config.optimizer_offload", False)),
+            "reference_params": bool(get("actor_rollout_ref.ref.fsdp_config.param_offload", False)),
+            "critic_params": bool(get("critic.model.fsdp_config.param_offload", False)),
+            "critic_optimizer": bool(get("critic.model.fsdp_config.optimizer_offload", False)),
+        },
         pass_width=min(float(sum(longest)), full) if trims and longest else None,
         gpus=gpus,
         micro_batches={
             "old_log_prob": micro("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"),
             "ref": micro("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"),
             "values": micro("critic.forward_micro_batch_size_per_gpu"),
-            "update_actor": micro("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "actor_rollout_ref.actor.ppo_epochs"),
+            "update_actor": micro(
+                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "actor_rollout_ref.actor.ppo_epochs"
+            ),
             "update_critic": micro("critic.ppo_micro_batch_size_per_gpu", "critic.ppo_epochs"),
         },
     )

@@ -58,10 +58,15 @@ def lora(rank: int, alpha: int | None) -> Settings | None:
 
     path = config_dir() / "lora.yaml"
     alpha = int(alpha if alpha is not None else 2 * rank)
-    filled = OmegaConf.merge(read(path).get("verl") or {},
-                             {"actor_rollout_ref": {"model": {"lora_rank": rank, "lora_alpha": alpha}}})
-    return Settings(name=f"lora{rank}", path=path, description=f"LoRA rank {rank}, alpha {alpha}",
-                    verl=OmegaConf.to_container(filled))
+    filled = OmegaConf.merge(
+        read(path).get("verl") or {}, {"actor_rollout_ref": {"model": {"lora_rank": rank, "lora_alpha": alpha}}}
+    )
+    return Settings(
+        name=f"lora{rank}",
+        path=path,
+        description=f"LoRA rank {rank}, alpha {alpha}",
+        verl=OmegaConf.to_container(filled),
+    )
 
 
 _RECIPE_BATCH = (("data", "train_batch_size"), ("actor_rollout_ref", "actor", "ppo_mini_batch_size"))
@@ -100,7 +105,8 @@ def batch_per_prompt(profile_verl: dict[str, Any], n: int, origin: str) -> dict[
         raise UserError(
             f"{origin}: {n} samples per prompt do not divide the profile's {batch} sequences a step and "
             f"mini-batches of {mini}; use one of {', '.join(map(str, divisors))}, or set data.train_batch_size and "
-            "actor_rollout_ref.actor.ppo_mini_batch_size (in prompts) yourself")
+            "actor_rollout_ref.actor.ppo_mini_batch_size (in prompts) yourself"
+        )
     return {"data.train_batch_size": batch // n, "actor_rollout_ref.actor.ppo_mini_batch_size": mini // n}
 
 

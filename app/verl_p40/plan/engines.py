@@ -62,8 +62,13 @@ def complete(verl: dict, where: Where) -> tuple[dict, list[str]]:
     notes = []
     rollout = OmegaConf.select(tree, "actor_rollout_ref.rollout.name") or "vllm"  # verl's own default is vllm
     if rollout == "vllm":
-        reason = _why_not("vLLM", where.vllm, VLLM_MIN_SM, where.sm,
-                          " here (the default image has none; the -vllm image variant carries it)")
+        reason = _why_not(
+            "vLLM",
+            where.vllm,
+            VLLM_MIN_SM,
+            where.sm,
+            " here (the default image has none; the -vllm image variant carries it)",
+        )
         if reason:
             OmegaConf.update(tree, "actor_rollout_ref.rollout.name", "hf")
             dtype = OmegaConf.select(tree, "actor_rollout_ref.rollout.dtype") or "bfloat16"

@@ -64,8 +64,10 @@ def choose(gpus: list[GPUInfo] | None, spec: str, nodes: int = 1) -> Layout:
     have = {g.index: g for g in gpus}
     missing = [i for i in wanted if i not in have]
     if missing:
-        raise UserError(f"--gpus {spec}: this host has no GPU {', '.join(map(str, missing))} "
-                        f"(it has {', '.join(str(g.index) for g in gpus)})")
+        raise UserError(
+            f"--gpus {spec}: this host has no GPU {', '.join(map(str, missing))} "
+            f"(it has {', '.join(str(g.index) for g in gpus)})"
+        )
     chosen = tuple(have[i] for i in wanted)
     return Layout(chosen, nodes, subset=len(chosen) < len(gpus))
 
@@ -94,8 +96,10 @@ def settings(layout: Layout, verl: dict) -> tuple[dict[str, int], list[str]]:
             value = OmegaConf.select(tree, key)
             if value is not None:
                 out[key] = int(value) * layout.world
-        notes.append(f"batch x{layout.world} (the profile's per-GPU work on each GPU): "
-                     f"{out.get('data.train_batch_size')} sequences a step")
+        notes.append(
+            f"batch x{layout.world} (the profile's per-GPU work on each GPU): "
+            f"{out.get('data.train_batch_size')} sequences a step"
+        )
     return out, notes
 
 
@@ -107,8 +111,9 @@ def headroom_gb(layout: Layout, measured: dict[str, float], parameters: int, cap
     return card - measured["worker_peak_gb"] + 8 * parameters * (1 - 1 / layout.world) / 1e9
 
 
-def unoffload(layout: Layout, verl: dict, parameters: int | None, measured: dict[str, float],
-              cap_gb: float | None) -> tuple[dict[str, bool], list[str]]:
+def unoffload(
+    layout: Layout, verl: dict, parameters: int | None, measured: dict[str, float], cap_gb: float | None
+) -> tuple[dict[str, bool], list[str]]:
     """States the profile offloads that fit on the GPU once sharded W ways: each state (bytes per parameter / W) is
     kept on the GPU, cheapest first, while the sum stays within `headroom_gb`. Only for the model size the profile
     was measured with (`measured`, from its yaml). Returns {offload key: False} and notes."""
@@ -117,8 +122,10 @@ def unoffload(layout: Layout, verl: dict, parameters: int | None, measured: dict
     if layout.world < 2 or not measured:
         return {}, []
     if not parameters or abs(parameters - measured["model_parameters"]) > 0.01 * measured["model_parameters"]:
-        return {}, [f"offloading as the profile says: its memory was measured with "
-                    f"{measured['model_parameters'] / 1e6:.0f}M parameters, not this model's"]
+        return {}, [
+            f"offloading as the profile says: its memory was measured with "
+            f"{measured['model_parameters'] / 1e6:.0f}M parameters, not this model's"
+        ]
     room = headroom_gb(layout, measured, parameters, cap_gb)
     tree = OmegaConf.create(verl)
     out, notes, used = {}, [], 0.0

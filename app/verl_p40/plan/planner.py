@@ -79,8 +79,9 @@ def resolve_profile(name: str, gpus: tuple | None) -> tuple[profiles_mod.Profile
     return profile, notes, sm
 
 
-def layout_overrides(layout: layout_mod.Layout, profile: profiles_mod.Profile, model: str,
-                     cap_gb: float | None) -> tuple[list[Override], list[str]]:
+def layout_overrides(
+    layout: layout_mod.Layout, profile: profiles_mod.Profile, model: str, cap_gb: float | None
+) -> tuple[list[Override], list[str]]:
     """verl settings for the GPUs and hosts: counts, batches scaled by the world size, and offloaded states that fit
     on the GPU once sharded (from the profile's one-GPU measurement of the same model size)."""
     from verl_p40.plan import budget
@@ -113,8 +114,10 @@ def tf32_on(mode: str, sm: float | None) -> bool:
     if mode not in ("auto", "on", "off"):
         raise UserError(f"--tf32 {mode!r}: use auto, on or off")
     if mode == "on" and sm is not None and sm < 8.0:
-        raise UserError(f"--tf32 on: TF32 needs an sm_80+ GPU (Ampere or newer); this one is sm_{sm * 10:.0f}. "
-                        "Use --tf32 auto or off")
+        raise UserError(
+            f"--tf32 on: TF32 needs an sm_80+ GPU (Ampere or newer); this one is sm_{sm * 10:.0f}. "
+            "Use --tf32 auto or off"
+        )
     return mode == "on" or (mode == "auto" and sm is not None and sm >= 8.0)
 
 
@@ -147,34 +150,50 @@ def plan(options: RunOptions) -> RunPlan:
         profile = dataclasses.replace(profile, verl=OmegaConf.to_container(tree))
     mine = "verl-p40 options"
     # the reward: verl-p40's GSM8K rule, strict unless the algorithm file (a recipe) or the options say otherwise
-    overrides += [Override("custom_reward_function.path", hydra_value(reward.__file__), mine),
-                  Override("custom_reward_function.name", "compute_score", mine),
-                  *settings_overrides({"custom_reward_function": {"reward_kwargs": REWARD_DEFAULTS}}, mine)]
+    overrides += [
+        Override("custom_reward_function.path", hydra_value(reward.__file__), mine),
+        Override("custom_reward_function.name", "compute_score", mine),
+        *settings_overrides({"custom_reward_function": {"reward_kwargs": REWARD_DEFAULTS}}, mine),
+    ]
     overrides += settings_overrides(algorithm.verl, str(algorithm.path))
-    overrides += [Override(f"custom_reward_function.reward_kwargs.{key}", hydra_value(value), f"--{flag}")
-                  for key, flag, value in (("method", "reward-method", options.reward_method),
-                                           ("format_bonus", "format-bonus", options.format_bonus))
-                  if value is not None]
+    overrides += [
+        Override(f"custom_reward_function.reward_kwargs.{key}", hydra_value(value), f"--{flag}")
+        for key, flag, value in (
+            ("method", "reward-method", options.reward_method),
+            ("format_bonus", "format-bonus", options.format_bonus),
+        )
+        if value is not None
+    ]
     lora = algorithms.lora(options.lora_rank, options.lora_alpha)
     if lora:
         overrides += settings_overrides(lora.verl, f"--lora-rank {options.lora_rank} ({lora.path})")
-        notes.append(f"{lora.description}, on every linear layer; the reference model is the actor with its adapter "
-                     "switched off")
+        notes.append(
+            f"{lora.description}, on every linear layer; the reference model is the actor with its adapter switched off"
+        )
     origin = f"--algorithm {algorithm.name}" + (f" --samples-per-prompt {n}" if options.samples_per_prompt else "")
     if options.samples_per_prompt:
         overrides.append(Override("actor_rollout_ref.rollout.n", str(n), origin))
     per_prompt = algorithms.batch_per_prompt(profile.verl, n, origin)
     overrides += [Override(key, str(value), f"{origin} ({n} samples per prompt)") for key, value in per_prompt.items()]
     prompts = per_prompt.get("data.train_batch_size", profile.verl.get("data", {}).get("train_batch_size"))
-    notes.append(f"algorithm: {algorithm.name} ({algorithm.estimator}), {n} sample{'s' * (n > 1)} per prompt, "
-                 f"{prompts} prompts a step")
-    overrides.append(Override("trainer.experiment_name",
-                              algorithms.experiment_name(options.model, algorithm.name, options.lora_rank), mine))
+    notes.append(
+        f"algorithm: {algorithm.name} ({algorithm.estimator}), {n} sample{'s' * (n > 1)} per prompt, "
+        f"{prompts} prompts a step"
+    )
+    overrides.append(
+        Override(
+            "trainer.experiment_name",
+            algorithms.experiment_name(options.model, algorithm.name, options.lora_rank),
+            mine,
+        )
+    )
     model = str(Path(options.model).expanduser())
     data = Path(options.data).expanduser()
     checkpoints = Path(options.checkpoints).expanduser().absolute()
-    env: dict[str, str] = {"TENSORBOARD_DIR": str(Path(options.logs).expanduser().absolute() / "tensorboard"),
-                           **layout_mod.env(layout)}
+    env: dict[str, str] = {
+        "TENSORBOARD_DIR": str(Path(options.logs).expanduser().absolute() / "tensorboard"),
+        **layout_mod.env(layout),
+    }
     # Without expandable segments the caching allocator kept 4 GB reserved-but-unusable at the 24 GB cap and
     # the actor update ran out of memory (bench/results, first p40-profile run).
     env.setdefault("PYTORCH_CUDA_ALLOC_CONF", os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"))
@@ -209,27 +228,43 @@ def plan(options: RunOptions) -> RunPlan:
         overrides.append(Override("actor_rollout_ref.model.external_lib", defaults.MEMCAP_MODULE, " and ".join(hooked)))
     user = parse_set(options.sets)
     if hooked and any(o.key.lstrip("+") == "actor_rollout_ref.model.external_lib" for o in user):
-        raise UserError(f"{' and '.join(hooked)} work through actor_rollout_ref.model.external_lib; "
-                        "it cannot be combined with your own external_lib")
+        raise UserError(
+            f"{' and '.join(hooked)} work through actor_rollout_ref.model.external_lib; "
+            "it cannot be combined with your own external_lib"
+        )
     overrides += user
     hydra_overrides = to_hydra(overrides)
     cfg = compose(hydra_overrides)  # raises a clear UserError on anything verl's config rejects
     method = cfg.custom_reward_function.reward_kwargs.method  # from the options or the algorithm file
     if method not in reward.METHODS:
-        raise UserError(f"reward method {method!r} (--reward-method or the algorithm file) must be one of "
-                        f"{', '.join(reward.METHODS)}")
+        raise UserError(
+            f"reward method {method!r} (--reward-method or the algorithm file) must be one of "
+            f"{', '.join(reward.METHODS)}"
+        )
     from verl_p40.plan import rules
     from verl_p40.plan.verlconfig import base_config
 
     rules.check(cfg, base_config(), {o.key.lstrip("+~"): o.origin for o in overrides})
     model_cfg = cfg.actor_rollout_ref.model
-    record = {"checkpoints": str(cfg.trainer.default_local_dir), "profile": profile.name,
-              "world_size": int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes),
-              "resume_mode": str(cfg.trainer.resume_mode),
-              "algorithm": algorithm.name, "adv_estimator": str(cfg.algorithm.adv_estimator),
-              "samples_per_prompt": int(cfg.actor_rollout_ref.rollout.n), "model": str(model_cfg.path),
-              "lora": ({"rank": int(model_cfg.lora_rank), "alpha": int(model_cfg.lora_alpha),
-                        "target_modules": _plain(model_cfg.target_modules)} if model_cfg.lora_rank else None)}
+    record = {
+        "checkpoints": str(cfg.trainer.default_local_dir),
+        "profile": profile.name,
+        "world_size": int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes),
+        "resume_mode": str(cfg.trainer.resume_mode),
+        "algorithm": algorithm.name,
+        "adv_estimator": str(cfg.algorithm.adv_estimator),
+        "samples_per_prompt": int(cfg.actor_rollout_ref.rollout.n),
+        "model": str(model_cfg.path),
+        "lora": (
+            {
+                "rank": int(model_cfg.lora_rank),
+                "alpha": int(model_cfg.lora_alpha),
+                "target_modules": _plain(model_cfg.target_modules),
+            }
+            if model_cfg.lora_rank
+            else None
+        ),
+    }
     return RunPlan(profile=profile, notes=notes, overrides=hydra_overrides, env=env, record=record, composed=cfg)
 
 

@@ -72,9 +72,7 @@ def read(path: Path) -> dict:
 
 
 def available() -> list[str]:
-    return sorted(
-        p.stem for p in profiles_dir().glob("*.yaml") if p.stem != BASE and read(p).get("selectable", True)
-    )
+    return sorted(p.stem for p in profiles_dir().glob("*.yaml") if p.stem != BASE and read(p).get("selectable", True))
 
 
 def _chain(name: str, folder: Path, seen: tuple[str, ...] = ()) -> list[dict]:

@@ -13,25 +13,49 @@ from verl_p40 import VERL_VERSION, UserError
 # Names verl 0.5.0 accepts (verl/trainer/ppo/core_algos.py AdvantageEstimator; the rollout and strategy switches).
 CHOICES = {
     "actor_rollout_ref.rollout.name": ("hf", "vllm", "sglang"),
-    "algorithm.adv_estimator": ("gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "rloo",
-                                "opo", "grpo_passk"),
+    "algorithm.adv_estimator": (
+        "gae",
+        "grpo",
+        "reinforce_plus_plus",
+        "reinforce_plus_plus_baseline",
+        "remax",
+        "rloo",
+        "opo",
+        "grpo_passk",
+    ),
     "actor_rollout_ref.actor.strategy": ("fsdp", "fsdp2", "megatron"),
     "actor_rollout_ref.ref.strategy": ("fsdp", "fsdp2", "megatron"),
     "critic.strategy": ("fsdp", "fsdp2", "megatron"),
-    "actor_rollout_ref.actor.loss_agg_mode": ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
-                                              "seq-mean-token-sum-norm"),
+    "actor_rollout_ref.actor.loss_agg_mode": (
+        "token-mean",
+        "seq-mean-token-sum",
+        "seq-mean-token-mean",
+        "seq-mean-token-sum-norm",
+    ),
     "actor_rollout_ref.rollout.dtype": ("float32", "fp32", "float16", "fp16", "half", "bfloat16", "bf16"),
 }
 # Real-valued settings that verl 0.5.0's YAML writes as a whole number (0, 1): a float is what they hold.
-REAL_WITH_INT_DEFAULT = ("actor_rollout_ref.actor.entropy_coeff", "actor_rollout_ref.rollout.top_p",
-                         "actor_rollout_ref.rollout.val_kwargs.temperature", "actor_rollout_ref.rollout.temperature",
-                         "actor_rollout_ref.rollout.val_kwargs.top_p")
+REAL_WITH_INT_DEFAULT = (
+    "actor_rollout_ref.actor.entropy_coeff",
+    "actor_rollout_ref.rollout.top_p",
+    "actor_rollout_ref.rollout.val_kwargs.temperature",
+    "actor_rollout_ref.rollout.temperature",
+    "actor_rollout_ref.rollout.val_kwargs.top_p",
+)
 POSITIVE = (
-    "data.train_batch_size", "data.max_prompt_length", "data.max_response_length", "actor_rollout_ref.rollout.n",
-    "actor_rollout_ref.actor.ppo_mini_batch_size", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+    "data.train_batch_size",
+    "data.max_prompt_length",
+    "data.max_response_length",
+    "actor_rollout_ref.rollout.n",
+    "actor_rollout_ref.actor.ppo_mini_batch_size",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
-    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", "critic.ppo_micro_batch_size_per_gpu",
-    "critic.ppo_mini_batch_size", "trainer.n_gpus_per_node", "trainer.nnodes", "actor_rollout_ref.actor.ppo_epochs",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+    "critic.ppo_micro_batch_size_per_gpu",
+    "critic.ppo_mini_batch_size",
+    "trainer.n_gpus_per_node",
+    "trainer.nnodes",
+    "actor_rollout_ref.actor.ppo_epochs",
 )
 
 
@@ -68,8 +92,10 @@ def _type_problems(cfg: Any, base: Any, origins: dict[str, str]) -> list[str]:
         else:
             continue
         if not ok:
-            problems.append(f"{origins[key]}: {key} must be {type(default).__name__} like verl's default "
-                            f"({default!r}), got {value!r}")
+            problems.append(
+                f"{origins[key]}: {key} must be {type(default).__name__} like verl's default "
+                f"({default!r}), got {value!r}"
+            )
     return problems
 
 
@@ -105,13 +131,16 @@ def check(cfg: Any, base: Any, origins: dict[str, str]) -> None:
         if mini is None or micro is None:
             continue
         if mini > batch:
-            problems.append(f"{_where(mini_key, origins)}: {mini_key} {mini} is larger than data.train_batch_size "
-                            f"{batch}")
+            problems.append(
+                f"{_where(mini_key, origins)}: {mini_key} {mini} is larger than data.train_batch_size {batch}"
+            )
             continue
         per_gpu = mini * n // gpus  # what verl's workers compute: mini-batch x n over the data-parallel GPUs
         if per_gpu < 1 or per_gpu % micro:
             keys = [mini_key, micro_key, "actor_rollout_ref.rollout.n", "trainer.n_gpus_per_node", "trainer.nnodes"]
-            problems.append(f"{_all_where(keys, origins)}: {mini_key} {mini} x rollout.n {n} over {gpus} GPU(s) = "
-                            f"{per_gpu} sequences per GPU, which {micro_key} {micro} does not divide")
+            problems.append(
+                f"{_all_where(keys, origins)}: {mini_key} {mini} x rollout.n {n} over {gpus} GPU(s) = "
+                f"{per_gpu} sequences per GPU, which {micro_key} {micro} does not divide"
+            )
     if problems:
         raise UserError("; ".join(problems))

@@ -38,8 +38,16 @@ def ray_command() -> list[str]:
 def ray_start(extra: list[str], gpus: int, ip: str | None, base: int) -> list[str]:
     """`ray start` with fixed ports, so that a firewall can let them through: `base` (the head's GCS), base+1 node
     manager, base+2 object manager, base+3 .. base+102 workers."""
-    ports = ["--node-manager-port", str(base + 1), "--object-manager-port", str(base + 2),
-             "--min-worker-port", str(base + 3), "--max-worker-port", str(base + 102)]
+    ports = [
+        "--node-manager-port",
+        str(base + 1),
+        "--object-manager-port",
+        str(base + 2),
+        "--min-worker-port",
+        str(base + 3),
+        "--max-worker-port",
+        str(base + 102),
+    ]
     command = [*ray_command(), "start", *extra, "--num-gpus", str(gpus), "--disable-usage-stats", *ports]
     return command + (["--node-ip-address", ip] if ip else [])
 
@@ -67,15 +75,18 @@ def wait_for(address: str, nodes: int, gpus_each: int, timeout_s: float) -> None
             have = int(sum(n.get("Resources", {}).get("GPU", 0) for n in alive))
             state = (len(alive), have)
             if state != last:
-                print(f"[verl-p40] cluster: {len(alive)} of {nodes} hosts, {have} of {nodes * gpus_each} GPUs",
-                      flush=True)
+                print(
+                    f"[verl-p40] cluster: {len(alive)} of {nodes} hosts, {have} of {nodes * gpus_each} GPUs", flush=True
+                )
                 last = state
             if len(alive) >= nodes and have >= nodes * gpus_each:
                 return
             if time.time() - started > timeout_s:
-                raise UserError(f"only {len(alive)} of {nodes} hosts ({have} GPUs) joined in {timeout_s:.0f} s: start "
-                                f"`verl-p40 cluster join --address {address}` (compose: ray-worker with "
-                                f"RAY_HEAD={address}) on the others, with port {address.rsplit(':', 1)[-1]} open")
+                raise UserError(
+                    f"only {len(alive)} of {nodes} hosts ({have} GPUs) joined in {timeout_s:.0f} s: start "
+                    f"`verl-p40 cluster join --address {address}` (compose: ray-worker with "
+                    f"RAY_HEAD={address}) on the others, with port {address.rsplit(':', 1)[-1]} open"
+                )
             time.sleep(2)
     finally:
         ray.shutdown()
@@ -93,15 +104,22 @@ def node_problems(address: str, paths: dict[str, str], marker: str) -> list[str]
         host = socket.gethostname()
         lines = [f"{host}: {what} {path} not found" for what, path in named.items() if not Path(path).exists()]
         if not Path(shared).exists():
-            lines.append(f"{host}: the checkpoints folder is not the head's ({shared} not seen): mount one shared "
-                         "folder at the same path on every host")
+            lines.append(
+                f"{host}: the checkpoints folder is not the head's ({shared} not seen): mount one shared "
+                "folder at the same path on every host"
+            )
         return lines
 
     ray.init(address=address, logging_level="ERROR", log_to_driver=False)
     try:
         task = ray.remote(num_cpus=0)(look)
-        refs = [task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
-            paths, marker) for n in ray.nodes() if n.get("Alive")]
+        refs = [
+            task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
+                paths, marker
+            )
+            for n in ray.nodes()
+            if n.get("Alive")
+        ]
         return [line for lines in ray.get(refs, timeout=120) for line in lines]
     finally:
         ray.shutdown()
@@ -137,14 +155,28 @@ def cmd_join(args: argparse.Namespace, options) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("role", choices=("head", "join"), help="head: start the cluster here and train; join: lend this "
-                   "host's GPUs to a head")
+    p.add_argument(
+        "role",
+        choices=("head", "join"),
+        help="head: start the cluster here and train; join: lend this host's GPUs to a head",
+    )
     p.add_argument("--address", default=os.environ.get("RAY_HEAD"), help="join: the head's HOST:PORT [$RAY_HEAD]")
     # environment values are strings that argparse converts (and checks) after parsing: a bad one never breaks --help
-    p.add_argument("--port", type=number(int, 1, 65535, env=defaults.RAY_PORT.env), default=defaults.RAY_PORT.get(),
-                   help="head: Ray's port; every host also uses the 102 after it [%(default)s, $RAY_PORT]")
-    p.add_argument("--node-ip", default=os.environ.get("RAY_NODE_IP"),
-                   help="this host's address the others reach it at [Ray's guess, $RAY_NODE_IP]")
-    p.add_argument("--wait-s", type=number(float, 0, env=defaults.CLUSTER_WAIT_S.env), default=defaults.CLUSTER_WAIT_S.get(),
-                   help="head: how long to wait for the other hosts [%(default)s]")
+    p.add_argument(
+        "--port",
+        type=number(int, 1, 65535, env=defaults.RAY_PORT.env),
+        default=defaults.RAY_PORT.get(),
+        help="head: Ray's port; every host also uses the 102 after it [%(default)s, $RAY_PORT]",
+    )
+    p.add_argument(
+        "--node-ip",
+        default=os.environ.get("RAY_NODE_IP"),
+        help="this host's address the others reach it at [Ray's guess, $RAY_NODE_IP]",
+    )
+    p.add_argument(
+        "--wait-s",
+        type=number(float, 0, env=defaults.CLUSTER_WAIT_S.env),
+        default=defaults.CLUSTER_WAIT_S.get(),
+        help="head: how long to wait for the other hosts [%(default)s]",
+    )
     p.add_argument("--no-train", action="store_true", help="head: start the cluster and wait, without training")

@@ -13,9 +13,16 @@ from dataclasses import dataclass, field
 OOM_PHASES = [
     ("update_actor", "the actor's update", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"),
     ("update_critic", "the critic's update", "critic.ppo_micro_batch_size_per_gpu"),
-    ("generate_sequences", "generation (HF rollout)",
-     "actor_rollout_ref.rollout.micro_batch_size (or data.train_batch_size)"),
-    ("compute_ref_log_prob", "the reference model's log-probs", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"),
+    (
+        "generate_sequences",
+        "generation (HF rollout)",
+        "actor_rollout_ref.rollout.micro_batch_size (or data.train_batch_size)",
+    ),
+    (
+        "compute_ref_log_prob",
+        "the reference model's log-probs",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+    ),
     ("compute_log_prob", "the actor's log-probs", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"),
     ("compute_values", "the critic's values", "critic.forward_micro_batch_size_per_gpu"),
 ]
@@ -23,12 +30,16 @@ _OOM = re.compile(r"(OutOfMemoryError|CUDA out of memory)")
 _TRIED = re.compile(r"Tried to allocate ([0-9.]+ [GMK]iB)")
 _ALLOWED = re.compile(r"([0-9.]+ GiB) allowed")
 _WORKER = re.compile(r"WorkerDict\.(\w+)\(\)")
-_PARQUET = re.compile(r"(Parquet magic bytes not found|Parquet file size is 0 bytes|Could not open Parquet input source"
-                      r"|ArrowInvalid)")
+_PARQUET = re.compile(
+    r"(Parquet magic bytes not found|Parquet file size is 0 bytes|Could not open Parquet input source"
+    r"|ArrowInvalid)"
+)
 _PATH = re.compile(r"(/[^\s'\":,]+\.parquet)")
 # torch.save's zip writer reports a full disk as a write failure or a position mismatch, not as ENOSPC
-_NOSPACE = re.compile(r"No space left on device|PytorchStreamWriter failed writing file|file write failed"
-                      r"|inline_container\.cc.*unexpected pos \d+ vs \d+|basic_ios::clear: iostream error")
+_NOSPACE = re.compile(
+    r"No space left on device|PytorchStreamWriter failed writing file|file write failed"
+    r"|inline_container\.cc.*unexpected pos \d+ vs \d+|basic_ios::clear: iostream error"
+)
 _NOSPACE_PATH = re.compile(r"(?:'|\")(/[^'\"]+)(?:'|\")")
 
 
@@ -78,16 +89,26 @@ class Diagnosis:
             for method, what, knob in OOM_PHASES:
                 if method == self.oom_phase:
                     described, setting = what, knob
-            size = f" (tried to allocate {self.tried}" + (f" with {self.allowed} allowed)" if self.allowed else ")") \
-                if self.tried else ""
-            return (f"CUDA out of memory in {described}{size}: lower {setting}, or give the run a bigger card or "
-                    "a larger --gpu-memory-cap-gb")
+            size = (
+                f" (tried to allocate {self.tried}" + (f" with {self.allowed} allowed)" if self.allowed else ")")
+                if self.tried
+                else ""
+            )
+            return (
+                f"CUDA out of memory in {described}{size}: lower {setting}, or give the run a bigger card or "
+                "a larger --gpu-memory-cap-gb"
+            )
         if self.no_space:
-            where = f" writing {self.no_space_path}" if self.no_space_path else (
-                " writing a checkpoint" if any(w.endswith("save_checkpoint") for w in self._workers) else "")
-            return (f"disk full{where}: free space under the checkpoint folder, or keep fewer checkpoints "
-                    "(trainer.max_actor_ckpt_to_keep=1 trainer.max_critic_ckpt_to_keep=1) or save less often "
-                    "(trainer.save_freq); `verl-p40 doctor` says how much a run needs")
+            where = (
+                f" writing {self.no_space_path}"
+                if self.no_space_path
+                else (" writing a checkpoint" if any(w.endswith("save_checkpoint") for w in self._workers) else "")
+            )
+            return (
+                f"disk full{where}: free space under the checkpoint folder, or keep fewer checkpoints "
+                "(trainer.max_actor_ckpt_to_keep=1 trainer.max_critic_ckpt_to_keep=1) or save less often "
+                "(trainer.save_freq); `verl-p40 doctor` says how much a run needs"
+            )
         if self.parquet:
             where = self.parquet_path or "the data folder"
             return f"{where}: not a readable parquet file ({self.parquet}): make the data again with `verl-p40 prep`"

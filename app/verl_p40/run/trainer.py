@@ -28,23 +28,35 @@ def run_trainer(run: RunPlan, logs: str) -> int:
     stop_file = log_dir.absolute() / f".stop-requested-{stamp}"
     stop_file.unlink(missing_ok=True)
     env = {**os.environ, **run.env, "PYTHONUNBUFFERED": "1"}
-    overrides = [*run.overrides, f"hydra.run.dir={log_dir.absolute()}/hydra/{stamp}",
-                 f"+trainer.stop_file={hydra_value(str(stop_file))}"]
+    overrides = [
+        *run.overrides,
+        f"hydra.run.dir={log_dir.absolute()}/hydra/{stamp}",
+        f"+trainer.stop_file={hydra_value(str(stop_file))}",
+    ]
     print(f"[verl-p40] logging to {log_path}", flush=True)
     # line-buffered: whoever follows the log (tail -f, a bench that stops the run at a step) sees each line as
     # verl prints it, not 8 KB later
     with open(log_path, "a", encoding="utf-8", buffering=1) as log:
         log.write("$ " + shlex.join(run.command()) + "\n")
         child = subprocess.Popen(
-            [*run.command()[:3], *overrides], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, bufsize=1, start_new_session=True,
+            [*run.command()[:3], *overrides],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
         )
 
         def stop(signum, _frame):
             if not stop_file.exists():
                 stop_file.touch()
-                print("[verl-p40] stop requested: the trainer finishes this step, saves a checkpoint and exits "
-                      "(the same signal again stops it at once)", file=sys.stderr, flush=True)
+                print(
+                    "[verl-p40] stop requested: the trainer finishes this step, saves a checkpoint and exits "
+                    "(the same signal again stops it at once)",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 return
             try:
                 os.killpg(child.pid, signum)
@@ -67,8 +79,11 @@ def run_trainer(run: RunPlan, logs: str) -> int:
                 log.write(f"verl-p40 train: error: {said}\n")
                 return 2
             if code == 0 and stop_file.exists():
-                print("[verl-p40] stopped on request with the last step saved; the same command resumes from it",
-                      file=sys.stderr, flush=True)
+                print(
+                    "[verl-p40] stopped on request with the last step saved; the same command resumes from it",
+                    file=sys.stderr,
+                    flush=True,
+                )
             return code
         finally:
             for sig, handler in previous.items():
