@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from verl_p40 import VERL_VERSION, UserError, __version__, defaults
 from verl_p40.options import add_arguments, from_args, number
-
-
-def _env(name: str, default: str) -> str:
-    return os.environ.get(name) or default
-
 
 # ---------------------------------------------------------------------------------------------- prep
 
@@ -277,7 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--instruction", default=None, help="text appended to each question")
     p.add_argument("--tokenizer", help="model/tokenizer folder: also print prompt-token statistics")
-    p.add_argument("--cache-dir", default=os.environ.get("HF_DATASETS_CACHE"), help="datasets cache for hf: sources")
+    p.add_argument("--cache-dir", default=defaults.DATASETS_CACHE.get() or None, help="datasets cache for hf: sources")
     p.add_argument("--summary-json", help="also write the summary as JSON here")
     p.add_argument(
         "--skip-existing",
@@ -294,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--from",
         dest="from_dir",
         metavar="DIR",
-        default=os.environ.get("VERL_P40_MODEL_FROM") or None,
+        default=defaults.MODEL_FROM.get() or None,
         help="no hub: copy a complete model folder brought on a disk (air-gapped hosts) ($VERL_P40_MODEL_FROM)",
     )
 
@@ -373,7 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="verl checkpoint .../global_step_N/actor, latest, or a Hugging Face folder [%(default)s]",
     )
     p.add_argument("--checkpoints", default=defaults.CHECKPOINTS.get(), help="for 'latest' [%(default)s]")
-    p.add_argument("--out", default=os.environ.get("VERL_P40_EXPORT") or "exports", help="output folder [%(default)s]")
+    p.add_argument("--out", default=defaults.EXPORTS.get(), help="output folder [%(default)s]")
     p.add_argument("--dtype", choices=("fp16", "fp32"), default="fp16", help="of the Hugging Face folder [%(default)s]")
     p.add_argument(
         "--lora",

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from verl_p40 import VERL_VERSION, UserError
+from verl_p40 import VERL_VERSION, UserError, defaults
 from verl_p40.doctor.cluster_check import check_cluster
 from verl_p40.doctor.context import CheckFailed, CheckSkipped, Context
 from verl_p40.doctor.host_checks import check_data, check_disk, check_model, check_ram, check_shm, check_writable
@@ -33,7 +32,7 @@ from verl_p40.plan.run_options import RunOptions
 
 __all__ = ["Context", "Result", "run_checks", "report", "preflight", "skips", "parse_names", "names_help", "DEFAULT"]
 
-SKIP_ENV = "VERL_P40_DOCTOR_SKIP"
+SKIP_ENV = defaults.DOCTOR_SKIP.env
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 
 
@@ -108,8 +107,8 @@ def run_checks(ctx: Context, only: list[str] | None = None, skip: dict[str, str]
 
 def skips(from_flags: list[str] | None) -> dict[str, str]:
     out = {n: f"--skip-check {n}" for n in parse_names(",".join(from_flags or []), "--skip-check")}
-    for name in parse_names(os.environ.get(SKIP_ENV), SKIP_ENV):
-        out.setdefault(name, f"{SKIP_ENV}={os.environ[SKIP_ENV]}")
+    for name in parse_names(defaults.DOCTOR_SKIP.get(), SKIP_ENV):
+        out.setdefault(name, f"{SKIP_ENV}={defaults.DOCTOR_SKIP.get()}")
     return out
 
 

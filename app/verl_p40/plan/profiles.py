@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -10,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from verl_p40 import UserError
+from verl_p40 import UserError, defaults
 from verl_p40.gpu.nvml import GPUInfo
 
 BASE = "base"
@@ -18,7 +17,7 @@ BASE = "base"
 
 def profiles_dir() -> Path:
     """`$VERL_P40_PROFILES_DIR`, else the profiles shipped with the package (config/profiles in the repo)."""
-    override = os.environ.get("VERL_P40_PROFILES_DIR")
+    override = defaults.PROFILES_DIR.get()
     if override:
         return Path(override)
     return Path(str(resources.files("verl_p40.configs"))) / "profiles"

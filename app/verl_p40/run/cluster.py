@@ -160,7 +160,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=("head", "join"),
         help="head: start the cluster here and train; join: lend this host's GPUs to a head",
     )
-    p.add_argument("--address", default=os.environ.get("RAY_HEAD"), help="join: the head's HOST:PORT [$RAY_HEAD]")
+    p.add_argument("--address", default=defaults.RAY_HEAD.get() or None, help="join: the head's HOST:PORT [$RAY_HEAD]")
     # environment values are strings that argparse converts (and checks) after parsing: a bad one never breaks --help
     p.add_argument(
         "--port",
@@ -170,7 +170,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--node-ip",
-        default=os.environ.get("RAY_NODE_IP"),
+        default=defaults.RAY_NODE_IP.get() or None,
         help="this host's address the others reach it at [Ray's guess, $RAY_NODE_IP]",
     )
     p.add_argument(
