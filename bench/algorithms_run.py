@@ -35,8 +35,12 @@ RUNS = {
     "lora-grpo-1.5b": ("bench", ["--algorithm", "grpo", "--lora-rank", "32"], 2, False, "1.5b"),
 }
 # a call has 10 minutes: LoRA-GRPO on 0.5B took 284 s of wall time for 4 steps, so each shape has its own call
-PHASES = {"grpo": ["grpo-n4", "grpo-n8", "grpo-n8-audit"], "audit": ["grpo-n4-audit"],
-          "lora": ["lora-grpo-0.5b"], "lora-1.5b": ["lora-grpo-1.5b"]}
+PHASES = {
+    "grpo": ["grpo-n4", "grpo-n8", "grpo-n8-audit"],
+    "audit": ["grpo-n4-audit"],
+    "lora": ["lora-grpo-0.5b"],
+    "lora-1.5b": ["lora-grpo-1.5b"],
+}
 
 
 def run(name: str, out: Path) -> None:
@@ -46,22 +50,60 @@ def run(name: str, out: Path) -> None:
     logs = WORK / f"logs-{name}"
     common = ["--profile", "auto", "--gpu-memory-cap-gb", str(P40[1]), *options, "--data", "/tmp/gsm8k"]
     if command == "bench":
-        args = ["bench", *common, "--model", config, "--keep-model", weights, "--steps", str(steps),
-                "--out", str(WORK / f"{name}.json"), "--logs", str(logs)]
+        args = [
+            "bench",
+            *common,
+            "--model",
+            config,
+            "--keep-model",
+            weights,
+            "--steps",
+            str(steps),
+            "--out",
+            str(WORK / f"{name}.json"),
+            "--logs",
+            str(logs),
+        ]
     else:  # the product's train command, on the random weights bench (or gpu_setup.sh) built
-        args = ["train", *common, "--model", weights, "--logs", str(logs), "--checkpoints", str(WORK / "ckpt"),
-                f"trainer.total_training_steps={steps}", "trainer.save_freq=-1"]
+        args = [
+            "train",
+            *common,
+            "--model",
+            weights,
+            "--logs",
+            str(logs),
+            "--checkpoints",
+            str(WORK / "ckpt"),
+            f"trainer.total_training_steps={steps}",
+            "trainer.save_freq=-1",
+        ]
     started = time.time()
-    code = verl_p40(*args, env=mask_env(P40[0], audit_file), log=WORK / f"{name}.log",
-                    timeout=(300 if shape == "1.5b" else 150) + (100 if audit else 60) * steps)  # the audit slows a step ~2.7x
+    code = verl_p40(
+        *args,
+        env=mask_env(P40[0], audit_file),
+        log=WORK / f"{name}.log",
+        timeout=(300 if shape == "1.5b" else 150) + (100 if audit else 60) * steps,
+    )  # the audit slows a step ~2.7x
     result = json.loads((WORK / f"{name}.json").read_text()) if (WORK / f"{name}.json").exists() else {}
     if command == "train":
-        from verl_p40.trainer_log import read_steps
+        from verl_p40.run.trainer_log import read_steps
 
         log = next(logs.glob("train-*.log"), None)
         result = {"command": "verl-p40 " + " ".join(args), "steps": read_steps(log) if log else []}
-    save(result, "run", {"name": name, "mask_cc": P40[0], "cap_gb": P40[1], "audit": audit, "exit_code": code,
-                         "wall_s": round(time.time() - started, 1)}, audit_file, out / f"{name}.json")
+    save(
+        result,
+        "run",
+        {
+            "name": name,
+            "mask_cc": P40[0],
+            "cap_gb": P40[1],
+            "audit": audit,
+            "exit_code": code,
+            "wall_s": round(time.time() - started, 1),
+        },
+        audit_file,
+        out / f"{name}.json",
+    )
 
 
 def phase(which: str, out: Path) -> None:
@@ -82,16 +124,51 @@ def report(folder: Path) -> str:
         if "seconds_per_step" not in r:
             steps = r.get("steps", [])
             peak = max((s.get("perf/max_memory_allocated_gb", 0) for s in steps), default=0)
-            rows.append([f"{name} (audit: not a timing)", "", "", "", f"{len(steps)} steps ran", "", "", "",
-                         f"{peak:.2f} GB", ""])
+            rows.append(
+                [
+                    f"{name} (audit: not a timing)",
+                    "",
+                    "",
+                    "",
+                    f"{len(steps)} steps ran",
+                    "",
+                    "",
+                    "",
+                    f"{peak:.2f} GB",
+                    "",
+                ]
+            )
             continue
         s, p = r["settings"], r["projection"]["p40"]
-        rows.append([name, s["rollout_n"], s["train_batch_size"], s["train_batch_size"] * s["rollout_n"],
-                     r["seconds_per_step"], r["sequences_per_s"], r["prompts_per_s"],
-                     f"{r['memory']['nvml_peak_process_gb']} GB", f"{r['torch_max_allocated_gb']:.2f} GB",
-                     f"{p['step']} s/step, {p['hours_per_gsm8k_epoch']} h/epoch"])
-    return markdown_table(["run", "n", "prompts/step", "sequences/step", "s/step", "sequences/s", "prompts/s",
-                           "worker peak (NVML)", "torch peak", "P40 projection"], rows)
+        rows.append(
+            [
+                name,
+                s["rollout_n"],
+                s["train_batch_size"],
+                s["train_batch_size"] * s["rollout_n"],
+                r["seconds_per_step"],
+                r["sequences_per_s"],
+                r["prompts_per_s"],
+                f"{r['memory']['nvml_peak_process_gb']} GB",
+                f"{r['torch_max_allocated_gb']:.2f} GB",
+                f"{p['step']} s/step, {p['hours_per_gsm8k_epoch']} h/epoch",
+            ]
+        )
+    return markdown_table(
+        [
+            "run",
+            "n",
+            "prompts/step",
+            "sequences/step",
+            "s/step",
+            "sequences/s",
+            "prompts/s",
+            "worker peak (NVML)",
+            "torch peak",
+            "P40 projection",
+        ],
+        rows,
+    )
 
 
 def main() -> None:

@@ -44,13 +44,23 @@ def agreement(work: Path) -> dict:
             continue
         other = answers(folder)
         differ = [i for i in reference if reference[i] != other.get(i)]
-        first = [next((k for k, (a, b) in enumerate(zip(reference[i], other[i])) if a != b),
-                      min(len(reference[i]), len(other[i]))) for i in differ if i in other]
+        first = [
+            next(
+                (k for k, (a, b) in enumerate(zip(reference[i], other[i])) if a != b),
+                min(len(reference[i]), len(other[i])),
+            )
+            for i in differ
+            if i in other
+        ]
         out[folder.name] = {
-            "same_text": len(reference) - len(differ), "questions": len(reference),
-            "same_final_number": sum(extract_answer(reference[i], "flexible") == extract_answer(other.get(i, ""), "flexible")
-                                     for i in reference),
-            "first_difference_at_char": sorted(first)}
+            "same_text": len(reference) - len(differ),
+            "questions": len(reference),
+            "same_final_number": sum(
+                extract_answer(reference[i], "flexible") == extract_answer(other.get(i, ""), "flexible")
+                for i in reference
+            ),
+            "first_difference_at_char": sorted(first),
+        }
     return out
 
 
@@ -60,8 +70,12 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=Path("/tmp/qwen-real"), help="made from --gguf when absent")
     parser.add_argument("--tokenizer", default=".gpu-shared/qwen2.5-0.5b-instruct")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--compare", type=Path, help="only compare the evaluations under this folder (the returned "
-                        "logs unpacked) and write agreement.json to --out")
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        help="only compare the evaluations under this folder (the returned "
+        "logs unpacked) and write agreement.json to --out",
+    )
     args = parser.parse_args()
     if args.compare:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -73,32 +87,109 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     log, env = WORK / "commands.log", mask_env("6.1")
     if not (args.model / "config.json").is_file():
-        subprocess.run([sys.executable, str(HERE / "gguf_to_hf.py"), "--gguf", args.gguf, "--tokenizer",
-                        args.tokenizer, "--out", str(args.model)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                str(HERE / "gguf_to_hf.py"),
+                "--gguf",
+                args.gguf,
+                "--tokenizer",
+                args.tokenizer,
+                "--out",
+                str(args.model),
+            ],
+            check=True,
+        )
     ckpt, exports = WORK / "ckpt", WORK / "exports"
     steps = [
-        ("train", ["train", "--profile", "p40", "--gpu-memory-cap-gb", "24", "--gpus", "0", "--model", str(args.model), "--data",
-                   "/tmp/gsm8k", "--logs", str(WORK / "logs"), "--checkpoints", str(ckpt),
-                   "--reward-method", "flexible", "trainer.total_training_steps=2", "trainer.save_freq=2"], 420),
-        ("export", ["export", "--model", "latest", "--checkpoints", str(ckpt), "--out", str(exports),
-                    "--dtype", "fp16"], 240),
-        ("eval-checkpoint", ["eval", "--model", "latest", "--checkpoints", str(ckpt), "--data",
-                             "/tmp/gsm8k/test.parquet", "--limit", str(QUESTIONS), "--dtype", "fp32", "--max-new-tokens",
-                             "320", "--batch-size", "64", "--out", str(WORK / "eval-checkpoint"), "--logs", ""], 240),
+        (
+            "train",
+            [
+                "train",
+                "--profile",
+                "p40",
+                "--gpu-memory-cap-gb",
+                "24",
+                "--gpus",
+                "0",
+                "--model",
+                str(args.model),
+                "--data",
+                "/tmp/gsm8k",
+                "--logs",
+                str(WORK / "logs"),
+                "--checkpoints",
+                str(ckpt),
+                "--reward-method",
+                "flexible",
+                "trainer.total_training_steps=2",
+                "trainer.save_freq=2",
+            ],
+            420,
+        ),
+        (
+            "export",
+            ["export", "--model", "latest", "--checkpoints", str(ckpt), "--out", str(exports), "--dtype", "fp16"],
+            240,
+        ),
+        (
+            "eval-checkpoint",
+            [
+                "eval",
+                "--model",
+                "latest",
+                "--checkpoints",
+                str(ckpt),
+                "--data",
+                "/tmp/gsm8k/test.parquet",
+                "--limit",
+                str(QUESTIONS),
+                "--dtype",
+                "fp32",
+                "--max-new-tokens",
+                "320",
+                "--batch-size",
+                "64",
+                "--out",
+                str(WORK / "eval-checkpoint"),
+                "--logs",
+                "",
+            ],
+            240,
+        ),
     ]
     result: dict = {"questions": QUESTIONS, "mask_cc": "6.1", "cap_gb": 24, "steps": {}}
     for name, command, timeout in steps:
         started = time.time()
         code = verl_p40(*command, env=env, log=log, timeout=timeout)
-        result["steps"][name] = {"command": "verl-p40 " + " ".join(command), "exit_code": code,
-                                 "wall_s": round(time.time() - started, 1)}
+        result["steps"][name] = {
+            "command": "verl-p40 " + " ".join(command),
+            "exit_code": code,
+            "wall_s": round(time.time() - started, 1),
+        }
         if code != 0:
             break
     exported = next(exports.glob("*-hf-fp16"), None) if exports.is_dir() else None
     if exported:
-        command = ["eval", "--model", str(exported), "--data", "/tmp/gsm8k/test.parquet", "--limit", str(QUESTIONS),
-                   "--dtype", "fp16", "--max-new-tokens", "320", "--batch-size", "64", "--out",
-                   str(WORK / "eval-export"), "--logs", ""]
+        command = [
+            "eval",
+            "--model",
+            str(exported),
+            "--data",
+            "/tmp/gsm8k/test.parquet",
+            "--limit",
+            str(QUESTIONS),
+            "--dtype",
+            "fp16",
+            "--max-new-tokens",
+            "320",
+            "--batch-size",
+            "64",
+            "--out",
+            str(WORK / "eval-export"),
+            "--logs",
+            "",
+        ]
         code = verl_p40(*command, env=env, log=log, timeout=240)
         result["steps"]["eval-export"] = {"command": "verl-p40 " + " ".join(command), "exit_code": code}
         if code == 0:

@@ -31,15 +31,31 @@ def main() -> None:
     model.config.tie_word_embeddings = True
     model.get_input_embeddings().weight.data.copy_(lm_head)
     model.tie_weights()
-    for key in ("bos_token_id", "eos_token_id", "max_position_embeddings", "rope_theta", "sliding_window",
-                "max_window_layers", "use_sliding_window"):
+    for key in (
+        "bos_token_id",
+        "eos_token_id",
+        "max_position_embeddings",
+        "rope_theta",
+        "sliding_window",
+        "max_window_layers",
+        "use_sliding_window",
+    ):
         if hasattr(reference, key):
             setattr(model.config, key, getattr(reference, key))
     params = sum(p.numel() for p in model.parameters())
-    shape_keys = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                  "num_key_value_heads", "vocab_size")
-    mismatch = {k: (getattr(model.config, k), getattr(reference, k)) for k in shape_keys
-                if getattr(model.config, k) != getattr(reference, k)}
+    shape_keys = (
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "vocab_size",
+    )
+    mismatch = {
+        k: (getattr(model.config, k), getattr(reference, k))
+        for k in shape_keys
+        if getattr(model.config, k) != getattr(reference, k)
+    }
     if mismatch:
         raise SystemExit(f"not the Qwen2.5-0.5B shape: {mismatch}")
     out = Path(args.out)

@@ -24,21 +24,40 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     args = parser.parse_args()
     train_args = [
-        "--profile", "p40", "--model", args.model, "--data", args.data, "--gpu-memory-cap-gb", str(args.cap_gb),
-        "--checkpoints", f"{args.work}/ckpt",
-        "--set", "trainer.save_freq=-1", "--set", "trainer.test_freq=-1", "--set", "trainer.val_before_train=false",
+        "--profile",
+        "p40",
+        "--model",
+        args.model,
+        "--data",
+        args.data,
+        "--gpu-memory-cap-gb",
+        str(args.cap_gb),
+        "--checkpoints",
+        f"{args.work}/ckpt",
+        "--set",
+        "trainer.save_freq=-1",
+        "--set",
+        "trainer.test_freq=-1",
+        "--set",
+        "trainer.val_before_train=false",
         f"custom_reward_function.path={HERE / 'rewards' / 'ascii_letters.py'}",
-        f"data.max_response_length={args.response_length}", f"actor_rollout_ref.actor.optim.lr={args.actor_lr}",
+        f"data.max_response_length={args.response_length}",
+        f"actor_rollout_ref.actor.optim.lr={args.actor_lr}",
         f"trainer.total_training_steps={args.steps}",
-        f"data.train_batch_size={args.batch}", f"actor_rollout_ref.actor.ppo_mini_batch_size={max(1, args.batch // 2)}",
+        f"data.train_batch_size={args.batch}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={max(1, args.batch // 2)}",
     ]
     run = run_train("learning-check", train_args, Path(args.work) / "logs", timeout=420)
     scores = [s.get("critic/score/mean") for s in run["steps"]]
     k = max(1, min(5, len(scores) // 4))
-    result = {"environment": environment(), "run": run,
-              "reward": "bench/rewards/ascii_letters.py: fraction of ASCII letters in the response",
-              "first_mean": round(sum(scores[:k]) / k, 4) if scores else None,
-              "last_mean": round(sum(scores[-k:]) / k, 4) if scores else None, "window_steps": k}
+    result = {
+        "environment": environment(),
+        "run": run,
+        "reward": "bench/rewards/ascii_letters.py: fraction of ASCII letters in the response",
+        "first_mean": round(sum(scores[:k]) / k, 4) if scores else None,
+        "last_mean": round(sum(scores[-k:]) / k, 4) if scores else None,
+        "window_steps": k,
+    }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"learning-check-{time.strftime('%Y-%m-%d')}"

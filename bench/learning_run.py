@@ -53,7 +53,7 @@ from pathlib import Path
 
 from generations import mask_env
 from real_weights import State, cli, monitor_peaks, ray_stop, run, wait
-from verl_p40.trainer_log import read_steps
+from verl_p40.run.trainer_log import read_steps
 
 HERE = Path(__file__).resolve().parent
 RECIPE = "grpo-gsm8k"
@@ -157,7 +157,7 @@ def parts(data: Path, count: int, limit: int | None) -> list[Path]:
 
 
 def final(args: argparse.Namespace, work: Path, out: Path, state: State) -> dict:
-    from verl_p40.checkpoints import resolve_model
+    from verl_p40.models.checkpoints import resolve_model
 
     os.environ.update(mask_env(MODES[state.data.get("mode", args.mode)]["mask"]))
     started = time.time()
@@ -253,7 +253,7 @@ def p40_projection(mode: str, data: dict, steps: list[dict], work: Path) -> dict
                 "training_hours_on_p40s": round(data["wall_s"] * P40_PER_H200 / 3600, 2),
                 "note": "the session's training wall time (start-up and validation included) times the factor"}
     import project
-    from verl_p40 import projection
+    from verl_p40.perf import projection
 
     config = work / "qwen-real" / "config.json"
     config = config if config.is_file() else project.SHARED / "config.json"

@@ -36,8 +36,22 @@ def main() -> None:
     import torch
 
     out = Path(args.out)
-    monitor = subprocess.Popen([sys.executable, "-m", "verl_p40.cli", "monitor", "--interval", "1", "--port", "9400",
-                                "--out", str(out), "--alert-mem-pct", "10"])
+    monitor = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "verl_p40.cli",
+            "monitor",
+            "--interval",
+            "1",
+            "--port",
+            "9400",
+            "--out",
+            str(out),
+            "--alert-mem-pct",
+            "10",
+        ]
+    )
     time.sleep(3)
     cpu_start, wall_start = cpu_seconds(monitor.pid), time.time()
     hold = torch.empty(int(args.hold_gb * 1e9 / 4), dtype=torch.float32, device="cuda")
@@ -62,7 +76,8 @@ def main() -> None:
         "torch_max_memory_reserved_bytes": torch_peak,
         "monitor_peak_memory_used_bytes": peak,
         "monitor_minus_torch_gb": round((peak - torch_peak) / 1e9, 3),
-        "monitor_cpu_seconds": round(cpu_used, 3), "wall_seconds": round(wall, 1),
+        "monitor_cpu_seconds": round(cpu_used, 3),
+        "wall_seconds": round(wall, 1),
         "monitor_cpu_pct_of_one_core": round(100 * cpu_used / wall, 3),
         "metrics_lines": [line for line in scrape.splitlines() if line.startswith("verl_p40_gpu_memory_used_bytes")],
         "monitor_returncode": monitor.returncode,

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from verl_p40.trainer_log import read_steps
+from verl_p40.run.trainer_log import read_steps
 
 PHASES = ("gen", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor", "step")
 
@@ -31,7 +31,7 @@ def run_train(name: str, train_args: list[str], logs: Path, timeout: float) -> d
     logs.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "verl_p40.cli", "train", "--logs", str(logs), *train_args]
     print(f"== {name}: {shlex.join(cmd)}", flush=True)
-    from verl_p40.benchmark import Sampler
+    from verl_p40.perf.bench import Sampler
 
     started = time.time()
     with Sampler(logs / "gpu") as sampler:  # the GPU monitor's own sampling: every GPU, every process
@@ -41,12 +41,22 @@ def run_train(name: str, train_args: list[str], logs: Path, timeout: float) -> d
             rc = "timeout"
     wall = time.time() - started
     peaks = sampler.peaks()
-    nvml = {"nvml_peak_device_used_gb": max(peaks["nvml_peak_device_gb"].values(), default=0.0),
-            "nvml_peak_process_used_gb": peaks["nvml_peak_process_gb"]}
+    nvml = {
+        "nvml_peak_device_used_gb": max(peaks["nvml_peak_device_gb"].values(), default=0.0),
+        "nvml_peak_process_used_gb": peaks["nvml_peak_process_gb"],
+    }
     log = sorted(logs.glob("train-*.log"))[-1]
     steps = read_steps(log)
-    return {"name": name, "returncode": rc, "wall_s": round(wall, 1), "command": "verl-p40 " + shlex.join(cmd[3:]),
-            "log": str(log), **nvml, "steps": steps, "summary": summarise(steps, train_args)}
+    return {
+        "name": name,
+        "returncode": rc,
+        "wall_s": round(wall, 1),
+        "command": "verl-p40 " + shlex.join(cmd[3:]),
+        "log": str(log),
+        **nvml,
+        "steps": steps,
+        "summary": summarise(steps, train_args),
+    }
 
 
 def summarise(steps: list[dict], train_args: list[str]) -> dict:
@@ -78,9 +88,13 @@ def environment() -> dict:
     return {
         "gpu": torch.cuda.get_device_name(0) if gpu else "none (CPU rehearsal)",
         "gpu_total_memory_gb": round(torch.cuda.get_device_properties(0).total_memory / 1e9, 2) if gpu else None,
-        "torch": torch.__version__, "cuda": torch.version.cuda, "transformers": transformers.__version__,
-        "verl": getattr(verl, "__version__", "0.5.0"), "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "transformers": transformers.__version__,
+        "verl": getattr(verl, "__version__", "0.5.0"),
+        "python": sys.version.split()[0],
         "hostname_note": "lent NVIDIA H200; P40 emulated by the p40 profile plus --gpu-memory-cap-gb",
-        "date": time.strftime("%Y-%m-%d"), "invocation": shlex.join([sys.executable, *sys.argv]),
+        "date": time.strftime("%Y-%m-%d"),
+        "invocation": shlex.join([sys.executable, *sys.argv]),
         "cwd": os.getcwd(),
     }

@@ -40,8 +40,11 @@ def main() -> None:
             runs.append({"wall_s": round(wall, 3), "prep_reported_s": inner, "rows": rows})
     result = {
         "command": shlex.join([sys.executable, *sys.argv]),
-        "cpu_affinity": sorted(os.sched_getaffinity(0)), "cpu": platform.processor() or platform.machine(),
-        "python": sys.version.split()[0], "date": time.strftime("%Y-%m-%d"), "runs": runs,
+        "cpu_affinity": sorted(os.sched_getaffinity(0)),
+        "cpu": platform.processor() or platform.machine(),
+        "python": sys.version.split()[0],
+        "date": time.strftime("%Y-%m-%d"),
+        "runs": runs,
         "median_wall_s": statistics.median(r["wall_s"] for r in runs),
         "median_prep_reported_s": statistics.median(r["prep_reported_s"] for r in runs),
     }

@@ -1,6 +1,7 @@
 """The P40 projection beside every committed timing result: each run's recorded trainer command gives its verl config,
-its logged steps give the token counts and the measured phases, and `verl_p40.projection` turns them into seconds on a
-Tesla P40 (and, as a check, on the H200 that ran it, whose constants `verl-p40 bench` measured on 2026-11-30).
+its logged steps give the token counts and the measured phases, and `verl_p40.perf.projection` turns them into
+seconds on a Tesla P40 (and, as a check, on the H200 that ran it, whose constants `verl-p40 bench` measured on
+2026-11-30).
 
     python3 bench/project.py --out bench/results/projections.json   (CPU only; reads bench/results/*)
 """
@@ -17,15 +18,19 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from verl_p40 import projection, train
-from verl_p40.gpu import GPUInfo
-from verl_p40.trainer_log import read_steps
-from verl_p40.train import RunOptions, plan
+from verl_p40.gpu.nvml import GPUInfo
+from verl_p40.perf import projection
+from verl_p40.plan import planner as train
+from verl_p40.plan.planner import plan
+from verl_p40.plan.run_options import RunOptions
+from verl_p40.run.trainer_log import read_steps
 
 RESULTS = Path(__file__).parent / "results"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "qwen2.5-0.5b-instruct"
 # The H200's constants as calibrate() measured them under the mask (bench/results/generations-2026-11-30/bench-p40.json)
-H200 = projection.Card("NVIDIA H200 (measured 2026-11-30)", 41.14, 4251.0, 22.3, "generations-2026-11-30/bench-p40.json")
+H200 = projection.Card(
+    "NVIDIA H200 (measured 2026-11-30)", 41.14, 4251.0, 22.3, "generations-2026-11-30/bench-p40.json"
+)
 
 
 def options_from(command: str) -> RunOptions:
@@ -74,12 +79,22 @@ def project_run(name: str, command: str, steps: list[dict], shape: projection.Sh
     # what trim_padding (on in every profile since) is projected to make of the same steps: their logged lengths
     trimmed = projection.run_from_config(cfg, generated, projection.longest_lengths(steps))
     p40_trimmed = projection.project(shape, trimmed, projection.P40, host)
-    return {"run": name, "gpus": run.gpus, "measured_s_per_step": phases.get("step"), "measured_phases_s": phases,
-            "h200_projection": here, "p40_projection": p40,
-            "p40_hours_per_gsm8k_epoch": projection.epoch_hours(p40["step"], prompts), "train_batch_size": prompts,
-            "with_trim_padding": {"pass_width": trimmed.width, "p40_projection": p40_trimmed,
-                                  "p40_hours_per_gsm8k_epoch": projection.epoch_hours(p40_trimmed["step"], prompts)},
-            "command": command}
+    return {
+        "run": name,
+        "gpus": run.gpus,
+        "measured_s_per_step": phases.get("step"),
+        "measured_phases_s": phases,
+        "h200_projection": here,
+        "p40_projection": p40,
+        "p40_hours_per_gsm8k_epoch": projection.epoch_hours(p40["step"], prompts),
+        "train_batch_size": prompts,
+        "with_trim_padding": {
+            "pass_width": trimmed.width,
+            "p40_projection": p40_trimmed,
+            "p40_hours_per_gsm8k_epoch": projection.epoch_hours(p40_trimmed["step"], prompts),
+        },
+        "command": command,
+    }
 
 
 def collect() -> list[tuple[str, str, list[dict], bool]]:
@@ -122,14 +137,27 @@ def main() -> None:
         print(f"P40: {row['p40_projection']['step']} s/step, {row['p40_hours_per_gsm8k_epoch']} h/epoch", file=sys.stderr)
         return
     rows = [project_run(name, command, steps, shape, recent) for name, command, steps, recent in collect()]
-    args.out.write_text(json.dumps({"model": projection.__doc__.split("\n\n")[1], "h200": projection.card_dict(H200),
-                                    "p40": projection.card_dict(projection.P40), "runs": rows}, indent=2) + "\n")
+    args.out.write_text(
+        json.dumps(
+            {
+                "model": projection.__doc__.split("\n\n")[1],
+                "h200": projection.card_dict(H200),
+                "p40": projection.card_dict(projection.P40),
+                "runs": rows,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     for r in rows:
         t = r["with_trim_padding"]
-        print(f"{r['run']}: measured {r['measured_s_per_step']} s/step, H200 model {r['h200_projection']['step']}, "
-              f"P40 {r['p40_projection']['step']} s/step ({r['p40_hours_per_gsm8k_epoch']} h/epoch); with trim_padding "
-              f"at width {t['pass_width']}: {t['p40_projection']['step']} s/step ({t['p40_hours_per_gsm8k_epoch']} h/epoch)",
-              file=sys.stderr)
+        print(
+            f"{r['run']}: measured {r['measured_s_per_step']} s/step, H200 model {r['h200_projection']['step']}, "
+            f"P40 {r['p40_projection']['step']} s/step ({r['p40_hours_per_gsm8k_epoch']} h/epoch); with trim_padding "
+            f"at width {t['pass_width']}: {t['p40_projection']['step']} s/step "
+            f"({t['p40_hours_per_gsm8k_epoch']} h/epoch)",
+            file=sys.stderr,
+        )
 
 
 if __name__ == "__main__":

@@ -56,8 +56,8 @@ import tarfile
 import time
 from pathlib import Path
 
-from verl_p40 import stats
-from verl_p40.trainer_log import read_steps
+from verl_p40.evaluation import stats
+from verl_p40.run.trainer_log import read_steps
 
 HERE = Path(__file__).resolve().parent
 HELDOUT_ROWS, VAL_ROWS = (0, 256), (256, 128)
@@ -331,8 +331,8 @@ def copy_out(folder: Path, out: Path, prefix: str) -> None:
 def monitor_peaks(folder: Path, cap_gb: float | None = 24.0) -> dict:
     """Peaks over every train run from `verl-p40 monitor`'s CSVs (the whole GPU, and the largest process); `cap_gb`:
     the memory cap the run had (None: none)."""
-    from verl_p40.gpu_csv import read_gpu_csv, read_process_csv
-    from verl_p40.monitor import Summary
+    from verl_p40.gpu.csv_log import read_gpu_csv, read_process_csv
+    from verl_p40.gpu.monitor import Summary
 
     if not (folder / "gpu.csv").is_file():
         return {"note": f"no GPU monitor samples in {folder}"}

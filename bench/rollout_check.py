@@ -15,7 +15,7 @@ import json
 import time
 from pathlib import Path
 
-from verl_p40.trainer_log import read_steps
+from verl_p40.run.trainer_log import read_steps
 
 KEYS = ("critic/score/mean", "response_length/mean", "response_length/clip_ratio", "actor/entropy")
 VAL = "val-core/openai/gsm8k/reward/mean@1"
@@ -23,8 +23,11 @@ VAL = "val-core/openai/gsm8k/reward/mean@1"
 
 def summarise(log: Path, steps: int) -> dict:
     rows = {int(s["step"]): s for s in read_steps(log)}
-    return {"log": log.name, "val_reward_step0": rows.get(0, {}).get(VAL),
-            **{key: [rows[k].get(key) for k in range(1, steps + 1) if k in rows] for key in KEYS}}
+    return {
+        "log": log.name,
+        "val_reward_step0": rows.get(0, {}).get(VAL),
+        **{key: [rows[k].get(key) for k in range(1, steps + 1) if k in rows] for key in KEYS},
+    }
 
 
 def main() -> None:
@@ -39,9 +42,11 @@ def main() -> None:
     base = json.loads(args.eval.read_text())["models"]["base"]
     result = {
         "what": "trainer's greedy validation reward (flexible + 0.1 format bonus) at step 0 on GSM8K test rows "
-                "256..383, and sampled training reward of the first steps, before/after the HF rollout edits",
-        "plain_generate_eval": {"label": args.eval_label,
-                                **{k: base[k] for k in ("questions", "accuracy_flexible", "format_rate")}},
+        "256..383, and sampled training reward of the first steps, before/after the HF rollout edits",
+        "plain_generate_eval": {
+            "label": args.eval_label,
+            **{k: base[k] for k in ("questions", "accuracy_flexible", "format_rate")},
+        },
         "before_edits": summarise(args.before, args.steps),
         "after_edits": summarise(args.after, args.steps),
     }
@@ -61,11 +66,16 @@ def plot(result: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
     labels = ("before_edits", "after_edits")
     flexible = result["plain_generate_eval"]["accuracy_flexible"] + 0.1 * result["plain_generate_eval"]["format_rate"]
-    axes[0].bar(["verl val\nbefore edits", "verl val\nafter edits", result["plain_generate_eval"]["label"]],
-                [result[k]["val_reward_step0"] or 0 for k in labels] + [flexible], color=["#c44", "#4a4", "#888"])
+    axes[0].bar(
+        ["verl val\nbefore edits", "verl val\nafter edits", result["plain_generate_eval"]["label"]],
+        [result[k]["val_reward_step0"] or 0 for k in labels] + [flexible],
+        color=["#c44", "#4a4", "#888"],
+    )
     axes[0].set_title("greedy reward at step 0 (no update yet)", fontsize=10)
-    for ax, key, title in ((axes[1], "critic/score/mean", "sampled training reward"),
-                           (axes[2], "response_length/clip_ratio", "responses cut at 320 tokens")):
+    for ax, key, title in (
+        (axes[1], "critic/score/mean", "sampled training reward"),
+        (axes[2], "response_length/clip_ratio", "responses cut at 320 tokens"),
+    ):
         for label, colour in zip(labels, ("#c44", "#4a4")):
             values = result[label][key]
             ax.plot(range(1, len(values) + 1), values, marker="o", color=colour, label=label.replace("_", " "))

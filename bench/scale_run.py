@@ -2,7 +2,8 @@
 each, audit off), random weights of Qwen2.5-0.5B's shape, real GSM8K, the product's own settings only:
 
 - `bench`: `verl-p40 bench --gpus 0` and `--gpus 0,1` (the layout scales the batch and keeps sharded states on the
-  GPU), 3 steps each (2 timed): s/step, prompts/s, the speed-up, peak memory per GPU (NVML, `verl-p40 monitor`'s sampler).
+  GPU), 3 steps each (2 timed): s/step, prompts/s, the speed-up, peak memory per GPU (NVML, `verl-p40 monitor`'s
+  sampler).
 - `cluster`: two Ray hosts on this machine, started as the compose services start them (`verl-p40 cluster head
   --nodes 2 --gpus 0` training 2 steps with a checkpoint, `verl-p40 cluster join --gpus 1`), then that 2-GPU
   checkpoint resumed on 1 GPU (expected: exit 2 and one line) and read by `verl-p40 eval --model latest`.
@@ -32,13 +33,33 @@ CLI = [sys.executable, "-m", "verl_p40.cli"]
 def bench(out: Path) -> None:
     for name, gpus in (("one-gpu", "0"), ("two-gpus", "0,1")):
         started = time.time()
-        code = verl_p40("bench", *COMMON, "--gpus", gpus, "--model", ".gpu-shared/qwen2.5-0.5b-instruct",
-                        "--keep-model", "/tmp/qwen-random", "--steps", "3", "--out", str(WORK / f"{name}.json"),
-                        "--logs", str(WORK / f"logs-{name}"), env=mask_env("6.1"), log=WORK / f"{name}.log",
-                        timeout=420)
+        code = verl_p40(
+            "bench",
+            *COMMON,
+            "--gpus",
+            gpus,
+            "--model",
+            ".gpu-shared/qwen2.5-0.5b-instruct",
+            "--keep-model",
+            "/tmp/qwen-random",
+            "--steps",
+            "3",
+            "--out",
+            str(WORK / f"{name}.json"),
+            "--logs",
+            str(WORK / f"logs-{name}"),
+            env=mask_env("6.1"),
+            log=WORK / f"{name}.log",
+            timeout=420,
+        )
         result = json.loads((WORK / f"{name}.json").read_text()) if (WORK / f"{name}.json").exists() else {}
-        save(result, "run", {"name": name, "gpus": gpus, "exit_code": code, "wall_s": round(time.time() - started, 1)},
-             None, out / f"scale-{name}.json")
+        save(
+            result,
+            "run",
+            {"name": name, "gpus": gpus, "exit_code": code, "wall_s": round(time.time() - started, 1)},
+            None,
+            out / f"scale-{name}.json",
+        )
         pack_logs(WORK, out / "logs-scale-bench.tgz")
 
 
@@ -49,12 +70,47 @@ def cluster(out: Path) -> None:
     result: dict = {}
     started = time.time()
     with open(WORK / "head.log", "w") as head_log, open(WORK / "worker.log", "w") as worker_log:
-        head = subprocess.Popen([*CLI, "cluster", "head", *steps, "--nodes", "2", "--gpus", "0", "--port", "6379",
-                                 "--node-ip", "127.0.0.1", "--wait-s", "180", *train], env=env, stdout=head_log,
-                                stderr=subprocess.STDOUT)
+        head = subprocess.Popen(
+            [
+                *CLI,
+                "cluster",
+                "head",
+                *steps,
+                "--nodes",
+                "2",
+                "--gpus",
+                "0",
+                "--port",
+                "6379",
+                "--node-ip",
+                "127.0.0.1",
+                "--wait-s",
+                "180",
+                *train,
+            ],
+            env=env,
+            stdout=head_log,
+            stderr=subprocess.STDOUT,
+        )
         time.sleep(15)
-        worker = subprocess.Popen([*CLI, "cluster", "join", "--gpus", "1", "--address", "127.0.0.1:6379", "--port",
-                                   "6579", "--node-ip", "127.0.0.1"], env=env, stdout=worker_log, stderr=subprocess.STDOUT)
+        worker = subprocess.Popen(
+            [
+                *CLI,
+                "cluster",
+                "join",
+                "--gpus",
+                "1",
+                "--address",
+                "127.0.0.1:6379",
+                "--port",
+                "6579",
+                "--node-ip",
+                "127.0.0.1",
+            ],
+            env=env,
+            stdout=worker_log,
+            stderr=subprocess.STDOUT,
+        )
         try:
             code = head.wait(timeout=420)
         except subprocess.TimeoutExpired:
@@ -62,24 +118,69 @@ def cluster(out: Path) -> None:
             code = 124
         worker.terminate()
         worker.wait(timeout=60)
-    from verl_p40.trainer_log import read_steps
+    from verl_p40.run.trainer_log import read_steps
 
     log = next((WORK / "logs-cluster").glob("train-*.log"), None)
-    result["two_hosts"] = {"command": "verl-p40 cluster head --nodes 2 --gpus 0 ... / verl-p40 cluster join --gpus 1",
-                           "train_args": [*steps, *train], "exit_code": code, "wall_s": round(time.time() - started, 1),
-                           "steps": read_steps(log) if log else []}
-    resume = subprocess.run([*CLI, "train", *COMMON, "--gpus", "0", "--model", "/tmp/qwen-random", "--logs",
-                             str(WORK / "logs-resume"), "--checkpoints", str(ckpt), "trainer.total_training_steps=3"],
-                            env=env, capture_output=True, text=True, timeout=300)
-    result["resume_on_one_gpu"] = {"exit_code": resume.returncode, "last_line": (resume.stderr.strip().splitlines()
-                                                                                 or [""])[-1]}
-    evaluated = subprocess.run([*CLI, "eval", "--model", "latest", "--checkpoints", str(ckpt), "--data",
-                                "/tmp/gsm8k/test.parquet", "--limit", "16", "--max-new-tokens", "64", "--out",
-                                str(WORK / "eval-2gpu"), "--logs", ""], env=env, capture_output=True, text=True,
-                               timeout=300)
-    result["eval_of_the_2gpu_checkpoint"] = {"exit_code": evaluated.returncode,
-                                             "output": evaluated.stdout.strip().splitlines()[-3:],
-                                             "error": evaluated.stderr.strip().splitlines()[-1:]}
+    result["two_hosts"] = {
+        "command": "verl-p40 cluster head --nodes 2 --gpus 0 ... / verl-p40 cluster join --gpus 1",
+        "train_args": [*steps, *train],
+        "exit_code": code,
+        "wall_s": round(time.time() - started, 1),
+        "steps": read_steps(log) if log else [],
+    }
+    resume = subprocess.run(
+        [
+            *CLI,
+            "train",
+            *COMMON,
+            "--gpus",
+            "0",
+            "--model",
+            "/tmp/qwen-random",
+            "--logs",
+            str(WORK / "logs-resume"),
+            "--checkpoints",
+            str(ckpt),
+            "trainer.total_training_steps=3",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    result["resume_on_one_gpu"] = {
+        "exit_code": resume.returncode,
+        "last_line": (resume.stderr.strip().splitlines() or [""])[-1],
+    }
+    evaluated = subprocess.run(
+        [
+            *CLI,
+            "eval",
+            "--model",
+            "latest",
+            "--checkpoints",
+            str(ckpt),
+            "--data",
+            "/tmp/gsm8k/test.parquet",
+            "--limit",
+            "16",
+            "--max-new-tokens",
+            "64",
+            "--out",
+            str(WORK / "eval-2gpu"),
+            "--logs",
+            "",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    result["eval_of_the_2gpu_checkpoint"] = {
+        "exit_code": evaluated.returncode,
+        "output": evaluated.stdout.strip().splitlines()[-3:],
+        "error": evaluated.stderr.strip().splitlines()[-1:],
+    }
     (out / "scale-cluster.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "two_hosts"}, indent=2))
     pack_logs(WORK, out / "logs-scale-cluster.tgz")
@@ -94,8 +195,16 @@ def report(folder: Path) -> str:
         r = json.loads(path.read_text())
         speed[name] = r["prompts_per_s"]
         peaks = ", ".join(f"GPU {k}: {v} GB" for k, v in sorted(r["memory"]["nvml_peak_device_gb"].items()))
-        rows.append([name, r["settings"]["train_batch_size"], r["seconds_per_step"], r["prompts_per_s"], peaks,
-                     f"{r['torch_max_allocated_gb']:.2f} GB"])
+        rows.append(
+            [
+                name,
+                r["settings"]["train_batch_size"],
+                r["seconds_per_step"],
+                r["prompts_per_s"],
+                peaks,
+                f"{r['torch_max_allocated_gb']:.2f} GB",
+            ]
+        )
     table = markdown_table(["layout", "batch", "s/step", "prompts/s", "peak per GPU (NVML)", "torch peak"], rows)
     if len(speed) == 2:
         table += f"\n\n2 GPUs: {speed['two-gpus'] / speed['one-gpu']:.2f}x the prompts/s of 1.\n"

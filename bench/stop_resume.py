@@ -17,17 +17,32 @@ import time
 from pathlib import Path
 
 from generations import mask_env
-
-from verl_p40.trainer_log import read_steps
+from verl_p40.run.trainer_log import read_steps
 
 WORK = Path("/tmp/stop-resume")
 STEPS, STOP_AFTER = 4, 2
 
 
 def command() -> list[str]:
-    return [sys.executable, "-m", "verl_p40.cli", "train", "--profile", "p40", "--gpu-memory-cap-gb", "24",
-            "--model", "/tmp/qwen-random", "--data", "/tmp/gsm8k", "--logs", str(WORK / "logs"),
-            "--checkpoints", str(WORK / "ckpt"), f"trainer.total_training_steps={STEPS}"]
+    return [
+        sys.executable,
+        "-m",
+        "verl_p40.cli",
+        "train",
+        "--profile",
+        "p40",
+        "--gpu-memory-cap-gb",
+        "24",
+        "--model",
+        "/tmp/qwen-random",
+        "--data",
+        "/tmp/gsm8k",
+        "--logs",
+        str(WORK / "logs"),
+        "--checkpoints",
+        str(WORK / "ckpt"),
+        f"trainer.total_training_steps={STEPS}",
+    ]
 
 
 def latest_iteration() -> int | None:
@@ -58,13 +73,18 @@ def one_run(stop_after: int | None, timeout: float) -> dict:
     steps = read_steps(log)
     text = log.read_text(errors="replace")
     return {
-        "log": log.name, "exit_code": code, "wall_s": round(ended - started, 1),
+        "log": log.name,
+        "exit_code": code,
+        "wall_s": round(ended - started, 1),
         "sigterm_after_step": stop_after,
         "sigterm_to_exit_s": round(ended - signalled, 1) if signalled else None,
         "steps_logged": [int(s["step"]) for s in steps],
         "step_s": {int(s["step"]): round(float(s.get("timing_s/step", 0)), 2) for s in steps},
-        "save_checkpoint_s": {int(s["step"]): round(float(s["timing_s/save_checkpoint"]), 2) for s in steps
-                              if "timing_s/save_checkpoint" in s},
+        "save_checkpoint_s": {
+            int(s["step"]): round(float(s["timing_s/save_checkpoint"]), 2)
+            for s in steps
+            if "timing_s/save_checkpoint" in s
+        },
         "stopped_on_request_line": next((line for line in text.splitlines() if "stopped on request" in line), None),
         "latest_checkpointed_iteration": latest_iteration(),
     }
@@ -80,8 +100,11 @@ def main() -> None:
     lost = (resumed["steps_logged"][0] - 1 - stopped["steps_logged"][-1]) if resumed["steps_logged"] else None
     result = {
         "command": "verl-p40 " + " ".join(command()[3:]),
-        "mask": {"cc": "6.1", "cap_gb": 24}, "stopped": stopped, "resumed": resumed,
-        "steps_redone": (stopped["steps_logged"][-1] - resumed["steps_logged"][0] + 1) if resumed["steps_logged"]
+        "mask": {"cc": "6.1", "cap_gb": 24},
+        "stopped": stopped,
+        "resumed": resumed,
+        "steps_redone": (stopped["steps_logged"][-1] - resumed["steps_logged"][0] + 1)
+        if resumed["steps_logged"]
         else None,
         "steps_lost": lost,
     }

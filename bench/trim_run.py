@@ -1,6 +1,7 @@
 """trim_padding on the GPU: `verl-p40 bench` with the p40 profile as it is (trim_padding on) and with it turned off,
-in one call or two, on GPU 0, under the Pascal mask (a P40: sm_61, 24 GB cap, audit off), batch 64, on real weights of Qwen2.5-0.5B's
-shape (the real-weights proxy: its answers have real lengths, so the response side is trimmed too), real GSM8K.
+in one call or two, on GPU 0, under the Pascal mask (a P40: sm_61, 24 GB cap, audit off), batch 64, on real weights
+of Qwen2.5-0.5B's shape (the real-weights proxy: its answers have real lengths, so the response side is trimmed
+too), real GSM8K.
 
 Run on the GPU machine after staging the GGUF (bench/results/README.md, "Real weights"),
 `bash .gpu-bundle/install.sh && source bench/gpu_setup.sh` and bench/gguf_to_hf.py into /tmp/qwen-real:
@@ -25,14 +26,38 @@ RUNS = {"trimmed": [], "full-width": OFF}
 
 
 def run(name: str, model: Path, steps: int, out: Path) -> None:
-    args = ["bench", "--profile", "p40", "--gpu-memory-cap-gb", "24", "--gpus", "0", *RUNS[name], "--data", "/tmp/gsm8k",
-            "--model", str(model), "--keep-model", str(model), "--steps", str(steps),
-            "--out", str(WORK / f"{name}.json"), "--logs", str(WORK / f"logs-{name}")]
+    args = [
+        "bench",
+        "--profile",
+        "p40",
+        "--gpu-memory-cap-gb",
+        "24",
+        "--gpus",
+        "0",
+        *RUNS[name],
+        "--data",
+        "/tmp/gsm8k",
+        "--model",
+        str(model),
+        "--keep-model",
+        str(model),
+        "--steps",
+        str(steps),
+        "--out",
+        str(WORK / f"{name}.json"),
+        "--logs",
+        str(WORK / f"logs-{name}"),
+    ]
     started = time.time()
     code = verl_p40(*args, env=mask_env("6.1"), log=WORK / f"{name}.log", timeout=150 + 60 * steps)
     result = json.loads((WORK / f"{name}.json").read_text()) if (WORK / f"{name}.json").exists() else {}
-    save(result, "run", {"name": name, "mask_cc": "6.1", "cap_gb": 24, "exit_code": code,
-                         "wall_s": round(time.time() - started, 1)}, None, out / f"trim-{name}.json")
+    save(
+        result,
+        "run",
+        {"name": name, "mask_cc": "6.1", "cap_gb": 24, "exit_code": code, "wall_s": round(time.time() - started, 1)},
+        None,
+        out / f"trim-{name}.json",
+    )
 
 
 def report(folder: Path) -> str:
@@ -44,11 +69,31 @@ def report(folder: Path) -> str:
         r = json.loads(path.read_text())
         passes[name] = sum(r["phases_s"].get(p, 0.0) for p in PASSES)
         p40 = r["projection"]["p40"]
-        rows.append([name, r["projection"].get("pass_width", ""), r["seconds_per_step"], round(passes[name], 2),
-                     *(r["phases_s"].get(p, "") for p in PASSES), f"{r['memory']['nvml_peak_process_gb']} GB",
-                     f"{r['torch_max_allocated_gb']:.2f} GB", f"{p40['step']} s/step, {p40['hours_per_gsm8k_epoch']} h/epoch"])
-    table = markdown_table(["run", "pass width (projection)", "s/step", "the five passes (s)", *PASSES,
-                            "worker peak (NVML)", "torch peak", "P40 projection"], rows)
+        rows.append(
+            [
+                name,
+                r["projection"].get("pass_width", ""),
+                r["seconds_per_step"],
+                round(passes[name], 2),
+                *(r["phases_s"].get(p, "") for p in PASSES),
+                f"{r['memory']['nvml_peak_process_gb']} GB",
+                f"{r['torch_max_allocated_gb']:.2f} GB",
+                f"{p40['step']} s/step, {p40['hours_per_gsm8k_epoch']} h/epoch",
+            ]
+        )
+    table = markdown_table(
+        [
+            "run",
+            "pass width (projection)",
+            "s/step",
+            "the five passes (s)",
+            *PASSES,
+            "worker peak (NVML)",
+            "torch peak",
+            "P40 projection",
+        ],
+        rows,
+    )
     if len(passes) == 2 and passes["trimmed"]:
         table += f"\n\nThe five passes: {passes['full-width'] / passes['trimmed']:.2f}x faster trimmed.\n"
     return table
@@ -59,8 +104,13 @@ def main() -> None:
     parser.add_argument("phase", choices=["run", "report"])
     parser.add_argument("--model", type=Path, default=Path("/tmp/qwen-real"))
     parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--runs", nargs="+", choices=list(RUNS), default=list(RUNS),
-                        help="which runs (two device calls may each take one)")
+    parser.add_argument(
+        "--runs",
+        nargs="+",
+        choices=list(RUNS),
+        default=list(RUNS),
+        help="which runs (two device calls may each take one)",
+    )
     parser.add_argument("--out", type=Path)
     parser.add_argument("--dir", type=Path)
     args = parser.parse_args()

@@ -51,7 +51,11 @@ def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run `verl-p40 ARGS` as a user would (a separate process), capturing its output."""
     return subprocess.run(
         [sys.executable, "-m", "verl_p40.cli", *args],
-        capture_output=True, text=True, env={**os.environ, **(env or {})}, cwd=REPO, timeout=600,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        cwd=REPO,
+        timeout=600,
     )
 
 
@@ -76,5 +80,3 @@ def patched_verl(verl_source, tmp_path_factory) -> Path:
     result = cli("patch-verl", str(root / "verl"))
     assert result.returncode == 0, result.stderr
     return root
-
-

@@ -12,7 +12,6 @@ import sys
 import torch
 from omegaconf import OmegaConf
 from transformers import AutoModelForCausalLM, AutoTokenizer
-
 from verl import DataProto
 from verl.workers.rollout.hf_rollout import HFRollout
 
@@ -30,32 +29,76 @@ def main(model_dir: str) -> None:
     special = {"eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id}
     result = {}
     for mode, do_sample in (("greedy", False), ("sample", True)):
-        config = OmegaConf.create({"micro_batch_size": 2, "response_length": RESPONSE_LENGTH, "do_sample": do_sample,
-                                   "temperature": 1.0, "top_p": 1.0, "top_k": -1, "n": 1, "dtype": "float32",
-                                   "val_kwargs": {"top_k": -1, "top_p": 1.0, "temperature": 0.0, "n": 1}})
-        batch = DataProto.from_dict(tensors={"input_ids": prompts.input_ids, "attention_mask": prompts.attention_mask,
-                                             "position_ids": positions}, meta_info=dict(special))
+        config = OmegaConf.create(
+            {
+                "micro_batch_size": 2,
+                "response_length": RESPONSE_LENGTH,
+                "do_sample": do_sample,
+                "temperature": 1.0,
+                "top_p": 1.0,
+                "top_k": -1,
+                "n": 1,
+                "dtype": "float32",
+                "val_kwargs": {"top_k": -1, "top_p": 1.0, "temperature": 0.0, "n": 1},
+            }
+        )
+        batch = DataProto.from_dict(
+            tensors={
+                "input_ids": prompts.input_ids,
+                "attention_mask": prompts.attention_mask,
+                "position_ids": positions,
+            },
+            meta_info=dict(special),
+        )
         torch.manual_seed(0)
         rollout = HFRollout(model, config).generate_sequences(batch).batch["responses"]
-        sampling = {"do_sample": True, "temperature": 1.0, "top_p": 1.0, "top_k": 0} if do_sample else {"do_sample": False}
+        sampling = (
+            {"do_sample": True, "temperature": 1.0, "top_p": 1.0, "top_k": 0} if do_sample else {"do_sample": False}
+        )
         torch.manual_seed(0)
         with torch.no_grad():
-            plain = model.generate(**prompts, max_new_tokens=RESPONSE_LENGTH, repetition_penalty=1.0, **sampling, **special)
-        plain = plain[:, prompts.input_ids.shape[1]:]
-        result[mode] = {"equal": torch.equal(rollout[:, : plain.shape[1]], plain),
-                        "rollout": rollout.tolist(), "generate": plain.tolist()}
+            plain = model.generate(
+                **prompts, max_new_tokens=RESPONSE_LENGTH, repetition_penalty=1.0, **sampling, **special
+            )
+        plain = plain[:, prompts.input_ids.shape[1] :]
+        result[mode] = {
+            "equal": torch.equal(rollout[:, : plain.shape[1]], plain),
+            "rollout": rollout.tolist(),
+            "generate": plain.tolist(),
+        }
     # GRPO-style: rollout.n = 4, and the prompts already repeated 4 times each, as verl's trainer hands them over
     n = 4
-    config = OmegaConf.create({"micro_batch_size": 8, "response_length": RESPONSE_LENGTH, "do_sample": True,
-                               "temperature": 1.0, "top_p": 1.0, "top_k": -1, "n": n, "dtype": "float32",
-                               "val_kwargs": {"top_k": -1, "top_p": 1.0, "temperature": 0.0, "n": 1}})
-    repeated = {k: v.repeat_interleave(n, dim=0) for k, v in
-                {"input_ids": prompts.input_ids, "attention_mask": prompts.attention_mask, "position_ids": positions}.items()}
+    config = OmegaConf.create(
+        {
+            "micro_batch_size": 8,
+            "response_length": RESPONSE_LENGTH,
+            "do_sample": True,
+            "temperature": 1.0,
+            "top_p": 1.0,
+            "top_k": -1,
+            "n": n,
+            "dtype": "float32",
+            "val_kwargs": {"top_k": -1, "top_p": 1.0, "temperature": 0.0, "n": 1},
+        }
+    )
+    repeated = {
+        k: v.repeat_interleave(n, dim=0)
+        for k, v in {
+            "input_ids": prompts.input_ids,
+            "attention_mask": prompts.attention_mask,
+            "position_ids": positions,
+        }.items()
+    }
     batch = DataProto.from_dict(tensors=repeated, meta_info=dict(special))
     out = HFRollout(model, config).generate_sequences(batch)
-    result["grpo"] = {"prompts": 2, "n": n, "sequences": int(out.batch.batch_size[0]),
-                      "distinct_per_prompt": [len({tuple(r) for r in out.batch["responses"][i * n:(i + 1) * n].tolist()})
-                                              for i in range(2)]}
+    result["grpo"] = {
+        "prompts": 2,
+        "n": n,
+        "sequences": int(out.batch.batch_size[0]),
+        "distinct_per_prompt": [
+            len({tuple(r) for r in out.batch["responses"][i * n : (i + 1) * n].tolist()}) for i in range(2)
+        ],
+    }
     print(json.dumps(result))
 
 

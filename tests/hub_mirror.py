@@ -57,21 +57,36 @@ class HubMirror:
                 mirror.requests.append((self.command, path))
                 info_prefix = f"/api/models/{mirror.repo}"
                 if path == info_prefix or path.startswith(info_prefix + "/revision/"):
-                    siblings = [{"rfilename": n, "size": p.stat().st_size,
-                                 "blobId": hashlib.sha1(p.read_bytes()).hexdigest()} for n, p in mirror._files().items()]
-                    body = json.dumps({"id": mirror.repo, "modelId": mirror.repo, "sha": SHA, "siblings": siblings,
-                                       "private": False, "disabled": False, "gated": False}).encode()
+                    siblings = [
+                        {"rfilename": n, "size": p.stat().st_size, "blobId": hashlib.sha1(p.read_bytes()).hexdigest()}
+                        for n, p in mirror._files().items()
+                    ]
+                    body = json.dumps(
+                        {
+                            "id": mirror.repo,
+                            "modelId": mirror.repo,
+                            "sha": SHA,
+                            "siblings": siblings,
+                            "private": False,
+                            "disabled": False,
+                            "gated": False,
+                        }
+                    ).encode()
                     return self._send(200, body, {"Content-Type": "application/json"}, head)
                 resolve = f"/{mirror.repo}/resolve/"
                 if path.startswith(resolve):
-                    name = path[len(resolve):].split("/", 1)[1]
+                    name = path[len(resolve) :].split("/", 1)[1]
                     file = mirror._files().get(name)
                     if file is None:
                         return self._send(404, b"not found", {"X-Error-Code": "EntryNotFound"}, head)
                     data = file.read_bytes()
                     etag = '"' + hashlib.sha1(data).hexdigest() + '"'
-                    return self._send(200, data, {"ETag": etag, "X-Repo-Commit": SHA,
-                                                  "Content-Type": "application/octet-stream"}, head)
+                    return self._send(
+                        200,
+                        data,
+                        {"ETag": etag, "X-Repo-Commit": SHA, "Content-Type": "application/octet-stream"},
+                        head,
+                    )
                 return self._send(404, b"no route", {"X-Error-Code": "RepoNotFound"}, head)
 
             def do_GET(self):

@@ -16,7 +16,6 @@ import torch
 import torch.distributed as dist
 from omegaconf import OmegaConf, open_dict
 from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2ForTokenClassification
-
 from verl import DataProto
 from verl.workers.actor.dp_actor import DataParallelPPOActor
 from verl.workers.critic.dp_critic import DataParallelPPOCritic
@@ -36,12 +35,20 @@ def batch() -> DataProto:
     input_ids = input_ids * attention_mask  # padding is token 0, as any pad id would be
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # verl's, from the mask
     advantages = torch.randn(ROWS, RESPONSE, generator=g) * response_mask
-    return DataProto.from_dict(tensors={
-        "input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids,
-        "responses": input_ids[:, PROMPT:], "response_mask": response_mask, "advantages": advantages,
-        "old_log_probs": -torch.rand(ROWS, RESPONSE, generator=g) * 5, "returns": torch.randn(ROWS, RESPONSE, generator=g),
-        "values": torch.randn(ROWS, RESPONSE, generator=g),
-    }, meta_info={"micro_batch_size": 4, "temperature": 1.0, "use_dynamic_bsz": False})
+    return DataProto.from_dict(
+        tensors={
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "position_ids": position_ids,
+            "responses": input_ids[:, PROMPT:],
+            "response_mask": response_mask,
+            "advantages": advantages,
+            "old_log_probs": -torch.rand(ROWS, RESPONSE, generator=g) * 5,
+            "returns": torch.randn(ROWS, RESPONSE, generator=g),
+            "values": torch.randn(ROWS, RESPONSE, generator=g),
+        },
+        meta_info={"micro_batch_size": 4, "temperature": 1.0, "use_dynamic_bsz": False},
+    )
 
 
 class Recorded(torch.optim.SGD):
@@ -62,8 +69,9 @@ class Widths:
 
     def __init__(self, module: torch.nn.Module):
         self.seen: list[int] = []
-        module.register_forward_pre_hook(lambda _m, _a, kw: self.seen.append(int(kw["input_ids"].shape[1])),
-                                         with_kwargs=True)
+        module.register_forward_pre_hook(
+            lambda _m, _a, kw: self.seen.append(int(kw["input_ids"].shape[1])), with_kwargs=True
+        )
 
 
 def run(config, trim: bool) -> dict:
@@ -80,9 +88,18 @@ def run(config, trim: bool) -> dict:
         critic_cfg.ppo_mini_batch_size = ROWS
         critic_cfg.ppo_micro_batch_size_per_gpu = 4
     torch.manual_seed(0)
-    shape = Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                        num_attention_heads=4, num_key_value_heads=2, initializer_range=0.5,
-                        attn_implementation="sdpa", num_labels=1, classifier_dropout=0.0)  # verl's critic: no dropout
+    shape = Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        initializer_range=0.5,
+        attn_implementation="sdpa",
+        num_labels=1,
+        classifier_dropout=0.0,
+    )  # verl's critic: no dropout
     actor_model, critic_model = Qwen2ForCausalLM(shape), Qwen2ForTokenClassification(shape)
     widths = {"actor": Widths(actor_model), "critic": Widths(critic_model)}
     # lr 0: the update runs as verl runs it and leaves the weights, so the gradients of its step can be compared
@@ -95,9 +112,15 @@ def run(config, trim: bool) -> dict:
     data.meta_info.update({"micro_batch_size": 4})
     actor.update_policy(data)
     critic.update_critic(data)
-    return {"log_probs": log_probs, "entropy": entropy, "values": values, "mask": data.batch["response_mask"],
-            "actor_grads": actor_optim.grads, "critic_grads": critic_optim.grads,
-            "widths": {k: w.seen for k, w in widths.items()}}
+    return {
+        "log_probs": log_probs,
+        "entropy": entropy,
+        "values": values,
+        "mask": data.batch["response_mask"],
+        "actor_grads": actor_optim.grads,
+        "critic_grads": critic_optim.grads,
+        "widths": {k: w.seen for k, w in widths.items()},
+    }
 
 
 def largest(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> float:
@@ -113,16 +136,27 @@ def main(config_path: str) -> None:
     grads = {}
     for role in ("actor_grads", "critic_grads"):
         assert full[role].keys() == trimmed[role].keys() and full[role]
-        grads[role] = {"largest": max(float((full[role][n] - trimmed[role][n]).abs().max()) for n in full[role]),
-                       "norm": float(torch.sqrt(sum((g ** 2).sum() for g in full[role].values())))}
-    print(json.dumps({
-        "log_probs": largest(full["log_probs"], trimmed["log_probs"], mask),
-        "entropy": largest(full["entropy"], trimmed["entropy"], mask),
-        "values": largest(full["values"], trimmed["values"], mask),
-        "finite": all(torch.isfinite(t[k]).all().item() for t in (full, trimmed) for k in ("log_probs", "entropy", "values")),
-        "grads": grads, "widths": {"full": full["widths"], "trimmed": trimmed["widths"]},
-        "full_width": PROMPT + RESPONSE,
-    }))
+        grads[role] = {
+            "largest": max(float((full[role][n] - trimmed[role][n]).abs().max()) for n in full[role]),
+            "norm": float(torch.sqrt(sum((g**2).sum() for g in full[role].values()))),
+        }
+    print(
+        json.dumps(
+            {
+                "log_probs": largest(full["log_probs"], trimmed["log_probs"], mask),
+                "entropy": largest(full["entropy"], trimmed["entropy"], mask),
+                "values": largest(full["values"], trimmed["values"], mask),
+                "finite": all(
+                    torch.isfinite(t[k]).all().item()
+                    for t in (full, trimmed)
+                    for k in ("log_probs", "entropy", "values")
+                ),
+                "grads": grads,
+                "widths": {"full": full["widths"], "trimmed": trimmed["widths"]},
+                "full_width": PROMPT + RESPONSE,
+            }
+        )
+    )
     dist.destroy_process_group()
 
 

@@ -27,6 +27,15 @@ GSM8K_SOURCE = Default("VERL_P40_GSM8K_SOURCE", "hf:openai/gsm8k")
 VAL_SIZE = Default("VERL_P40_VAL_SIZE", "0")  # prep: train rows held out as val.parquet
 CHECKPOINTS = Default("VERL_P40_CHECKPOINTS", "checkpoints")
 LOGS = Default("VERL_P40_LOGS", "logs")
+EXPORTS = Default("VERL_P40_EXPORT", "exports")  # export --out
+MODEL_FROM = Default("VERL_P40_MODEL_FROM", "")  # fetch-model --from: a model folder to copy instead of the hub
+DATASETS_CACHE = Default("HF_DATASETS_CACHE", "")  # prep --cache-dir for hf: sources (the datasets library's own)
+PROFILES_DIR = Default("VERL_P40_PROFILES_DIR", "")  # hardware profiles; empty: the ones shipped in the package
+DOCTOR_SKIP = Default("VERL_P40_DOCTOR_SKIP", "")  # checks skipped by name, as with --skip-check
+RAY_HEAD = Default("RAY_HEAD", "")  # cluster join --address
+RAY_NODE_IP = Default("RAY_NODE_IP", "")  # cluster --node-ip; empty: Ray's guess
+RAY_PORT = Default("RAY_PORT", "6379")  # cluster: the head's Ray port; every host also uses the 102 after it
+CLUSTER_WAIT_S = Default("VERL_P40_CLUSTER_WAIT_S", "900")  # cluster head: how long to wait for the other hosts
 
 # `--gpu-memory-cap-gb`: the trainer's workers read it when verl imports verl_p40.memcap (named here, not imported:
 # importing that module applies the cap, which must happen in a worker, never in the CLI's own process)

@@ -23,24 +23,35 @@ def number(kind: type, low: float | None = None, high: float | None = None, env:
             bounds = f" from {low:g}" if low is not None else ""
             bounds += f" to {high:g}" if high is not None else ""
             where = f" (also read from ${env})" if env else ""
-            raise argparse.ArgumentTypeError(f"{text!r} is not a{'n integer' if kind is int else ' number'}"
-                                             f"{bounds}{where}")
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a{'n integer' if kind is int else ' number'}{bounds}{where}"
+            )
         return value
 
     return convert
 
 
-def option(default: Any, help: str, env: str | None = None, kind: type | None = None, low: float | None = None,
-           high: float | None = None, choices: Iterable[str] | Callable[[], Iterable[str]] | None = None,
-           shown: str | None = None) -> Any:
+def option(
+    default: Any,
+    help: str,
+    env: str | None = None,
+    kind: type | None = None,
+    low: float | None = None,
+    high: float | None = None,
+    choices: Iterable[str] | Callable[[], Iterable[str]] | None = None,
+    shown: str | None = None,
+) -> Any:
     """A dataclass field that is also a command-line option. `kind` (int/float) with `low`/`high` checks numbers;
     `shown` is what --help prints as the default where that is not the value itself (e.g. "the algorithm's")."""
-    return field(default=default, metadata={"help": help, "env": env, "kind": kind, "low": low, "high": high,
-                                            "choices": choices, "shown": shown})
+    return field(
+        default=default,
+        metadata={"help": help, "env": env, "kind": kind, "low": low, "high": high, "choices": choices, "shown": shown},
+    )
 
 
-def add_arguments(parser: argparse.ArgumentParser, cls: type, only: Iterable[str] | None = None,
-                  skip: Iterable[str] = ()) -> None:
+def add_arguments(
+    parser: argparse.ArgumentParser, cls: type, only: Iterable[str] | None = None, skip: Iterable[str] = ()
+) -> None:
     """One argparse option per `option()` field of dataclass `cls`."""
     only, skip = (set(only) if only is not None else None), set(skip)
     for f in fields(cls):
@@ -51,9 +62,10 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, only: Iterable[str
         default = None if f.default is MISSING else f.default
         if env and os.environ.get(env):
             default = os.environ[env]  # a string: argparse converts it with `type`, as typed values
-        kwargs: dict[str, Any] = {"default": default,
-                                  "help": f"{meta['help']} [{meta['shown'] or '%(default)s'}]"
-                                  + (f" (${env})" if env else "")}
+        kwargs: dict[str, Any] = {
+            "default": default,
+            "help": f"{meta['help']} [{meta['shown'] or '%(default)s'}]" + (f" (${env})" if env else ""),
+        }
         if meta["kind"] is not None:
             kwargs["type"] = number(meta["kind"], meta["low"], meta["high"], env)
         if meta["choices"] is not None:

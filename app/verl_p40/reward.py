@@ -25,7 +25,8 @@ import re
 
 # verl clips to the last 300 characters before matching; keep identical behaviour.
 _CLIP_CHARS = 300
-_STRICT_RE = re.compile(r"#### (\-?[0-9\.\,]+)")
+# the final answer line: verl's own GSM8K preprocessing and reward use this pattern (data.gsm8k reads it from here)
+ANSWER_RE = re.compile(r"#### (\-?[0-9\.\,]+)")
 _FLEXIBLE_RE = re.compile(r"(\-?[0-9\.\,]+)")
 METHODS = ("strict", "flexible")
 
@@ -36,7 +37,7 @@ def extract_answer(solution_str: str, method: str = "strict") -> str | None:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     text = solution_str[-_CLIP_CHARS:]
     if method == "strict":
-        found = _STRICT_RE.findall(text)
+        found = ANSWER_RE.findall(text)
         return found[-1].replace(",", "").replace("$", "") if found else None
     for candidate in reversed(_FLEXIBLE_RE.findall(text)):
         normalised = candidate.replace(",", "").rstrip(".")
@@ -71,9 +72,11 @@ def score_answer(solution_str: str, ground_truth: str, method: str = "strict", s
 def score_parts(solution_str: str, ground_truth: str) -> dict[str, float]:
     """Strict and flexible correctness and the `#### N` format of one answer, each 0.0 or 1.0."""
     truth = str(ground_truth)
-    return {"strict": score_answer(solution_str, truth, "strict"),
-            "flexible": score_answer(solution_str, truth, "flexible"),
-            "format": 1.0 if has_format(solution_str) else 0.0}
+    return {
+        "strict": score_answer(solution_str, truth, "strict"),
+        "flexible": score_answer(solution_str, truth, "flexible"),
+        "format": 1.0 if has_format(solution_str) else 0.0,
+    }
 
 
 def compute_score(

@@ -108,7 +108,7 @@ inside bash -c 'HF_HUB_OFFLINE=1 /opt/verl-p40/entrypoints/export.sh --model /tm
 inside bash -c 'HF_HUB_OFFLINE=1 VERL_P40_MODEL_FROM=/tmp/tiny-qwen VERL_P40_MODEL=/tmp/models/m \
   /opt/verl-p40/entrypoints/model-fetch.sh'
 echo "--- the cluster services: Ray's command line as verl-p40 cluster runs it, and ray-worker without RAY_HEAD says what it needs"
-inside python -c 'import subprocess; from verl_p40.cluster import ray_command; subprocess.run([*ray_command(), "--version"], check=True)'
+inside python -c 'import subprocess; from verl_p40.run.cluster import ray_command; subprocess.run([*ray_command(), "--version"], check=True)'
 inside bash -c '/opt/verl-p40/entrypoints/ray-worker.sh; echo "ray-worker exit code: $?"'
 if [ "$variant" = vllm ]; then
   inside bash -c 'pip check; python -c "import vllm, verl.workers.rollout.vllm_rollout; print(\"vllm\", vllm.__version__, \"and verl.workers.rollout.vllm_rollout import\")"'

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Test-only (tests/e2e/compose.cpu.yaml): a Ray head with a stand-in GPU resource for verl's resource pool, as
-# tests/test_trainer_cpu.py starts it, then the product's own trainer entrypoint (exec: `docker compose stop`'s
+# tests/unit_run/test_trainer_cpu.py starts it, then the product's own trainer entrypoint (exec: `docker compose stop`'s
 # SIGTERM reaches verl-p40 itself). Note: `ray stop --force` on the host (the CPU test suite runs it) also
 # kills these Ray processes, which the host sees: run this check when no test suite runs beside it.
 set -e

@@ -8,20 +8,11 @@ file is written at all. A new-file edit (old text None) creates a file that must
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
 from pathlib import Path
 
 from verl_p40 import VERL_VERSION, UserError
 from verl_p40.atomic import write_text
-
-
-@dataclass(frozen=True)
-class Edit:
-    name: str
-    file: str  # relative to the verl package folder
-    old: str | None  # None: create the file with `new`
-    new: str
-    why: str
+from verl_p40.patches.edit import Edit
 
 
 class PatchError(UserError):

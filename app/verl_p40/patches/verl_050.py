@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from verl_p40.patches import Edit
+from verl_p40.patches.edit import Edit
 
 _BERT_PADDING = (Path(__file__).parent / "bert_padding_torch.py").read_text(encoding="utf-8")
 _P40_DTYPES = (Path(__file__).parent / "p40_dtypes.py").read_text(encoding="utf-8")
@@ -28,8 +28,10 @@ _SPLIT_NEW = (
     "            micro_batches, batch_idx_list = length_grouped(data, micro_batch_size)\n"
     "            use_dynamic_bsz = True  # put back in order below by verl's restore_dynamic_batch\n"
 ) + _SPLIT_OLD
-_TRIM_WHY = ("without flash-attn verl runs every micro-batch at max_prompt_length + max_response_length (576 columns "
-             "where GSM8K rows hold ~330 tokens); trim_padding runs the model on the columns some row uses")
+_TRIM_WHY = (
+    "without flash-attn verl runs every micro-batch at max_prompt_length + max_response_length (576 columns "
+    "where GSM8K rows hold ~330 tokens); trim_padding runs the model on the columns some row uses"
+)
 
 _FLASH_IMPORT_OLD = """if is_cuda_available:
     from flash_attn.bert_padding import index_first_axis, pad_input, rearrange, unpad_input
@@ -246,8 +248,7 @@ EDITS: list[Edit] = [
     Edit(
         name="stop-request-saves-the-step",
         file="trainer/ppo/ray_trainer.py",
-        old="                    if self.config.trainer.save_freq > 0 and (\n"
-        "                        is_last_step\n",
+        old="                    if self.config.trainer.save_freq > 0 and (\n                        is_last_step\n",
         new="                    # verl-p40: `verl-p40 train` got SIGTERM/SIGINT and wrote trainer.stop_file: this step is the\n"
         "                    # last, saved like the last step of the run\n"
         '                    stop_file = self.config.trainer.get("stop_file", None)\n'

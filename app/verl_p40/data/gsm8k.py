@@ -1,0 +1,343 @@
+"""GSM8K -> verl 0.5.0's RL parquet schema (what `verl.utils.dataset.rl_dataset.RLHFDataset` reads).
+
+A source is one of
+- a folder with `train.jsonl` / `test.jsonl` in the openai/grade-school-math format;
+- a folder with the Hugging Face parquet export (`question`, `answer` columns), as `train.parquet`,
+  `train-00000-of-00001.parquet` or `main/train-00000-of-00001.parquet` (and the same for `test`);
+- `hf:openai/gsm8k` (or `hf:<repo>`), loaded with `datasets`, which honours `HF_ENDPOINT` and `HF_HUB_OFFLINE`.
+
+Every row is validated; a bad row stops the run with `FILE:LINE: reason` (or is skipped with `skip_invalid`),
+and the two parquet files appear only when both are complete.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from verl_p40 import UserError
+from verl_p40.atomic import staged
+from verl_p40.data.manifest import MANIFEST, changed_outputs
+from verl_p40.reward import ANSWER_RE
+
+DATA_SOURCE = "openai/gsm8k"
+ABILITY = "math"
+DEFAULT_INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
+SPLITS = ("train", "test")
+
+
+class InvalidRow(UserError):
+    """A source row that cannot become a training example."""
+
+
+@dataclass(frozen=True)
+class RawRow:
+    where: str  # "FILE:LINE" (jsonl) or "FILE:ROW" (parquet, 1-based) or "hf:REPO[split]:ROW"
+    record: Any  # the parsed object, or an InvalidRow for a line that did not parse
+
+
+@dataclass
+class SplitResult:
+    rows: list[dict] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # "where: reason"
+
+
+def ground_truth(answer: str) -> str:
+    """The number after `#### ` with thousands separators removed; raises ValueError when there is none."""
+    match = ANSWER_RE.search(answer)
+    if match is None or not any(ch.isdigit() for ch in match.group(1)):
+        raise ValueError('answer has no numeric final answer after "#### "')
+    return match.group(1).replace(",", "")
+
+
+def make_row(question: str, answer: str, split: str, index: int, instruction: str = DEFAULT_INSTRUCTION) -> dict:
+    """One example in verl's RL schema (the layout of verl's examples/data_preprocess/gsm8k.py)."""
+    content = f"{question} {instruction}" if instruction else question
+    return {
+        "data_source": DATA_SOURCE,
+        "prompt": [{"role": "user", "content": content}],
+        "ability": ABILITY,
+        "reward_model": {"style": "rule", "ground_truth": ground_truth(answer)},
+        "extra_info": {"split": split, "index": index, "question": question, "answer": answer},
+    }
+
+
+def _validate(record: Any) -> tuple[str, str]:
+    if isinstance(record, InvalidRow):
+        raise record
+    if not isinstance(record, dict):
+        raise InvalidRow(f"expected a JSON object, got {type(record).__name__}")
+    for key in ("question", "answer"):
+        if key not in record or record[key] is None:
+            raise InvalidRow(f"missing field {key!r}")
+        if not isinstance(record[key], str) or not record[key].strip():
+            raise InvalidRow(f"field {key!r} must be a non-empty string")
+    return record["question"], record["answer"]
+
+
+# ---------------------------------------------------------------------------------------------- readers
+
+
+def _read_jsonl(path: Path) -> Iterator[RawRow]:
+    # Bytes, decoded line by line: a line that is not UTF-8 is one invalid row (named), not a crash of the whole file.
+    # CRLF files read like LF files.
+    with open(path, "rb") as handle:
+        for lineno, raw in enumerate(handle, start=1):
+            record: Any
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                yield RawRow(
+                    f"{path}:{lineno}", InvalidRow(f"not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})")
+                )
+                continue
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                record = InvalidRow(f"not valid JSON ({exc.msg} at column {exc.colno})")
+            yield RawRow(f"{path}:{lineno}", record)
+
+
+def _read_parquet(paths: list[Path]) -> Iterator[RawRow]:
+    import pyarrow.parquet as pq
+
+    for path in paths:
+        try:
+            table = pq.read_table(path)
+        except Exception as exc:  # pyarrow raises several types for unreadable files
+            raise UserError(f"{path}: not a readable parquet file ({exc})") from None
+        missing = {"question", "answer"} - set(table.column_names)
+        if missing:
+            raise UserError(f"{path}: parquet lacks column(s) {', '.join(sorted(missing))}")
+        for rowno, record in enumerate(table.select(["question", "answer"]).to_pylist(), start=1):
+            yield RawRow(f"{path}:{rowno}", record)
+
+
+def _parquet_shards(folder: Path, split: str) -> list[Path]:
+    for pattern in (f"{split}.parquet", f"{split}-*.parquet", f"main/{split}.parquet", f"main/{split}-*.parquet"):
+        found = sorted(folder.glob(pattern))
+        if found:
+            return found
+    return []
+
+
+def _read_hub(repo: str, cache_dir: str | None) -> dict[str, Iterable[RawRow]]:
+    try:
+        import datasets
+    except ImportError:
+        raise UserError("reading from the hub needs the 'datasets' package: pip install 'verl-p40[hub]'") from None
+    try:
+        loaded = datasets.load_dataset(repo, "main", cache_dir=cache_dir)
+    except Exception as exc:
+        raise UserError(
+            f"could not load {repo} from the Hugging Face hub ({type(exc).__name__}: {exc}). "
+            "Offline? Point --source at a local folder, or set HF_ENDPOINT to a mirror."
+        ) from None
+
+    def rows(split: str) -> Iterator[RawRow]:
+        for rowno, record in enumerate(loaded[split], start=1):
+            yield RawRow(f"hf:{repo}[{split}]:{rowno}", record)
+
+    missing = [split for split in SPLITS if split not in loaded]
+    if missing:
+        raise UserError(f"hf:{repo} has no split(s) {', '.join(missing)}")
+    return {split: rows(split) for split in SPLITS}
+
+
+def open_source(source: str, cache_dir: str | None = None) -> dict[str, Iterable[RawRow]]:
+    """Map each split to its raw rows, whatever the source format."""
+    if source.startswith("hf:"):
+        return _read_hub(source[3:], cache_dir)
+    folder = Path(source)
+    if not folder.is_dir():
+        raise UserError(f"{source}: not a folder (expected train.jsonl/test.jsonl, parquet files, or hf:openai/gsm8k)")
+    out: dict[str, Iterable[RawRow]] = {}
+    for split in SPLITS:
+        jsonl = folder / f"{split}.jsonl"
+        shards = _parquet_shards(folder, split)
+        if jsonl.is_file():
+            out[split] = _read_jsonl(jsonl)
+        elif shards:
+            out[split] = _read_parquet(shards)
+        else:
+            raise UserError(f"{folder}: no {split}.jsonl and no {split} parquet file")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- convert
+
+
+def convert_split(
+    raw: Iterable[RawRow], split: str, instruction: str, limit: int | None, skip_invalid: bool
+) -> SplitResult:
+    result = SplitResult()
+    for item in raw:
+        if limit is not None and len(result.rows) >= limit:
+            break
+        try:
+            question, answer = _validate(item.record)
+            result.rows.append(make_row(question, answer, split, len(result.rows), instruction))
+        except (InvalidRow, ValueError) as exc:
+            if not skip_invalid:
+                raise InvalidRow(f"{item.where}: {exc}") from None
+            result.skipped.append(f"{item.where}: {exc}")
+    return result
+
+
+VAL_SEED = 0  # the validation slice is the same rows on every run of prep
+
+
+def written_splits(val_size: int) -> tuple[str, ...]:
+    """The parquet files prep writes: train and test, and val between them when a validation slice is asked for."""
+    return ("train", "val", "test") if val_size else SPLITS
+
+
+def carve_validation(train: SplitResult, size: int) -> tuple[SplitResult, SplitResult]:
+    """(train without them, val): `size` rows of the train split drawn at random (seed VAL_SEED), for the trainer's
+    validation and for choosing settings, so that the test split stays unseen until the final evaluation."""
+    import random
+
+    if size >= len(train.rows):
+        raise UserError(f"--val-size {size}: the train split has only {len(train.rows)} rows; take fewer")
+    picked = set(random.Random(VAL_SEED).sample(range(len(train.rows)), size))
+    val = [
+        {**row, "extra_info": {**row["extra_info"], "split": "val"}} for i, row in enumerate(train.rows) if i in picked
+    ]
+    rest = [row for i, row in enumerate(train.rows) if i not in picked]
+    return SplitResult(rows=rest, skipped=train.skipped), SplitResult(rows=val)
+
+
+def _arrow_schema():
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("data_source", pa.string()),
+            ("prompt", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+            ("ability", pa.string()),
+            ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
+            (
+                "extra_info",
+                pa.struct(
+                    [("split", pa.string()), ("index", pa.int64()), ("question", pa.string()), ("answer", pa.string())]
+                ),
+            ),
+        ]
+    )
+
+
+def write_parquets(results: dict[str, SplitResult], out_dir: Path) -> dict[str, Path]:
+    """Write `<split>.parquet` for every split; all files appear together or none does."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    targets = {split: out_dir / f"{split}.parquet" for split in results}
+    with staged(list(targets.values())) as temps:
+        for result, temp in zip(results.values(), temps):
+            pq.write_table(pa.Table.from_pylist(result.rows, schema=_arrow_schema()), temp)
+    return targets
+
+
+REQUIRED_COLUMNS = ("data_source", "prompt", "ability", "reward_model", "extra_info")
+
+
+def folder_problems(folder: Path) -> tuple[list[str], dict[str, int]]:
+    """(problems, {split: rows}) of a prepared data folder: each split's parquet readable, in verl's RL schema, not
+    empty. Reads only the parquet footers."""
+    import pyarrow.parquet as pq
+
+    problems, rows = [], {}
+    for split in (*SPLITS, *(["val"] if (Path(folder) / "val.parquet").exists() else [])):
+        path = Path(folder) / f"{split}.parquet"
+        if not path.is_file():
+            problems.append(f"{path.name}: missing")
+            continue
+        try:
+            meta = pq.ParquetFile(path)
+        except Exception as exc:  # pyarrow raises several types for unreadable files
+            problems.append(f"{path.name}: not a readable parquet file ({str(exc).splitlines()[0]})")
+            continue
+        missing = [c for c in REQUIRED_COLUMNS if c not in meta.schema_arrow.names]
+        if missing:
+            problems.append(f"{path.name}: not in verl's RL schema (no column {', '.join(missing)})")
+        elif meta.metadata.num_rows == 0:
+            problems.append(f"{path.name}: no rows")
+        else:
+            rows[split] = meta.metadata.num_rows
+    if not problems:  # what prep wrote: the files must still be those
+        problems = changed_outputs(Path(folder))
+    return problems, rows
+
+
+def prompt_token_stats(rows: list[dict], tokenizer_path: str) -> dict[str, float]:
+    """Prompt length in tokens after the model's chat template, as verl's RLHFDataset counts it."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        raise UserError("--tokenizer needs the 'transformers' package") from None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    except Exception as exc:
+        raise UserError(f"{tokenizer_path}: cannot load a tokenizer ({exc})") from None
+    lengths = sorted(
+        len(tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)) for row in rows
+    )
+    if not lengths:
+        return {}
+
+    cuts = statistics.quantiles(lengths, n=100, method="inclusive") if len(lengths) > 1 else [lengths[0]] * 99
+    return {
+        "mean": round(statistics.fmean(lengths), 1),
+        "p50": round(cuts[49], 1),
+        "p99": round(cuts[98], 1),
+        "max": lengths[-1],
+    }
+
+
+def prepare(
+    source: str,
+    out_dir: str | Path,
+    limit: int | None = None,
+    skip_invalid: bool = False,
+    instruction: str = DEFAULT_INSTRUCTION,
+    cache_dir: str | None = None,
+    progress: bool | None = None,
+    val_size: int = 0,
+) -> tuple[dict[str, SplitResult], dict[str, Path]]:
+    """Convert every split of `source` and write the parquet files into `out_dir` (with val.parquet, `val_size` rows
+    taken out of the train split, when it is above 0)."""
+    from tqdm import tqdm
+
+    if limit is not None and limit < 1:
+        raise UserError("--limit must be a positive number of rows per split")
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: is a file, not a folder")
+    if not source.startswith("hf:") and Path(source).is_dir() and out.resolve() == Path(source).resolve():
+        raise UserError(f"--out {out} is the --source folder: prep would overwrite its input; choose another --out")
+    raw = open_source(source, cache_dir)
+    results = {}
+    for split in SPLITS:
+        rows = tqdm(raw[split], desc=f"prep {split}", unit="row", disable=not progress, leave=False)
+        results[split] = convert_split(rows, split, instruction, limit, skip_invalid)
+        if not results[split].rows:
+            raise UserError(f"{source}: split {split!r} has no valid rows")
+    if val_size:
+        results["train"], results["val"] = carve_validation(results["train"], val_size)
+        results = {split: results[split] for split in written_splits(val_size)}
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / MANIFEST).unlink(missing_ok=True)  # the old outputs stop being trusted before they are replaced
+        paths = write_parquets(results, out)
+        if "val" not in results and (out / "val.parquet").is_file():
+            (out / "val.parquet").unlink()  # an earlier prep's slice: its rows are back in train.parquet now
+            print(f"removed {out / 'val.parquet'} (an earlier prep's validation slice; this one has none)")
+    except OSError as exc:
+        raise UserError(f"--out {out}: cannot write the parquet files ({exc.strerror or exc})") from None
+    return results, paths

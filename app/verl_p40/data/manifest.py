@@ -1,0 +1,105 @@
+"""The prep folder's manifest (`.verl-p40-data.json` beside the parquet files): what the output was made from and
+what was written. `prep` writes it; the converter deletes it before it replaces the files; the doctor's data check
+reads it (`changed_outputs`). Below both, it imports neither."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from verl_p40 import __version__
+from verl_p40.atomic import write_text
+
+MANIFEST = ".verl-p40-data.json"
+SCHEMA_VERSION = 1
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(2**20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def source_identity(source: str) -> dict[str, Any]:
+    """What the output was made from: the source string, and for a local folder its files' content hashes (a
+    hub source is identified by its name; its files sit in the datasets cache)."""
+    if source.startswith("hf:"):
+        return {"source": source}
+    folder = Path(source)
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in (".jsonl", ".parquet"))
+    return {"source": str(folder.resolve()), "files": {str(p.relative_to(folder)): _sha256(p) for p in files}}
+
+
+def request(source: str, limit: int | None, skip_invalid: bool, instruction: str, val_size: int = 0) -> dict[str, Any]:
+    """Everything that decides prep's output: if it matches a manifest, the output is what this run would write."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        **source_identity(source),
+        "limit": limit,
+        "skip_invalid": skip_invalid,
+        "instruction": instruction,
+        "val_size": val_size,
+    }
+
+
+def manifest_problems(out_dir: Path, wanted: dict[str, Any], splits: Iterable[str]) -> list[str]:
+    """Why the parquet files in `out_dir` are not what prep would write for `wanted`, as the `splits` it writes
+    (empty: they are)."""
+    try:
+        manifest = json.loads((Path(out_dir) / MANIFEST).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return [f"no {MANIFEST} (not written by verl-p40 prep, or prep did not finish)"]
+    except (OSError, ValueError) as exc:
+        return [f"{MANIFEST} unreadable ({exc})"]
+    problems = [
+        f"made with {key} {manifest.get(key)!r}, now {value!r}"
+        for key, value in wanted.items()
+        if key != "files" and manifest.get(key) != value
+    ]
+    if manifest.get("files") != wanted.get("files"):
+        problems.append("the source files changed since")
+    for split, entry in (manifest.get("outputs") or {}).items():
+        path = Path(out_dir) / f"{split}.parquet"
+        if not path.is_file():
+            problems.append(f"{path.name} is missing")
+        elif path.stat().st_size != entry.get("bytes") or _sha256(path) != entry.get("sha256"):
+            problems.append(f"{path.name} is not the file prep wrote")
+    if set(manifest.get("outputs") or {}) != set(splits):
+        problems.append("the manifest does not list every split")
+    return problems
+
+
+def write_manifest(out_dir: Path, wanted: dict[str, Any], results: dict, paths: dict[str, Path]) -> None:
+    """The manifest of what prep wrote: `results` maps each split to its `gsm8k.SplitResult`, `paths` to its file."""
+    outputs = {
+        split: {
+            "rows": len(results[split].rows),
+            "skipped": len(results[split].skipped),
+            "bytes": paths[split].stat().st_size,
+            "sha256": _sha256(paths[split]),
+        }
+        for split in paths
+    }
+    write_text(
+        Path(out_dir) / MANIFEST, json.dumps({**wanted, "verl_p40": __version__, "outputs": outputs}, indent=2) + "\n"
+    )
+
+
+def changed_outputs(folder: Path) -> list[str]:
+    """The parquet files in `folder` that differ from what prep wrote there (per its manifest; none without one)."""
+    manifest = folder / MANIFEST
+    try:
+        outputs = json.loads(manifest.read_text(encoding="utf-8")).get("outputs") or {}
+    except (OSError, ValueError):
+        return []
+    return [
+        f"{split}.parquet: changed since verl-p40 prep wrote it ({MANIFEST})"
+        for split, entry in outputs.items()
+        if (folder / f"{split}.parquet").is_file() and _sha256(folder / f"{split}.parquet") != entry.get("sha256")
+    ]

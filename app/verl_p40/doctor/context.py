@@ -1,0 +1,53 @@
+"""What every doctor check is handed (Context) and how it answers besides its PASS line: CheckFailed (with the fix)
+or CheckSkipped (with the reason)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from verl_p40 import UserError
+from verl_p40.gpu.nvml import detect
+from verl_p40.plan.planner import RunPlan, plan
+from verl_p40.plan.run_options import RunOptions
+
+
+class CheckFailed(Exception):
+    def __init__(self, detail: str, fix: str):
+        super().__init__(detail)
+        self.detail, self.fix = detail, fix
+
+
+class CheckSkipped(Exception):
+    pass
+
+
+@dataclass
+class Context:
+    """What the checks look at: the run's options, its plan and the GPUs. `train` and `bench` hand in the plan they
+    made (a run is planned once); `verl-p40 doctor` lets the first check that needs it make it. A plan that fails
+    skips only the checks that need it: the others still run and report."""
+
+    options: RunOptions
+    run: RunPlan | None = None
+    _cache: dict = field(default_factory=dict)
+
+    def plan(self) -> RunPlan:
+        if self.run is None and "plan" not in self._cache:
+            try:
+                self.run = plan(self.options)
+            except UserError as exc:
+                self._cache["plan"] = exc
+        if self.run is None:
+            raise CheckSkipped(f"needs the run's config, which failed: {self._cache['plan']}")
+        return self.run
+
+    def gpus(self):
+        if "gpus" not in self._cache:
+            try:
+                self._cache["gpus"] = detect()
+            except UserError as exc:
+                self._cache["gpus"] = exc
+        result = self._cache["gpus"]
+        if isinstance(result, UserError):
+            raise CheckSkipped("needs a GPU (see the gpu check)")
+        return result

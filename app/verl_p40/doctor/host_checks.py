@@ -1,0 +1,136 @@
+"""The doctor's checks of the host and the run's files: model, data, writable folders, disk, /dev/shm, memory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from verl_p40.doctor.context import CheckFailed, CheckSkipped, Context
+from verl_p40.plan import budget
+
+MIN_SHM_BYTES = 2 * 10**9
+
+
+def check_model(ctx: Context) -> str:
+    from verl_p40.models.fetch import local_problems
+
+    folder = Path(ctx.options.model).expanduser()
+    problems = local_problems(folder)
+    if problems:
+        raise CheckFailed(f"{folder}: {'; '.join(problems[:3])}", "verl-p40 fetch-model --out " + str(folder))
+    return f"{folder}: complete, {budget.model_parameters(folder) / 1e6:.0f}M parameters"
+
+
+def check_data(ctx: Context) -> str:
+    from verl_p40.data.gsm8k import folder_problems
+
+    folder = Path(ctx.options.data).expanduser()
+    problems, rows = folder_problems(folder)
+    if problems:
+        raise CheckFailed(f"{folder}: {'; '.join(problems[:3])}", f"verl-p40 prep --out {folder}")
+    return f"{folder}: " + ", ".join(f"{split} {n} rows" for split, n in rows.items())
+
+
+def _writable(folder: Path) -> str | None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".doctor-"):
+            pass
+    except OSError as exc:
+        return f"{folder} ({exc.strerror or exc})"
+    return None
+
+
+def check_writable(ctx: Context) -> str:
+    hf_home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
+    folders = [Path(ctx.options.checkpoints).expanduser(), Path(ctx.options.logs).expanduser(), Path(hf_home)]
+    bad = [problem for problem in map(_writable, folders) if problem]
+    if bad:
+        raise CheckFailed(
+            f"cannot write to {'; '.join(bad)}",
+            f"make them writable for uid {os.getuid()} (in compose: recreate the volume with "
+            "`docker compose down -v` after updating the image)",
+        )
+    return "checkpoints, logs and the Hugging Face cache are writable"
+
+
+def _existing_parent(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _needs(ctx: Context) -> budget.Needs:
+    """What the run needs (disk, host memory), from its config and the model's parameter count."""
+    run = ctx.plan()
+    try:
+        parameters = budget.model_parameters(Path(ctx.options.model).expanduser())
+    except (OSError, KeyError, ValueError):
+        raise CheckSkipped("needs the model's config.json (see the model check)") from None
+    return budget.needs(run.config(), parameters)
+
+
+def check_disk(ctx: Context) -> str:
+    need = _needs(ctx)
+    folder = Path(ctx.options.checkpoints).expanduser()
+    free = shutil.disk_usage(_existing_parent(folder)).free
+    detail = (
+        f"{budget.gb(free)} free at {folder}; the run keeps {need.checkpoints_kept} checkpoints of "
+        f"~{budget.gb(need.checkpoint_bytes)} and needs ~{budget.gb(need.disk_bytes)}"
+    )
+    if free < need.disk_bytes:
+        raise CheckFailed(
+            detail,
+            "free disk space, or keep fewer checkpoints (--set trainer.max_actor_ckpt_to_keep=1 "
+            "trainer.max_critic_ckpt_to_keep=1) or save less often (trainer.save_freq)",
+        )
+    return detail
+
+
+def check_shm(ctx: Context) -> str:
+    try:
+        size = shutil.disk_usage("/dev/shm").total
+    except OSError:
+        raise CheckFailed("/dev/shm is missing", "mount a tmpfs at /dev/shm (docker: --shm-size=16g)") from None
+    detail = f"/dev/shm {budget.gb(size)}"
+    if size < MIN_SHM_BYTES:
+        raise CheckFailed(
+            f"{detail}, under the {budget.gb(MIN_SHM_BYTES)} Ray's object store and NCCL need",
+            "give the container more shared memory (compose: shm_size: 16gb; docker run --shm-size=16g)",
+        )
+    return detail
+
+
+def _host_memory() -> tuple[int, str]:
+    """Available host memory, the lower of /proc/meminfo's MemAvailable and the cgroup's limit left."""
+    available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    where = "MemAvailable"
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                available = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text().strip())
+        if limit != "max" and int(limit) - used < available:
+            available, where = int(limit) - used, "container memory limit"
+    except (OSError, ValueError):
+        pass
+    return available, where
+
+
+def check_ram(ctx: Context) -> str:
+    need = _needs(ctx)
+    available, where = _host_memory()
+    detail = f"{budget.gb(available)} available ({where}); offloaded state and Ray need ~{budget.gb(need.host_bytes)}"
+    if available < need.host_bytes:
+        raise CheckFailed(
+            detail,
+            "free host memory, or offload less (--set critic.model.fsdp_config.param_offload=false "
+            "... costs GPU memory)",
+        )
+    return detail

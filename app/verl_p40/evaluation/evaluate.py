@@ -1,0 +1,309 @@
+"""`verl-p40 eval`: what training changed. Greedy GSM8K answers of a model (and optionally a second one), scored
+with `verl_p40.reward`, written as report.json, answers.jsonl, report.md and curves.png. Two models are compared
+question by question, each difference with its paired sign test (`verl_p40.evaluation.stats`); the report names the
+dtype the answers were generated in (fp32 unless --dtype says otherwise).
+
+A model is a Hugging Face folder, a verl FSDP checkpoint folder (`.../global_step_N/actor`) or `latest`
+(`verl_p40.models.checkpoints` merges those); answers come from `verl_p40.evaluation.generation`. answers.jsonl is
+appended per batch, so a rerun continues where one stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from verl_p40 import UserError, reward
+from verl_p40.atomic import write_text
+from verl_p40.evaluation import stats
+from verl_p40.evaluation.curves import training_curves
+from verl_p40.evaluation.generation import (
+    HfGenerator,
+    Question,
+    VllmGenerator,
+    load_questions,
+    pick_engine,
+    torch_dtype,
+)
+from verl_p40.models.checkpoints import resolve_model
+
+# ------------------------------------------------------------------------------------------------ answers
+
+
+def score(answer: str, ground_truth: str) -> dict:
+    return reward.score_parts(answer, ground_truth)  # what the trainer's reward logs as its parts
+
+
+def _batches(items: list, size: int) -> Iterator[list]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def read_answers(path: Path) -> dict[int, dict]:
+    done: dict[int, dict] = {}
+    if path.exists():
+        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                raise UserError(f"{path}:{lineno}: not valid JSON; remove the line or the file to start over") from None
+            done[int(record["index"])] = record
+    return done
+
+
+def generate_answers(
+    models: dict[str, Path],
+    questions: list[Question],
+    out: Path,
+    batch_size: int,
+    device: str,
+    max_new_tokens: int,
+    engine: type = HfGenerator,
+    dtype: str = "fp32",
+) -> dict[int, dict]:
+    """Append one line per question (every model's answer and scores) to answers.jsonl, skipping done questions."""
+    from tqdm import tqdm
+
+    path = out / "answers.jsonl"
+    done = read_answers(path)
+    if done and any(set(r["models"]) != set(models) for r in done.values()):
+        raise UserError(
+            f"{path}: written for other models ({sorted(next(iter(done.values()))['models'])}); "
+            "use another --out or remove it"
+        )
+    other = next((r.get("dtype") for r in done.values() if r.get("dtype") != dtype), dtype)
+    if other != dtype:
+        raise UserError(
+            f"{path}: answers generated in {other or 'an unrecorded dtype'}, this run asks for {dtype}; "
+            "use another --out or remove it"
+        )
+    pending = [q for q in questions if q.index not in done]
+    if not pending:
+        return done
+    generators = {label: engine(path_, device, max_new_tokens, dtype) for label, path_ in models.items()}
+    with open(path, "a", encoding="utf-8") as handle, tqdm(total=len(pending), desc="eval", unit="q") as bar:
+        for batch in _batches(pending, batch_size):
+            per_model = {}
+            for label, generate in generators.items():
+                started = time.perf_counter()
+                answers = generate([q.prompt for q in batch])
+                seconds = (time.perf_counter() - started) / len(batch)
+                per_model[label] = (answers, seconds)
+            for i, q in enumerate(batch):
+                record = {
+                    "index": q.index,
+                    "question": q.question,
+                    "prompt": q.prompt[-1]["content"],
+                    "ground_truth": q.ground_truth,
+                    "dtype": dtype,
+                    "models": {},
+                }
+                for label, (answers, seconds) in per_model.items():
+                    text, tokens = answers[i]
+                    record["models"][label] = {
+                        "answer": text,
+                        "response_tokens": tokens,
+                        "seconds": round(seconds, 4),
+                        **score(text, q.ground_truth),
+                    }
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+                done[q.index] = record
+            handle.flush()
+            bar.update(len(batch))
+    return done
+
+
+# ------------------------------------------------------------------------------------------------ report
+
+
+def summarise(records: list[dict], labels: list[str]) -> dict:
+    out = {}
+    for label in labels:
+        rows = [r["models"][label] for r in records]
+        n = len(rows)
+        seconds = sum(r["seconds"] for r in rows)
+        out[label] = {
+            "questions": n,
+            "accuracy_strict": round(sum(r["strict"] for r in rows) / n, 4),
+            "accuracy_flexible": round(sum(r["flexible"] for r in rows) / n, 4),
+            "format_rate": round(sum(r["format"] for r in rows) / n, 4),
+            "mean_response_tokens": round(sum(r["response_tokens"] for r in rows) / n, 1),
+            "samples_per_s": round(n / seconds, 3) if seconds else None,
+        }
+    return out
+
+
+KINDS = {"strict": "strict accuracy", "flexible": "flexible accuracy", "format": "format rate"}
+
+
+def paired_differences(records: list[dict], first: str, second: str) -> dict:
+    """Every score kind of `second` against `first` on the same questions: the difference, the questions only one of
+    them scores on, and the sign test's p-value."""
+    out = {}
+    for kind in KINDS:
+        pairs = [(r["models"][first], r["models"][second]) for r in records]
+        test = stats.paired(pairs, kind)
+        n = len(pairs)
+        out[kind] = {
+            "difference": round(sum(b[kind] - a[kind] for a, b in pairs) / n, 4) if n else 0.0,
+            f"{second}_only": test["second_higher"],
+            f"{first}_only": test["first_higher"],
+            "p_value": test["p_value"],
+        }
+    return out
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", "<br>")
+
+
+def markdown(
+    summary: dict,
+    records: list[dict],
+    labels: list[str],
+    examples: int,
+    models: dict[str, str],
+    curves: bool,
+    dtype: str = "fp32",
+    comparison: dict | None = None,
+) -> str:
+    lines = ["# GSM8K evaluation", "", f"{len(records)} questions, greedy decoding in {dtype}.", ""]
+    lines += [
+        "| model | path | strict accuracy | flexible accuracy | format rate | mean response tokens | samples/s |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for label in labels:
+        s = summary[label]
+        lines.append(
+            f"| {label} | `{models[label]}` | {s['accuracy_strict']:.1%} | {s['accuracy_flexible']:.1%} | "
+            f"{s['format_rate']:.1%} | {s['mean_response_tokens']} | {s['samples_per_s']} |"
+        )
+    if len(labels) == 2 and comparison:
+        a, b = labels
+        lines += [
+            "",
+            "Paired on the same questions (sign test over the questions where only one model scores):",
+            "",
+            f"| score | difference ({b} - {a}) | only {b} | only {a} | p (two-sided) |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for kind, title in KINDS.items():
+            c = comparison[kind]
+            lines.append(
+                f"| {title} | {c['difference']:+.1%} | {c[f'{b}_only']} | {c[f'{a}_only']} | {c['p_value']:.3g} |"
+            )
+        diff = [
+            r
+            for r in records
+            if r["models"][a]["flexible"] != r["models"][b]["flexible"]
+            or r["models"][a]["strict"] != r["models"][b]["strict"]
+        ]
+        lines += ["", f"The models' strict or flexible scores differ on {len(diff)} questions.", ""]
+        if diff:
+            lines += [
+                f"## The first {min(examples, len(diff))} of them",
+                "",
+                f"| # | question | answer | {a} | {b} |",
+                "| --- | --- | --- | --- | --- |",
+            ]
+            for r in diff[:examples]:
+                cells = [
+                    f"{_md_cell(r['models'][x]['answer'])}<br>**strict {r['models'][x]['strict']:g}, flexible "
+                    f"{r['models'][x]['flexible']:g}**"
+                    for x in (a, b)
+                ]
+                lines.append(
+                    f"| {r['index']} | {_md_cell(r['question'])} | {r['ground_truth']} | {cells[0]} | {cells[1]} |"
+                )
+    if curves:
+        lines += ["", "![training curves](curves.png)"]
+    return "\n".join(lines) + "\n"
+
+
+def run(
+    model: str,
+    compare: str | None,
+    data: Path,
+    out: Path,
+    limit: int | None,
+    batch_size: int,
+    max_new_tokens: int,
+    checkpoints: Path,
+    logs: Path | None,
+    device: str | None,
+    examples: int,
+    engine: str = "auto",
+    dtype: str = "fp32",
+) -> dict:
+    import torch
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    out.mkdir(parents=True, exist_ok=True)
+    specs = {"base": model} if compare is None else {"base": model, "trained": compare}
+    models = {label: resolve_model(spec, checkpoints) for label, spec in specs.items()}
+    questions = load_questions(data, limit)
+    generator = pick_engine(engine, device)
+    torch_dtype(dtype, device)  # refuses a dtype the device has not before any model is read
+    done = generate_answers(models, questions, out, batch_size, device, max_new_tokens, generator, dtype)
+    wanted = {q.index for q in questions}
+    records = [done[i] for i in sorted(done) if i in wanted]
+    labels = list(models)
+    summary = summarise(records, labels)
+    comparison = paired_differences(records, *labels) if len(labels) == 2 else None
+    curves = training_curves(logs, out / "curves.png") if logs else False
+    report = {
+        "data": str(data),
+        "questions": len(records),
+        "device": device,
+        "dtype": dtype,
+        "max_new_tokens": max_new_tokens,
+        "engine": "vllm" if generator is VllmGenerator else "hf",
+        "models": {label: {"path": str(models[label]), **summary[label]} for label in labels},
+        "comparison": comparison,
+        "curves": "curves.png" if curves else None,
+    }
+    write_text(out / "report.json", json.dumps(report, indent=2) + "\n")
+    write_text(
+        out / "report.md",
+        markdown(summary, records, labels, examples, {k: str(v) for k, v in models.items()}, curves, dtype, comparison),
+    )
+    return report
+
+
+def add_arguments(p) -> None:
+    """`verl-p40 eval`'s options."""
+    from verl_p40 import defaults
+    from verl_p40.options import number
+
+    p.add_argument(
+        "--model", required=True, help="Hugging Face folder, verl checkpoint .../global_step_N/actor, or latest"
+    )
+    p.add_argument("--compare", help="a second model, same forms (the trained one)")
+    p.add_argument("--data", default=defaults.DATA.join("test.parquet"), help="[%(default)s]")
+    p.add_argument("--out", default=defaults.LOGS.join("eval"), help="[%(default)s]")
+    p.add_argument("--limit", type=number(int, 1), help="only the first N questions")
+    p.add_argument("--batch-size", type=number(int, 1), default=32, help="[%(default)s]")
+    p.add_argument("--max-new-tokens", type=number(int, 1), default=512, help="[%(default)s]")
+    p.add_argument("--checkpoints", default=defaults.CHECKPOINTS.get(), help="for 'latest' [%(default)s]")
+    p.add_argument("--logs", default=defaults.LOGS.get(), help="trainer logs for curves.png [%(default)s]")
+    p.add_argument("--device", help="cuda, cuda:1 or cpu [cuda when available]")
+    p.add_argument(
+        "--examples", type=number(int, 0), default=10, help="questions shown side by side in report.md [%(default)s]"
+    )
+    p.add_argument(
+        "--engine",
+        choices=("auto", "hf", "vllm"),
+        default="auto",
+        help="generation engine: auto = vLLM where installed on sm_70+, else HF generate [%(default)s]",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=("fp32", "bf16", "fp16"),
+        default="fp32",
+        help="of the weights while generating; bf16 greedy answers do not repeat run to run, so compare "
+        "models in fp32 [%(default)s]",
+    )

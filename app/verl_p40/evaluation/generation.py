@@ -1,0 +1,149 @@
+"""Greedy GSM8K answers for `verl-p40 eval`: the questions from verl's parquet, and two engines (Hugging Face
+`generate()` everywhere, vLLM where installed on sm_70+)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from verl_p40 import UserError
+
+
+@dataclass
+class Question:
+    index: int
+    prompt: list[dict]
+    ground_truth: str
+    question: str
+
+
+def load_questions(path: Path, limit: int | None) -> list[Question]:
+    import pyarrow.parquet as pq
+
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except Exception as exc:
+        raise UserError(f"{path}: cannot read parquet ({exc})") from None
+    out = []
+    for i, row in enumerate(rows[: limit or None]):
+        try:
+            extra = row.get("extra_info") or {}  # verl's schema allows a null extra_info
+            out.append(
+                Question(
+                    index=int(extra.get("index", i)),
+                    prompt=list(row["prompt"]),
+                    ground_truth=str(row["reward_model"]["ground_truth"]),
+                    question=str(extra.get("question") or row["prompt"][-1]["content"]),
+                )
+            )
+        except (KeyError, TypeError, IndexError, ValueError) as exc:
+            raise UserError(
+                f"{path}: row {i + 1}: not in verl's RL schema ({exc}); make it with verl-p40 prep"
+            ) from None
+    return out
+
+
+DTYPES = ("fp32", "bf16", "fp16")
+
+
+def torch_dtype(name: str, device: str):
+    """The torch dtype `verl-p40 eval --dtype` names. fp32 is the default because greedy decoding in bf16 does not
+    repeat (two evaluations of one model gave different answers to 98 of 256 questions), so two models compared in
+    bf16 differ partly by rounding; bf16 needs a GPU of compute capability 8.0 or newer (or the CPU)."""
+    import torch
+
+    if name not in DTYPES:
+        raise UserError(f"--dtype {name}: not one of {', '.join(DTYPES)}")
+    if name == "bf16" and device.startswith("cuda") and torch.cuda.get_device_capability(device) < (8, 0):
+        major, minor = torch.cuda.get_device_capability(device)
+        raise UserError(f"--dtype bf16: this GPU is sm_{major}{minor} and has no bf16 (sm_80 and newer); use fp32")
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
+
+
+class HfGenerator:
+    """Greedy batched generation with Hugging Face transformers (left padding, the model's chat template).
+
+    Plain greedy decoding of the policy the trainer optimises: no repetition penalty, whatever the checkpoint's
+    generation_config.json suggests (Qwen2.5's says 1.05), as the vLLM engine and verl's validation decode."""
+
+    def __init__(self, model_dir: Path, device: str, max_new_tokens: int, dtype: str = "fp32"):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+        self.torch = torch
+        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir), padding_side="left")
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.dtype = torch_dtype(dtype, device)
+        attn = "sdpa"
+        self.model = (
+            AutoModelForCausalLM.from_pretrained(str(model_dir), torch_dtype=self.dtype, attn_implementation=attn)
+            .to(device)
+            .eval()
+        )
+        eos = {self.tokenizer.eos_token_id}
+        try:
+            generation = GenerationConfig.from_pretrained(str(model_dir))
+            ids = generation.eos_token_id
+            eos |= set(ids if isinstance(ids, list) else [ids]) - {None}
+        except OSError:
+            pass
+        self.eos = sorted(eos)
+        self.device, self.max_new_tokens = device, max_new_tokens
+
+    def __call__(self, prompts: list[list[dict]]) -> list[tuple[str, int]]:
+        texts = [self.tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
+        batch = self.tokenizer(texts, return_tensors="pt", padding=True).to(self.device)
+        with self.torch.no_grad():
+            out = self.model.generate(
+                **batch,
+                max_new_tokens=self.max_new_tokens,
+                do_sample=False,
+                repetition_penalty=1.0,
+                eos_token_id=self.eos,
+                pad_token_id=self.tokenizer.pad_token_id,
+            )
+        results = []
+        for row in out[:, batch["input_ids"].shape[1] :]:
+            ids = row.tolist()
+            length = next((i + 1 for i, t in enumerate(ids) if t in self.eos), len(ids))
+            results.append((self.tokenizer.decode(ids[:length], skip_special_tokens=True), length))
+        return results
+
+
+class VllmGenerator:
+    """Greedy generation with vLLM (sm_70+, where the image was built with INSTALL_VLLM=1)."""
+
+    def __init__(self, model_dir: Path, device: str, max_new_tokens: int, dtype: str = "fp32"):
+        from transformers import AutoTokenizer
+        from vllm import LLM, SamplingParams
+
+        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        self.llm = LLM(
+            model=str(model_dir), dtype=torch_dtype(dtype, device), gpu_memory_utilization=0.5, enforce_eager=True
+        )
+        self.params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
+
+    def __call__(self, prompts: list[list[dict]]) -> list[tuple[str, int]]:
+        texts = [self.tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
+        outputs = self.llm.generate(texts, self.params, use_tqdm=False)
+        return [(o.outputs[0].text, len(o.outputs[0].token_ids)) for o in outputs]
+
+
+def pick_engine(engine: str, device: str) -> type:
+    """hf everywhere; vllm when asked for, or with auto where vLLM is installed and the GPU is sm_70 or newer."""
+    import importlib.util
+
+    import torch
+
+    has_vllm = importlib.util.find_spec("vllm") is not None
+    capable = (
+        device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.get_device_capability(device) >= (7, 0)
+    )
+    if engine == "vllm":
+        if not (has_vllm and capable):
+            raise UserError("--engine vllm needs the vllm package and a GPU of compute capability 7.0 or newer")
+        return VllmGenerator
+    if engine == "auto" and has_vllm and capable:
+        return VllmGenerator
+    return HfGenerator

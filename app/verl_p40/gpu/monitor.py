@@ -1,0 +1,264 @@
+"""`verl-p40 monitor`: sample every GPU through NVML, keep a CSV, serve Prometheus metrics, summarise and plot.
+
+Per GPU and interval: memory used/total, utilisation (gpu, memory), temperature, power draw/limit, SM and memory
+clocks, throttle reasons, PCIe throughput; per process: pid, name, used memory. Rows go to `DIR/gpu.csv` (header
+once, appended across restarts, rotated by size) and processes to `DIR/gpu-processes.csv`; the same values are
+Prometheus gauges on `--port`. On SIGTERM/SIGINT it writes `DIR/gpu-summary.json` and `DIR/gpu.png`.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from verl_p40 import UserError
+from verl_p40.atomic import write_text
+from verl_p40.gpu import plots
+from verl_p40.gpu.csv_log import CsvLog, read_gpu_csv
+from verl_p40.gpu.nvml import GPU_COLUMNS, PROCESS_COLUMNS, GPUSample, NvmlSource, ProcessSample, parse_gpus
+from verl_p40.gpu.prometheus import Exporter
+
+# ------------------------------------------------------------------------------------------------ summary
+
+
+def _p95(values: list[float]) -> float | None:
+    if len(values) < 2:
+        return values[0] if values else None
+    return round(statistics.quantiles(values, n=20, method="inclusive")[-1], 2)
+
+
+@dataclass
+class Summary:
+    started: float | None = None
+    ended: float | None = None
+    samples: int = 0
+    gpus: dict[int, dict] = field(default_factory=dict)
+    processes: dict[str, dict] = field(default_factory=dict)
+    _util: dict[int, list[float]] = field(default_factory=dict)
+
+    def add(self, gpu_rows: list[GPUSample], proc_rows: list[ProcessSample]) -> None:
+        for row in gpu_rows:
+            self.started = row.ts if self.started is None else min(self.started, row.ts)
+            self.ended = row.ts if self.ended is None else max(self.ended, row.ts)
+            self.samples += 1
+            g = self.gpus.setdefault(
+                row.gpu,
+                {
+                    "name": row.name,
+                    "peak_memory_used_bytes": 0,
+                    "memory_total_bytes": row.memory_total_bytes,
+                    "peak_at": None,
+                },
+            )
+            if row.memory_used_bytes is not None and row.memory_used_bytes > g["peak_memory_used_bytes"]:
+                g["peak_memory_used_bytes"], g["peak_at"] = row.memory_used_bytes, row.ts
+            if row.utilization_gpu_pct is not None:
+                self._util.setdefault(row.gpu, []).append(row.utilization_gpu_pct)
+        for proc in proc_rows:
+            key = f"{proc.gpu}:{proc.pid}"
+            p = self.processes.setdefault(
+                key, {"gpu": proc.gpu, "pid": proc.pid, "name": proc.name, "peak_used_memory_bytes": 0}
+            )
+            if proc.used_memory_bytes is not None:
+                p["peak_used_memory_bytes"] = max(p["peak_used_memory_bytes"], proc.used_memory_bytes)
+
+    def as_dict(self) -> dict:
+        gpus = {}
+        for index, g in sorted(self.gpus.items()):
+            util = self._util.get(index, [])
+            gpus[str(index)] = {
+                **g,
+                "peak_memory_used_gb": round(g["peak_memory_used_bytes"] / 1e9, 3),
+                "utilization_gpu_mean_pct": round(sum(util) / len(util), 2) if util else None,
+                "utilization_gpu_p95_pct": _p95(util),
+            }
+        return {
+            "duration_s": round((self.ended or 0) - (self.started or 0), 1),
+            "started": self.started,
+            "ended": self.ended,
+            "samples": self.samples,
+            "gpus": gpus,
+            "processes": sorted(self.processes.values(), key=lambda p: -p["peak_used_memory_bytes"]),
+        }
+
+
+class Alerts:
+    def __init__(self, threshold_pct: float | None, log=print):
+        self.threshold, self.log = threshold_pct, log
+        self.above: set[int] = set()
+
+    def check(self, rows: list[GPUSample]) -> list[str]:
+        lines = []
+        if self.threshold is None:
+            return lines
+        for row in rows:
+            if not row.memory_used_bytes or not row.memory_total_bytes:
+                continue
+            pct = 100.0 * row.memory_used_bytes / row.memory_total_bytes
+            if pct >= self.threshold and row.gpu not in self.above:
+                self.above.add(row.gpu)
+                lines.append(
+                    f"WARNING: GPU {row.gpu} ({row.name}) memory at {pct:.1f}% "
+                    f"({row.memory_used_bytes / 1e9:.2f} of {row.memory_total_bytes / 1e9:.2f} GB), "
+                    f"over the {self.threshold:g}% alert threshold: an out-of-memory kill may follow"
+                )
+            elif pct < self.threshold and row.gpu in self.above:
+                self.above.discard(row.gpu)
+                lines.append(f"GPU {row.gpu} memory back under {self.threshold:g}% ({pct:.1f}%)")
+        for line in lines:
+            self.log(line)
+        return lines
+
+
+def format_table(rows: list[GPUSample], procs: list[ProcessSample]) -> str:
+    def fmt(value, scale=1.0, spec=".0f"):
+        return "-" if value is None else format(value / scale, spec)
+
+    lines = ["gpu  name                      mem used/total GB   util%  mem%  temp  power W      clocks MHz  throttle"]
+    for r in rows:
+        lines.append(
+            f"{r.gpu:>3}  {r.name[:24]:<24}  {fmt(r.memory_used_bytes, 1e9, '.2f'):>7}/"
+            f"{fmt(r.memory_total_bytes, 1e9, '.2f'):<8}"
+            f"  {fmt(r.utilization_gpu_pct):>5}  {fmt(r.utilization_memory_pct):>4}  {fmt(r.temperature_c):>4}"
+            f"  {fmt(r.power_w):>4}/{fmt(r.power_limit_w):<4}  {fmt(r.sm_clock_mhz):>5}/{fmt(r.memory_clock_mhz):<5}"
+            f"  {r.throttle_reasons or '-'}"
+        )
+    for p in procs:
+        lines.append(f"     pid {p.pid:<8} {p.name[:30]:<30} {fmt(p.used_memory_bytes, 1e9, '.2f')} GB on GPU {p.gpu}")
+    return "\n".join(lines)
+
+
+class Monitor:
+    def __init__(
+        self,
+        source,
+        out: Path,
+        interval: float = 1.0,
+        exporter: Exporter | None = None,
+        alert_mem_pct: float | None = None,
+        max_csv_bytes: int = 50 * 2**20,
+        log=print,
+    ):
+        self.source, self.out, self.interval, self.exporter, self.log = source, Path(out), interval, exporter, log
+        self.gpu_csv = CsvLog(self.out / "gpu.csv", GPU_COLUMNS, max_csv_bytes)
+        self.proc_csv = CsvLog(self.out / "gpu-processes.csv", PROCESS_COLUMNS, max_csv_bytes)
+        self.summary = Summary()
+        self.alerts = Alerts(alert_mem_pct, log)
+        self.stop_event = threading.Event()
+
+    def sample_once(self) -> tuple[list[GPUSample], list[ProcessSample]]:
+        gpu_rows, proc_rows = self.source.read()
+        self.gpu_csv.write(gpu_rows)
+        self.proc_csv.write(proc_rows)
+        self.summary.add(gpu_rows, proc_rows)
+        self.alerts.check(gpu_rows)
+        if self.exporter is not None:
+            self.exporter.update(gpu_rows, proc_rows)
+        return gpu_rows, proc_rows
+
+    def run(self, max_samples: int | None = None) -> None:
+        taken = 0
+        next_at = time.monotonic()
+        while not self.stop_event.is_set() and (max_samples is None or taken < max_samples):
+            try:
+                self.sample_once()
+            except Exception as exc:  # one bad sample must not end the monitor
+                self.log(f"[monitor] sample failed: {type(exc).__name__}: {exc}; continuing")
+            taken += 1
+            next_at += self.interval
+            self.stop_event.wait(max(0.0, next_at - time.monotonic()))
+
+    def finish(self) -> dict:
+        summary = self.summary.as_dict()
+        write_text(self.out / "gpu-summary.json", json.dumps(summary, indent=2) + "\n")
+        csv_path = self.out / "gpu.csv"
+        if csv_path.exists():
+            plots.gpu_memory(read_gpu_csv(csv_path), self.out / "gpu.png")
+        return summary
+
+
+def main(args) -> int:
+    """CLI body of `verl-p40 monitor` (argparse namespace from verl_p40.cli)."""
+    log = lambda line: print(line, flush=True)  # noqa: E731
+    if args.plot:
+        csv_path = Path(args.plot)
+        target = Path(args.plot_out) if args.plot_out else csv_path.with_name("gpu.png")
+        try:
+            samples = read_gpu_csv(csv_path)
+        except OSError as exc:
+            raise UserError(f"{csv_path}: cannot read it ({exc.strerror or exc})") from None
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UserError(
+                f"{csv_path}: not a gpu.csv written by verl-p40 monitor ({type(exc).__name__}: {exc})"
+            ) from None
+        if not samples:
+            raise UserError(f"{csv_path}: not a gpu.csv written by verl-p40 monitor (no samples)")
+        plots.gpu_memory(samples, target)
+        print(f"wrote {target}")
+        return 0
+    source = NvmlSource(parse_gpus(args.gpus), log=log)
+    out = Path(args.out)
+    if args.once:
+        monitor = Monitor(source, out, log=log, alert_mem_pct=args.alert_mem_pct)
+        rows, procs = monitor.sample_once()
+        print(format_table(rows, procs))
+        source.close()
+        return 0
+    exporter = Exporter(args.port, args.bind) if args.port else None
+    monitor = Monitor(source, out, args.interval, exporter, args.alert_mem_pct, int(args.max_csv_mb * 2**20), log)
+
+    def stop(signum, _frame):
+        monitor.stop_event.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stop)
+    where = f", metrics on http://{args.bind}:{args.port}/metrics" if args.port else ""
+    log(
+        f"[monitor] sampling {', '.join(f'GPU {i} {n}' for i, n in source.names.items())} every {args.interval:g} s "
+        f"into {out}{where}"
+    )
+    try:
+        monitor.run(max_samples=args.samples)
+    finally:
+        summary = monitor.finish()
+        source.close()
+        if exporter is not None:
+            exporter.close()
+    for index, g in summary["gpus"].items():
+        log(
+            f"[monitor] GPU {index}: peak {g['peak_memory_used_gb']:.2f} GB, utilisation mean "
+            f"{g['utilization_gpu_mean_pct']}% p95 {g['utilization_gpu_p95_pct']}% over {summary['duration_s']} s"
+        )
+    log(f"[monitor] wrote {out / 'gpu-summary.json'} and {out / 'gpu.png'}")
+    return 0
+
+
+def add_arguments(p) -> None:
+    """`verl-p40 monitor`'s options."""
+    from verl_p40 import defaults
+    from verl_p40.options import number
+
+    p.add_argument("--interval", type=number(float, 0.05), default=1.0, help="seconds between samples [%(default)s]")
+    p.add_argument("--out", default=defaults.LOGS.join("gpu"), help="output folder [%(default)s]")
+    p.add_argument("--port", type=number(int, 1, 65535), default=None, help="serve Prometheus metrics on this port")
+    p.add_argument("--bind", default="127.0.0.1", help="address for the metrics port [%(default)s]")
+    p.add_argument(
+        "--gpus", default="all", help="all, or GPU indices as nvidia-smi numbers them (e.g. 0,1) [%(default)s]"
+    )
+    p.add_argument("--once", action="store_true", help="take one sample, print it, exit")
+    p.add_argument(
+        "--samples", type=number(int, 1), default=None, help="stop after N samples [run until SIGTERM/SIGINT]"
+    )
+    p.add_argument(
+        "--alert-mem-pct", type=number(float, 0, 100), default=None, help="warn when a GPU's memory use crosses N %%"
+    )
+    p.add_argument(
+        "--max-csv-mb", type=number(float, 0.01), default=50, help="rotate gpu.csv at this size [%(default)s]"
+    )
+    p.add_argument("--plot", metavar="CSV", help="only redraw the picture from a gpu.csv")
+    p.add_argument("--plot-out", help="with --plot: where to write the PNG [beside the CSV]")

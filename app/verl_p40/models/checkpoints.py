@@ -1,0 +1,177 @@
+"""verl FSDP checkpoints as Hugging Face models: find the newest (`latest`), merge one with verl's own
+`verl.model_merger` (fp32) into `.../actor/merged_hf_fp32`, kept there as a cache, and fold a LoRA adapter into the
+weights with the run's alpha.
+
+verl's merger writes a LoRA checkpoint as the base weights plus a `lora_adapter/` folder whose config says
+`lora_alpha: 0` (verl 0.5.0 does not know the run's alpha there); `verl-p40 train` records the alpha in
+`verl-p40-run.json` beside the checkpoints, and the adapter is kept, with the right alpha, beside the merged model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from verl_p40 import UserError
+from verl_p40.atomic import staged
+
+MERGED = "merged_hf_fp32"
+RUN_RECORD = "verl-p40-run.json"  # written by `verl-p40 train` in <checkpoints>/<experiment>/
+
+
+def latest_checkpoint(root: Path) -> Path:
+    """The actor folder of the newest `global_step_N` under `root` (any experiment), per verl's tracker file."""
+    best: tuple[float, Path] | None = None
+    for tracker in Path(root).glob("**/latest_checkpointed_iteration.txt"):
+        step = tracker.read_text().strip()
+        actor = tracker.parent / f"global_step_{step}" / "actor"
+        if actor.is_dir() and (best is None or tracker.stat().st_mtime > best[0]):
+            best = (tracker.stat().st_mtime, actor)
+    if best is None:
+        raise UserError(f"{root}: no verl checkpoint (latest_checkpointed_iteration.txt) found; train first")
+    return best[1]
+
+
+def is_fsdp_checkpoint(path: Path) -> bool:
+    return any(path.glob("model_world_size_*_rank_*.pt"))
+
+
+def merge_command(actor: Path, target: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "verl.model_merger",
+        "merge",
+        "--backend",
+        "fsdp",
+        "--local_dir",
+        str(actor),
+        "--target_dir",
+        str(target),
+    ]
+
+
+def resolve_model(spec: str, checkpoints: Path) -> Path:
+    """A Hugging Face model folder for `spec`, merging a verl FSDP checkpoint first when needed."""
+    path = latest_checkpoint(checkpoints) if spec == "latest" else Path(spec)
+    if (path / "config.json").is_file() and not is_fsdp_checkpoint(path):
+        from verl_p40.models.fetch import local_problems
+
+        problems = local_problems(path)
+        if problems:
+            raise UserError(f"{path}: not a complete model folder: {'; '.join(problems[:3])}")
+        return path
+    if not is_fsdp_checkpoint(path):
+        raise UserError(f"{path}: neither a Hugging Face model folder (config.json) nor a verl FSDP checkpoint")
+    target = path / MERGED
+    if (target / "config.json").is_file() and any(target.glob("*.safetensors")):
+        return target
+    print(f"[eval] merging {path} with verl's model merger into {target} (fp32)", flush=True)
+    with staged([target], directory=True) as (out,), tempfile.TemporaryDirectory(dir=path) as scratch:
+        merged = Path(scratch) / "merged"
+        env = {**os.environ, "VERL_MERGE_DTYPE": "fp32"}
+        result = subprocess.run(merge_command(path, merged), env=env, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise UserError(f"{path}: verl's model merger failed:\n{result.stderr[-3000:]}")
+        if (merged / ADAPTER).is_dir():
+            print(f"[eval] {fold(merged, path, out)}", flush=True)
+        else:
+            shutil.copytree(merged, out, dirs_exist_ok=True)
+    return target
+
+
+ADAPTER = "lora_adapter"
+
+
+def run_record(actor: Path) -> dict:
+    """The record `verl-p40 train` wrote for the experiment holding `.../global_step_N/actor`."""
+    path = actor.parent.parent / RUN_RECORD
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: cannot read it ({exc})") from None
+
+
+def fold(merged: Path, actor: Path, out: Path) -> str:
+    """Write `merged`'s base weights plus its adapter, folded in with the run's alpha, to `out`; returns a note."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    lora = run_record(actor).get("lora")
+    if not lora:
+        raise UserError(
+            f"{actor}: the checkpoint holds a LoRA adapter but {actor.parent.parent}/verl-p40-run.json "
+            "does not give its alpha (was it trained without verl-p40 train?); write "
+            '{"lora": {"rank": R, "alpha": A}} there'
+        )
+    adapter = merged / ADAPTER
+    config = json.loads((adapter / "adapter_config.json").read_text(encoding="utf-8"))
+    config["lora_alpha"] = lora["alpha"]
+    (adapter / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    base = AutoModelForCausalLM.from_pretrained(merged, torch_dtype=torch.float32)
+    model = PeftModel.from_pretrained(base, adapter).merge_and_unload()
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(merged).save_pretrained(out)
+    shutil.copytree(adapter, out / ADAPTER)
+    return (
+        f"LoRA adapter (rank {config['r']}, alpha {lora['alpha']}) merged into the weights; "
+        f"adapter kept in {out / ADAPTER}"
+    )
+
+
+def saved_world_size(experiment: Path) -> tuple[Path, int] | None:
+    """(the newest checkpoint's actor folder, how many processes wrote it) under an experiment folder, or None."""
+    tracker = Path(experiment) / "latest_checkpointed_iteration.txt"
+    try:
+        actor = Path(experiment) / f"global_step_{tracker.read_text().strip()}" / "actor"
+    except OSError:
+        return None
+    sizes = {int(p.name.split("_")[3]) for p in actor.glob("model_world_size_*_rank_*.pt")}
+    return (actor, sizes.pop()) if len(sizes) == 1 else None
+
+
+def check_resume(record: dict) -> None:
+    """A run that will resume (resume_mode auto) must have the GPU count its checkpoint was saved with: verl 0.5.0
+    loads each rank's own FSDP shard and cannot reshard one."""
+    if record.get("resume_mode", "auto") == "disable" or "world_size" not in record:
+        return
+    saved = saved_world_size(Path(record["checkpoints"]))
+    if saved and saved[1] != record["world_size"]:
+        actor, size = saved
+        raise UserError(
+            f"{actor.parent}: saved by {size} GPUs and this run has {record['world_size']}; verl 0.5.0 "
+            f"cannot reshard it: resume on {size} GPUs (GPUS / --gpus, NODES / --nodes), or start afresh "
+            "with --set trainer.experiment_name=NEW (verl-p40 eval and export read it on any GPU count)"
+        )
+
+
+def write_run_record(record: dict) -> Path:
+    """`<checkpoints>/<experiment>/verl-p40-run.json` from a run plan's `record`: how the run's checkpoints were made
+    (LoRA's alpha is read back by `fold`). A resumed run must agree with it on what the checkpoints hold."""
+    from verl_p40.atomic import write_text
+
+    folder = Path(record["checkpoints"])
+    path = folder / RUN_RECORD
+    if path.is_file():
+        try:
+            before = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            before = {}
+        for key in ("algorithm", "lora"):
+            if key in before and before[key] != record[key]:
+                raise UserError(
+                    f"{folder}: its checkpoints were made with {key} {before[key]!r}, this run has "
+                    f"{record[key]!r}; resume with the same settings, or pass "
+                    "--set trainer.experiment_name=NEW for a fresh run"
+                )
+    folder.mkdir(parents=True, exist_ok=True)
+    write_text(path, json.dumps(record, indent=2) + "\n")
+    return path

@@ -1,0 +1,227 @@
+"""`verl-p40 bench`: a few training steps on random weights of the configured model's shape, on this GPU, with the
+product's own settings, written as one shareable JSON: the GPU, driver, torch, profile, seconds per step and per phase,
+peak memory (NVML, per process, through the monitor), this GPU's measured constants, and the projection's error
+against the measurement, beside the projection for a Tesla P40. P40 owners who run it confirm or correct the projection.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from verl_p40 import UserError, __version__
+from verl_p40.atomic import write_text
+from verl_p40.child import last_error_line, run_python
+from verl_p40.perf import projection
+
+
+def make_random_model(source: Path, target: Path) -> Path:
+    """A model of `source`'s exact shape with random weights (fp32), with `source`'s tokenizer."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    if not (source / "config.json").is_file():
+        raise UserError(f"{source}: no config.json (bench needs the model's config and tokenizer, not its weights)")
+    config = AutoConfig.from_pretrained(str(source))
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32).save_pretrained(str(target))
+    AutoTokenizer.from_pretrained(str(source)).save_pretrained(str(target))
+    return target
+
+
+def _calibration(model: Path) -> dict:
+    """This GPU's constants, measured in a child process (the bench process holds no CUDA context while training)."""
+    code = (
+        "import json, sys; from verl_p40.perf import projection; "
+        f"shape = projection.Shape.from_config(json.load(open({str(model / 'config.json')!r}))); "
+        "print(json.dumps(projection.card_dict(projection.calibrate(shape))))"
+    )
+    card, probe = run_python(code, timeout=600)
+    if probe.returncode != 0 or card is None:
+        raise UserError(f"GPU calibration failed: {last_error_line(probe)}")
+    return card
+
+
+class Sampler:
+    """The GPU monitor's own NVML sampling (one sampler for every peak the project reports), in a thread."""
+
+    def __init__(self, out: Path, interval: float = 0.5):
+        from verl_p40.gpu.monitor import Monitor
+        from verl_p40.gpu.nvml import NvmlSource
+
+        self.monitor = Monitor(NvmlSource(log=lambda line: None), out, interval, log=lambda line: None)
+        self.thread = threading.Thread(target=self.monitor.run, daemon=True)
+
+    def __enter__(self) -> Sampler:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.monitor.stop_event.set()
+        self.thread.join()
+
+    def peaks(self) -> dict:
+        summary = self.monitor.finish()
+        procs = summary["processes"]
+        return {
+            "nvml_peak_process_gb": round(max((p["peak_used_memory_bytes"] for p in procs), default=0) / 1e9, 3),
+            "nvml_peak_device_gb": {g: d["peak_memory_used_gb"] for g, d in summary["gpus"].items()},
+            "processes": [{**p, "peak_used_memory_gb": round(p["peak_used_memory_bytes"] / 1e9, 3)} for p in procs],
+        }
+
+
+def environment() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from verl_p40.gpu.nvml import detect, driver_versions
+
+    def ver(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    import torch
+
+    driver, cuda = driver_versions()
+    return {
+        "gpus": [g.describe() for g in detect()],
+        "driver": driver,
+        "driver_cuda": f"{cuda[0]}.{cuda[1]}",
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "verl": ver("verl"),
+        "transformers": ver("transformers"),
+        "verl_p40": __version__,
+        "python": sys.version.split()[0],
+    }
+
+
+def summarise(steps: list[dict], cfg: Any, shape: projection.Shape, measured_card: projection.Card) -> dict:
+    """Measured medians (warm-up step left out), and the projection for this GPU (its error) and for a P40."""
+    phases = projection.median_phases(steps)
+    generated = statistics.median(s.get("response_length/max", 0.0) for s in steps)
+    run = projection.run_from_config(cfg, generated, projection.longest_lengths(steps))
+    prompts = int(cfg.data.train_batch_size)
+    host = projection.host_overhead_per_token(phases.get("gen", 0.0), shape, run, measured_card)
+    here = projection.project(shape, run, measured_card, host)
+    p40 = projection.project(shape, run, projection.P40, host)
+    full_width = projection.project(shape, dataclasses.replace(run, pass_width=None), projection.P40, host)
+    measured_step = phases.get("step")
+    error = round(100 * (here["step"] - measured_step) / measured_step, 1) if measured_step else None
+    return {
+        "steps_timed": max(len(steps) - 1, 1),
+        "seconds_per_step": measured_step,
+        "prompts_per_s": round(prompts / measured_step, 3) if measured_step else None,
+        "sequences_per_s": round(run.sequences / measured_step, 3) if measured_step else None,
+        "phases_s": phases,
+        "torch_max_allocated_gb": max((s.get("perf/max_memory_allocated_gb", 0.0) for s in steps), default=None),
+        "generated_tokens_per_step": generated,
+        "projection": {
+            "this_gpu": {**here, "error_pct_vs_measured": error, "card": projection.card_dict(measured_card)},
+            "p40": {
+                **p40,
+                "hours_per_gsm8k_epoch": projection.epoch_hours(p40["step"], prompts),
+                "card": projection.card_dict(projection.P40),
+            },
+            "pass_width": run.width,
+            "p40_at_full_width": {
+                **full_width,
+                "pass_width": run.prompt_width + run.response_width,
+                "hours_per_gsm8k_epoch": projection.epoch_hours(full_width["step"], prompts),
+            },
+            "host_seconds_per_generated_token": round(host, 5),
+            "model": projection.__doc__.split("\n\n")[1],
+        },
+    }
+
+
+def run(options, steps: int, out: Path, skip: dict[str, str], keep: Path | None = None) -> dict:
+    """Run `steps` training steps with random weights of `options.model`'s shape; write and return the JSON."""
+    from verl_p40.doctor.runner import preflight
+    from verl_p40.plan.planner import plan
+    from verl_p40.run.trainer import run_trainer
+    from verl_p40.run.trainer_log import read_steps
+
+    if steps < 2:
+        raise UserError("--steps must be at least 2 (the first step is warm-up and is not timed)")
+    source = Path(options.model).expanduser()
+    work = Path(tempfile.mkdtemp(prefix="verl-p40-bench-"))
+    model = keep or work / "model"
+    if not (model / "config.json").is_file():
+        print(f"[bench] random weights of {source}'s shape -> {model}", flush=True)
+        make_random_model(source, model)
+    shape = projection.Shape.from_config(json.loads((model / "config.json").read_text()))
+    options.model = str(model)
+    options.checkpoints = str(work / "checkpoints")
+    options.sets = [
+        *options.sets,
+        f"trainer.total_training_steps={steps}",
+        "trainer.save_freq=-1",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        "trainer.resume_mode=disable",
+        "trainer.experiment_name=bench",
+    ]
+    run_plan = plan(options)
+    for note in run_plan.notes:
+        print(f"[verl-p40] {note}", flush=True)
+    preflight(run_plan, options, {"disk": "bench (it keeps no checkpoint)", **skip})
+    print("[bench] measuring this GPU's constants", flush=True)
+    card = projection.Card(**_calibration(model))
+    logs = out.parent / f"{out.stem}-logs"
+    started = time.time()
+    with Sampler(logs / "gpu") as sampler:
+        code = run_trainer(run_plan, str(logs))
+    wall = time.time() - started
+    log = sorted(logs.glob("train-*.log"))[-1]
+    measured = read_steps(log)
+    if code != 0 or len(measured) < steps:
+        raise UserError(f"the trainer stopped after {len(measured)} of {steps} steps (exit code {code}); see {log}")
+    cfg = run_plan.config()
+    result = {
+        "verl_p40_bench": 1,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "environment": environment(),
+        "profile": run_plan.profile.name,
+        "notes": run_plan.notes,
+        "settings": {
+            "model_parameters": shape.parameters,
+            "train_batch_size": int(cfg.data.train_batch_size),
+            "rollout_n": int(cfg.actor_rollout_ref.rollout.n),
+            "rollout": cfg.actor_rollout_ref.rollout.name,
+            "algorithm": cfg.algorithm.adv_estimator,
+            "max_prompt_length": int(cfg.data.max_prompt_length),
+            "max_response_length": int(cfg.data.max_response_length),
+            "gpu_memory_cap_gb": options.gpu_memory_cap_gb,
+        },
+        "wall_s": round(wall, 1),
+        **summarise(measured, cfg, shape, card),
+        "memory": sampler.peaks(),
+        "steps": measured,
+        "command": shlex.join(["verl-p40", *sys.argv[1:]]),
+        "trainer_log": str(log),
+    }
+    write_text(out, json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def lines(result: dict) -> list[str]:
+    p = result["projection"]
+    return [
+        f"{result['environment']['gpus'][0]}: {result['seconds_per_step']} s/step "
+        f"({result['prompts_per_s']} prompts/s), "
+        f"worker peak {result['memory']['nvml_peak_process_gb']} GB (NVML), "
+        f"torch {result['torch_max_allocated_gb']} GB",
+        f"projection for this GPU: {p['this_gpu']['step']} s/step "
+        f"({p['this_gpu']['error_pct_vs_measured']:+}% vs measured)",
+        f"projection for a Tesla P40: {p['p40']['step']} s/step, {p['p40']['hours_per_gsm8k_epoch']} h per GSM8K epoch",
+    ]

@@ -1,0 +1,293 @@
+"""How long a PPO/GRPO step takes on another GPU: each phase's FLOPs and bytes from the run's own token counts, over a
+card's constants.
+
+Model (per phase, fp32, no padding removal, so every sequence runs at the full prompt+response width, or with
+trim_padding (patches/p40_trim.py) at the step's longest prompt + longest response, a bound for every micro-batch):
+- forward passes (old log-probs, reference, values): 2 x matmul parameters x padded tokens, plus attention
+  (4 x width^2 x hidden per layer and sequence) and the logits' memory traffic (vocab x tokens x 4 bytes, 3 passes);
+- updates: forward + backward + the recomputation of gradient checkpointing = 4 forwards' FLOPs, plus the Adam step's
+  memory traffic (16 bytes read + 12 written per parameter);
+- host transfers of offloaded state over PCIe (optimizer states, critic and reference weights);
+- on several GPUs each does its share of the sequences, and FSDP (full sharding) moves the weights between them: an
+  all-gather per forward micro-batch, and an all-gather for the forward, another for the backward and a
+  reduce-scatter of the gradients per update micro-batch, (N-1)/N of the fp32 weights each, over the card's link;
+- generation (HF rollout): a prefill, then one decoding step per generated token whose GPU time is the larger of its
+  FLOPs and its memory traffic (the weights once, the KV cache), and never less than the host's own per-token overhead
+  (Python and kernel launches of transformers' generate), which is measured on the machine that ran the steps.
+Phase time = FLOPs / GEMM rate + bytes / memory bandwidth + host bytes / PCIe bandwidth. The constants of the card
+that ran are measured (calibrate()); a P40's come from the sources cited in P40.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from verl_p40.plan.budget import ADAM_STATES, FP32
+
+
+@dataclass(frozen=True)
+class Card:
+    name: str
+    gemm_tflops: float  # fp32 GEMM rate at transformer shapes
+    memory_gbs: float  # device memory bandwidth
+    pcie_gbs: float  # host <-> device copies
+    source: str
+    link_gbs: float | None = None  # GPU <-> GPU (NCCL); None: as pcie_gbs (cards without NVLink)
+
+    @property
+    def link(self) -> float:
+        return self.link_gbs or self.pcie_gbs
+
+
+# Tesla P40: 11.76 TFLOPS fp32 peak (3,840 cores x 2 x 1,531 MHz boost) and 347.1 GB/s GDDR5 (spec sheets, e.g.
+# https://pcpartcomparison.com/gpu/tesla-p40); PyTorch fp32 matmul reaches 83 % of peak on the Tesla P4, the same
+# Pascal generation (4.55 of 5.5 TFLOPS, https://github.com/zzc0721/torch-performance-test-data/issues/9), so
+# 0.83 x 11.76 = 9.8 TFLOPS; PCIe 3.0 x16: 15.75 GB/s theoretical, ~12 GB/s reached by pageable copies. A P40 has
+# no NVLink: NCCL between two of them runs over the same PCIe 3.0 x16 links (taken as the same 12 GB/s).
+P40 = Card(
+    "Tesla P40 (projected)",
+    9.8,
+    347.1,
+    12.0,
+    "spec 11.76 TFLOPS x 0.83 (PyTorch fp32 matmul efficiency measured on a Tesla P4), 347.1 GB/s, PCIe 3.0 x16",
+)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The model's dimensions (from its config.json)."""
+
+    hidden: int
+    layers: int
+    kv_dim: int
+    vocab: int
+    intermediate: int
+    block_parameters: int  # the transformer blocks' matmul parameters
+    parameters: int  # all parameters
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Shape:
+        from verl_p40.plan.budget import parameter_count
+
+        hidden, layers = int(config["hidden_size"]), int(config["num_hidden_layers"])
+        heads = int(config["num_attention_heads"])
+        head_dim = int(config.get("head_dim") or hidden // heads)
+        kv_dim = int(config.get("num_key_value_heads") or heads) * head_dim
+        vocab = int(config["vocab_size"])
+        block = layers * (
+            2 * hidden * heads * head_dim + 2 * hidden * kv_dim + 3 * hidden * int(config["intermediate_size"])
+        )
+        return cls(hidden, layers, kv_dim, vocab, int(config["intermediate_size"]), block, parameter_count(config))
+
+
+@dataclass(frozen=True)
+class Run:
+    """What one step processes, from the verl config and the step's logged lengths."""
+
+    sequences: int  # prompts x rollout n on each GPU (the batch / the GPUs of all hosts)
+    prompt_width: int  # data.max_prompt_length (prompts are left-padded to it)
+    response_width: int  # data.max_response_length
+    generated: float  # decoding steps generate() ran (response_length/max)
+    critic: bool
+    reference: bool
+    lora: bool
+    offload: dict[str, bool]  # actor_optimizer, reference_params, critic_params, critic_optimizer
+    # columns the actor, reference and critic passes run at with trim_padding: the step's longest prompt + longest
+    # response (each micro-batch is at most that wide); None: the full prompt_width + response_width
+    pass_width: float | None = None
+    gpus: int = 1  # GPUs of all hosts (FSDP's world size)
+    # micro-batches each GPU runs per phase in one step (each costs FSDP collectives when gpus > 1)
+    micro_batches: dict[str, int] | None = None
+
+    @property
+    def width(self) -> float:
+        return self.pass_width or self.prompt_width + self.response_width
+
+
+def _forward_flops(shape: Shape, tokens: float, width: int, lm_head: bool) -> float:
+    matmul = shape.block_parameters + (shape.vocab * shape.hidden if lm_head else shape.hidden)
+    attention = shape.layers * 4 * width * shape.hidden * tokens  # QK^T and AV, causal half kept for simplicity
+    return 2 * matmul * tokens + attention
+
+
+def phases(shape: Shape, run: Run) -> dict[str, dict[str, float]]:
+    """{phase: {"flops", "bytes", "host_bytes"}} of one step (generation is separate: see generation())."""
+    width = run.width
+    tokens = run.sequences * width
+    logits_bytes = 3 * shape.vocab * tokens * FP32
+    weights = shape.parameters * FP32
+    optim = shape.parameters * FP32 * ADAM_STATES
+    adam_bytes = 28 * shape.parameters
+    actor_fwd = _forward_flops(shape, tokens, width, lm_head=True)
+    critic_fwd = _forward_flops(shape, tokens, width, lm_head=False)
+    out: dict[str, dict[str, float]] = {
+        "old_log_prob": {"flops": actor_fwd, "bytes": logits_bytes, "host_bytes": 0.0},
+        "update_actor": {
+            "flops": 4 * actor_fwd,
+            "bytes": 3 * logits_bytes + (0 if run.lora else adam_bytes),
+            "host_bytes": 2 * optim if run.offload.get("actor_optimizer") and not run.lora else 0.0,
+        },
+    }
+    if run.reference:
+        out["ref"] = {
+            "flops": actor_fwd,
+            "bytes": logits_bytes,
+            "host_bytes": 2 * weights if run.offload.get("reference_params") and not run.lora else 0.0,
+        }
+    if run.critic:
+        params_moves = 2 * weights if run.offload.get("critic_params") else 0.0
+        out["values"] = {"flops": critic_fwd, "bytes": 0.0, "host_bytes": params_moves}
+        out["update_critic"] = {
+            "flops": 4 * critic_fwd,
+            "bytes": adam_bytes,
+            "host_bytes": params_moves + (2 * optim if run.offload.get("critic_optimizer") else 0.0),
+        }
+    if run.gpus > 1:
+        shard_moves = weights * (run.gpus - 1) / run.gpus
+        per_micro = {
+            "old_log_prob": 1,
+            "ref": 1,
+            "values": 1,
+            "update_critic": 3,
+            "update_actor": 2 if run.lora else 3,
+        }  # LoRA: the adapters' gradients are tiny
+        for name, cost in out.items():
+            cost["link_bytes"] = per_micro[name] * (run.micro_batches or {}).get(name, 1) * shard_moves
+    return out
+
+
+def generation_gpu_seconds(shape: Shape, run: Run, card: Card) -> tuple[float, float]:
+    """(prefill seconds, GPU seconds of one average decoding step) on `card`."""
+    prefill_tokens = run.sequences * run.prompt_width
+    prefill = _forward_flops(shape, prefill_tokens, run.prompt_width, lm_head=True) / (card.gemm_tflops * 1e12)
+    context = run.prompt_width + run.generated / 2
+    kv_bytes = run.sequences * context * shape.layers * 2 * shape.kv_dim * FP32
+    flops = 2 * (shape.block_parameters + shape.vocab * shape.hidden) * run.sequences
+    per_token = max(flops / (card.gemm_tflops * 1e12), (shape.parameters * FP32 + kv_bytes) / (card.memory_gbs * 1e9))
+    return prefill, per_token
+
+
+def phase_seconds(cost: dict[str, float], card: Card) -> float:
+    return (
+        cost["flops"] / (card.gemm_tflops * 1e12)
+        + cost["bytes"] / (card.memory_gbs * 1e9)
+        + cost["host_bytes"] / (card.pcie_gbs * 1e9)
+        + cost.get("link_bytes", 0.0) / (card.link * 1e9)
+    )
+
+
+def project(shape: Shape, run: Run, card: Card, host_seconds_per_token: float) -> dict[str, float]:
+    """Seconds of each phase and of the step on `card`."""
+    out = {name: phase_seconds(cost, card) for name, cost in phases(shape, run).items()}
+    prefill, per_token = generation_gpu_seconds(shape, run, card)
+    out["gen"] = prefill + run.generated * max(per_token, host_seconds_per_token)
+    out["step"] = sum(out.values())
+    return {k: round(v, 3) for k, v in out.items()}
+
+
+def host_overhead_per_token(measured_gen_s: float, shape: Shape, run: Run, measured_card: Card) -> float:
+    """The per-token time generate() spends beyond the GPU's work, from a measured generation phase."""
+    prefill, per_token = generation_gpu_seconds(shape, run, measured_card)
+    return max(per_token, (measured_gen_s - prefill) / max(run.generated, 1.0))
+
+
+def run_from_config(cfg: Any, generated: float, longest: tuple[float, float] | None = None) -> Run:
+    """The Run of a composed verl config; `longest` (the step's longest prompt and response, from its log) sets the
+    passes' width where trim_padding is on."""
+    from omegaconf import OmegaConf
+
+    get = lambda key, default=None: OmegaConf.select(cfg, key, default=default)  # noqa: E731
+    estimator = get("algorithm.adv_estimator", "gae")
+    full = int(get("data.max_prompt_length")) + int(get("data.max_response_length"))
+    trims = bool(get("actor_rollout_ref.model.trim_padding", False)) and not get(
+        "actor_rollout_ref.model.use_remove_padding", False
+    )
+    gpus = int(get("trainer.n_gpus_per_node", 1)) * int(get("trainer.nnodes", 1))
+    sequences = int(get("data.train_batch_size")) * int(get("actor_rollout_ref.rollout.n", 1)) // gpus
+
+    def micro(size_key: str, epochs_key: str | None = None) -> int:  # micro-batches per step on each GPU
+        passes = int(get(epochs_key, 1)) if epochs_key else 1
+        return passes * math.ceil(sequences / int(get(size_key) or sequences))
+
+    return Run(
+        sequences=sequences,
+        prompt_width=int(get("data.max_prompt_length")),
+        response_width=int(get("data.max_response_length")),
+        generated=float(generated),
+        critic=estimator == "gae",
+        reference=bool(get("algorithm.use_kl_in_reward", False) or get("actor_rollout_ref.actor.use_kl_loss", False)),
+        lora=int(get("actor_rollout_ref.model.lora_rank", 0) or 0) > 0,
+        offload={
+            "actor_optimizer": bool(get("actor_rollout_ref.actor.fsdp_config.optimizer_offload", False)),
+            "reference_params": bool(get("actor_rollout_ref.ref.fsdp_config.param_offload", False)),
+            "critic_params": bool(get("critic.model.fsdp_config.param_offload", False)),
+            "critic_optimizer": bool(get("critic.model.fsdp_config.optimizer_offload", False)),
+        },
+        pass_width=min(float(sum(longest)), full) if trims and longest else None,
+        gpus=gpus,
+        micro_batches={
+            "old_log_prob": micro("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"),
+            "ref": micro("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"),
+            "values": micro("critic.forward_micro_batch_size_per_gpu"),
+            "update_actor": micro(
+                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "actor_rollout_ref.actor.ppo_epochs"
+            ),
+            "update_critic": micro("critic.ppo_micro_batch_size_per_gpu", "critic.ppo_epochs"),
+        },
+    )
+
+
+def longest_lengths(steps: list[dict[str, float]]) -> tuple[float, float] | None:
+    """Median over the steps of each step's longest prompt and longest response (verl's */max metrics)."""
+    prompts = [s["prompt_length/max"] for s in steps if "prompt_length/max" in s]
+    responses = [s["response_length/max"] for s in steps if "response_length/max" in s]
+    return (statistics.median(prompts), statistics.median(responses)) if prompts and responses else None
+
+
+def epoch_hours(seconds_per_step: float, prompts_per_step: int, prompts_per_epoch: int = 7473) -> float:
+    """Hours for one pass over GSM8K's 7,473 training prompts."""
+    return round(seconds_per_step * -(-prompts_per_epoch // prompts_per_step) / 3600, 2)
+
+
+def median_phases(steps: list[dict[str, float]], skip_first: bool = True) -> dict[str, float]:
+    """Median seconds of each logged phase (timing_s/*) over the steps, the first (warm-up) left out when possible."""
+    timed = steps[1:] if skip_first and len(steps) > 1 else steps
+    keys = sorted({k for s in timed for k in s if k.startswith("timing_s/")})
+    return {k.split("/", 1)[1]: round(statistics.median(s[k] for s in timed if k in s), 3) for k in keys}
+
+
+def card_dict(card: Card) -> dict:
+    return asdict(card)
+
+
+def calibrate(shape: Shape, tokens: int = 2304) -> Card:
+    """This GPU's constants, measured: fp32 GEMM rate at the model's MLP shape, device copy bandwidth, and pageable
+    host-to-device copies. Runs on cuda:0 (call it in a process that may hold a CUDA context)."""
+    import time
+
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    device = torch.device("cuda", 0)
+
+    def timed(fn, repeat: int) -> float:
+        fn()
+        torch.cuda.synchronize(device)
+        started = time.perf_counter()
+        for _ in range(repeat):
+            fn()
+        torch.cuda.synchronize(device)
+        return (time.perf_counter() - started) / repeat
+
+    a = torch.randn(tokens, shape.hidden, device=device)  # one micro-batch through the MLP's up-projection
+    b = torch.randn(shape.hidden, shape.intermediate, device=device)
+    gemm = 2 * tokens * shape.hidden * b.shape[1] / timed(lambda: a @ b, 20) / 1e12
+    big = torch.empty(256 * 2**20, dtype=torch.float32, device=device)
+    copy = 2 * big.numel() * 4 / timed(lambda: big.clone(), 10) / 1e9
+    host = torch.empty(256 * 2**20, dtype=torch.float32)
+    pcie = host.numel() * 4 / timed(lambda: host.to(device), 3) / 1e9
+    name = torch.cuda.get_device_name(device)
+    return Card(f"{name} (measured)", round(gemm, 2), round(copy, 1), round(pcie, 1), "calibrate() on this GPU")

@@ -1,0 +1,85 @@
+"""A profile completed against where the trainer runs: which rollout engine and whether torch.compile.
+
+A profile states what it prefers (the volta-turing and ampere profiles prefer verl's vLLM rollout). What runs depends
+on what is installed and on the GPU: the vLLM rollout only where vLLM imports and the GPU is sm_70 or newer (vLLM 0.8.5
+has no kernels below), verl's HF rollout otherwise, with the profile's rollout dtype; torch.compile only where Triton
+imports on an sm_70+ GPU and the profile turned it on after measuring it. Every change comes back as a note saying why.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import subprocess
+import sys
+from dataclasses import dataclass
+
+VLLM_MIN_SM = 7.0
+TRITON_MIN_SM = 7.0
+
+
+@dataclass(frozen=True)
+class Where:
+    """What the trainer's machine offers: the GPU's compute capability (None: unknown) and importable packages."""
+
+    sm: float | None
+    vllm: bool
+    triton: bool
+
+
+def _imports(module: str) -> bool:
+    """Whether `module` imports in a fresh interpreter (not just whether it is on the path: a vLLM built for another
+    CUDA is on the path and fails to import)."""
+    if importlib.util.find_spec(module) is None:
+        return False
+    probe = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, timeout=300)
+    return probe.returncode == 0
+
+
+@functools.cache
+def installed(module: str) -> bool:
+    return _imports(module)
+
+
+def here(sm: float | None) -> Where:
+    return Where(sm=sm, vllm=installed("vllm"), triton=installed("triton"))
+
+
+def _why_not(package: str, installed: bool, min_sm: float, sm: float | None, hint: str = "") -> str | None:
+    """Why `package` cannot be used here, or None when it can."""
+    if not installed:
+        return f"{package} is not installed{hint}"
+    if sm is not None and sm < min_sm:
+        return f"{package} needs sm_{min_sm * 10:.0f} or newer, this GPU is sm_{sm * 10:.0f}"
+    return None
+
+
+def complete(verl: dict, where: Where) -> tuple[dict, list[str]]:
+    """(the profile's verl settings completed for `where`, notes on every choice made)."""
+    from omegaconf import OmegaConf
+
+    tree = OmegaConf.create(verl)  # a copy: the profile's own settings stay as loaded
+    notes = []
+    rollout = OmegaConf.select(tree, "actor_rollout_ref.rollout.name") or "vllm"  # verl's own default is vllm
+    if rollout == "vllm":
+        reason = _why_not(
+            "vLLM",
+            where.vllm,
+            VLLM_MIN_SM,
+            where.sm,
+            " here (the default image has none; the -vllm image variant carries it)",
+        )
+        if reason:
+            OmegaConf.update(tree, "actor_rollout_ref.rollout.name", "hf")
+            dtype = OmegaConf.select(tree, "actor_rollout_ref.rollout.dtype") or "bfloat16"
+            notes.append(f"rollout: hf ({dtype}) instead of the profile's vllm: {reason}")
+        else:
+            notes.append("rollout: vllm (installed, and the GPU is sm_70 or newer)")
+    else:
+        notes.append(f"rollout: {rollout} (the profile's)")
+    compile_reason = _why_not("Triton", where.triton, TRITON_MIN_SM, where.sm)
+    for key in ("actor_rollout_ref.actor.use_torch_compile", "actor_rollout_ref.ref.use_torch_compile"):
+        if OmegaConf.select(tree, key) is not False and compile_reason:
+            OmegaConf.update(tree, key, False)
+            notes.append(f"{key}: false: {compile_reason}")
+    return OmegaConf.to_container(tree), notes

@@ -1,0 +1,146 @@
+"""The values verl 0.5.0 would refuse minutes later inside a Ray worker, checked before anything starts: types against
+verl's own defaults, the names verl knows, positive sizes, and the batch divisibility rules its trainer and workers
+assert. One set of rules: GRPO (rollout n) and multi-GPU layouts (GPU count, nodes) are part of the same arithmetic.
+Every error names where the offending value came from (a profile file or `--set`), as unknown keys do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verl_p40 import VERL_VERSION, UserError
+
+# Names verl 0.5.0 accepts (verl/trainer/ppo/core_algos.py AdvantageEstimator; the rollout and strategy switches).
+CHOICES = {
+    "actor_rollout_ref.rollout.name": ("hf", "vllm", "sglang"),
+    "algorithm.adv_estimator": (
+        "gae",
+        "grpo",
+        "reinforce_plus_plus",
+        "reinforce_plus_plus_baseline",
+        "remax",
+        "rloo",
+        "opo",
+        "grpo_passk",
+    ),
+    "actor_rollout_ref.actor.strategy": ("fsdp", "fsdp2", "megatron"),
+    "actor_rollout_ref.ref.strategy": ("fsdp", "fsdp2", "megatron"),
+    "critic.strategy": ("fsdp", "fsdp2", "megatron"),
+    "actor_rollout_ref.actor.loss_agg_mode": (
+        "token-mean",
+        "seq-mean-token-sum",
+        "seq-mean-token-mean",
+        "seq-mean-token-sum-norm",
+    ),
+    "actor_rollout_ref.rollout.dtype": ("float32", "fp32", "float16", "fp16", "half", "bfloat16", "bf16"),
+}
+# Real-valued settings that verl 0.5.0's YAML writes as a whole number (0, 1): a float is what they hold.
+REAL_WITH_INT_DEFAULT = (
+    "actor_rollout_ref.actor.entropy_coeff",
+    "actor_rollout_ref.rollout.top_p",
+    "actor_rollout_ref.rollout.val_kwargs.temperature",
+    "actor_rollout_ref.rollout.temperature",
+    "actor_rollout_ref.rollout.val_kwargs.top_p",
+)
+POSITIVE = (
+    "data.train_batch_size",
+    "data.max_prompt_length",
+    "data.max_response_length",
+    "actor_rollout_ref.rollout.n",
+    "actor_rollout_ref.actor.ppo_mini_batch_size",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+    "critic.ppo_micro_batch_size_per_gpu",
+    "critic.ppo_mini_batch_size",
+    "trainer.n_gpus_per_node",
+    "trainer.nnodes",
+    "actor_rollout_ref.actor.ppo_epochs",
+)
+
+
+def _get(cfg: Any, key: str) -> Any:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(cfg, key, default=None)
+
+
+def _where(key: str, origins: dict[str, str]) -> str:
+    if key == "critic.ppo_mini_batch_size" and key not in origins:  # verl's default follows the actor's
+        return _where("actor_rollout_ref.actor.ppo_mini_batch_size", origins)
+    return origins.get(key, f"verl {VERL_VERSION}'s default")
+
+
+def _all_where(keys: list[str], origins: dict[str, str]) -> str:
+    """The origins of the values a rule combines, user settings first."""
+    found = list(dict.fromkeys(_where(k, origins) for k in keys))
+    return ", ".join(sorted(found, key=lambda o: not o.startswith("--set")))
+
+
+def _type_problems(cfg: Any, base: Any, origins: dict[str, str]) -> list[str]:
+    problems = []
+    for key in origins:
+        default, value = _get(base, key), _get(cfg, key)
+        if default is None or value is None or isinstance(default, (str, list, dict)) or hasattr(default, "keys"):
+            continue
+        if isinstance(default, bool):
+            ok = isinstance(value, bool)
+        elif isinstance(default, float) or key in REAL_WITH_INT_DEFAULT:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        elif isinstance(default, int):
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        else:
+            continue
+        if not ok:
+            problems.append(
+                f"{origins[key]}: {key} must be {type(default).__name__} like verl's default "
+                f"({default!r}), got {value!r}"
+            )
+    return problems
+
+
+def check(cfg: Any, base: Any, origins: dict[str, str]) -> None:
+    """Raise one UserError listing every problem of composed config `cfg` (verl's defaults: `base`); `origins` maps
+    each key that was set to where it was set."""
+    problems = _type_problems(cfg, base, origins)
+    for key, allowed in CHOICES.items():
+        value = _get(cfg, key)
+        if value is not None and value not in allowed:
+            problems.append(f"{_where(key, origins)}: {key}={value!r} is not one of {', '.join(allowed)}")
+    for key in POSITIVE:
+        value = _get(cfg, key)
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+            problems.append(f"{_where(key, origins)}: {key} must be at least 1, got {value}")
+    if problems:  # the arithmetic below needs sane numbers
+        raise UserError("; ".join(problems))
+    batch, n = int(_get(cfg, "data.train_batch_size")), int(_get(cfg, "actor_rollout_ref.rollout.n"))
+    gpus = int(_get(cfg, "trainer.n_gpus_per_node")) * int(_get(cfg, "trainer.nnodes"))
+    sequences = batch * n
+    layout = f"data.train_batch_size {batch} x rollout.n {n} = {sequences} sequences on {gpus} GPU(s)"
+    if sequences % gpus:
+        keys = ["data.train_batch_size", "actor_rollout_ref.rollout.n", "trainer.n_gpus_per_node", "trainer.nnodes"]
+        problems.append(f"{_all_where(keys, origins)}: {layout}: the sequences must divide evenly over the GPUs")
+    groups = [("actor_rollout_ref.actor", "actor_rollout_ref.actor.use_dynamic_bsz")]
+    if _get(cfg, "algorithm.adv_estimator") == "gae":
+        groups.append(("critic", "critic.use_dynamic_bsz"))
+    for role, dynamic in groups:
+        if _get(cfg, dynamic):
+            continue
+        mini_key, micro_key = f"{role}.ppo_mini_batch_size", f"{role}.ppo_micro_batch_size_per_gpu"
+        mini, micro = _get(cfg, mini_key), _get(cfg, micro_key)
+        if mini is None or micro is None:
+            continue
+        if mini > batch:
+            problems.append(
+                f"{_where(mini_key, origins)}: {mini_key} {mini} is larger than data.train_batch_size {batch}"
+            )
+            continue
+        per_gpu = mini * n // gpus  # what verl's workers compute: mini-batch x n over the data-parallel GPUs
+        if per_gpu < 1 or per_gpu % micro:
+            keys = [mini_key, micro_key, "actor_rollout_ref.rollout.n", "trainer.n_gpus_per_node", "trainer.nnodes"]
+            problems.append(
+                f"{_all_where(keys, origins)}: {mini_key} {mini} x rollout.n {n} over {gpus} GPU(s) = "
+                f"{per_gpu} sequences per GPU, which {micro_key} {micro} does not divide"
+            )
+    if problems:
+        raise UserError("; ".join(problems))

@@ -1,0 +1,92 @@
+"""The options of a run: what `config`, `train`, `bench`, `cluster` and `doctor` take, each field also its
+command-line option (`verl_p40.options`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from verl_p40 import defaults, reward
+from verl_p40.options import option
+from verl_p40.plan import algorithms
+
+
+@dataclass
+class RunOptions:
+    """What `config`, `train`, `bench` and `doctor` take; each field is also its command-line option."""
+
+    profile: str = option(
+        "auto", "hardware profile name, or auto (picked from what NVML reports)", env="VERL_P40_PROFILE"
+    )
+    model: str = option(defaults.MODEL.value, "model folder", env=defaults.MODEL.env)
+    data: str = option(defaults.DATA.value, "folder with train/test.parquet", env=defaults.DATA.env)
+    checkpoints: str = option(defaults.CHECKPOINTS.value, "checkpoint root", env=defaults.CHECKPOINTS.env)
+    logs: str = option(defaults.LOGS.value, "log folder", env=defaults.LOGS.env)
+    reward_method: str | None = option(
+        None,
+        "GSM8K answer extraction: strict '#### N' (verl's) or the last number",
+        env="VERL_P40_REWARD_METHOD",
+        choices=reward.METHODS,
+        shown="the algorithm's, else strict",
+    )
+    format_bonus: float | None = option(
+        None,
+        "reward added when the answer uses the '#### N' format",
+        env="VERL_P40_FORMAT_BONUS",
+        kind=float,
+        low=0,
+        shown="the algorithm's, else 0",
+    )
+    algorithm: str = option(
+        algorithms.DEFAULT,
+        "RL algorithm (config/algorithms/NAME.yaml): ppo has a critic; grpo, "
+        "rloo and reinforce_plus_plus sample several answers per prompt and need none",
+        env="VERL_P40_ALGORITHM",
+        choices=algorithms.available,
+    )
+    samples_per_prompt: int | None = option(
+        None,
+        "answers sampled per prompt (verl's rollout.n); the profile's "
+        "sequences per step are kept, so prompts per step = batch / N",
+        env="VERL_P40_SAMPLES_PER_PROMPT",
+        kind=int,
+        low=1,
+        shown="the algorithm's",
+    )
+    lora_rank: int = option(
+        0,
+        "train a LoRA adapter of this rank instead of every weight (0: full fine-tuning)",
+        env="VERL_P40_LORA_RANK",
+        kind=int,
+        low=0,
+    )
+    lora_alpha: int | None = option(None, "LoRA's alpha", env="VERL_P40_LORA_ALPHA", kind=int, low=1, shown="2 x rank")
+    gpu_memory_cap_gb: float | None = option(
+        None,
+        "cap PyTorch's memory per GPU process at N*10^9 bytes (size a run for a smaller card)",
+        env=defaults.GPU_MEMORY_CAP_ENV,
+        kind=float,
+        low=0.5,
+        shown="no cap",
+    )
+    gpus: str = option(
+        "all",
+        "this host's GPUs to train on, as nvidia-smi numbers them (all, or e.g. 0,1); the "
+        "batch grows with their count, the per-GPU work stays the profile's",
+        env="VERL_P40_GPUS",
+    )
+    nodes: int = option(
+        1,
+        "hosts in the Ray cluster (trainer.nnodes); above 1 the trainer joins the cluster at "
+        "RAY_ADDRESS (verl-p40 cluster head / join)",
+        env="VERL_P40_NODES",
+        kind=int,
+        low=1,
+    )
+    tf32: str = option(
+        "auto",
+        "TF32 matmuls in fp32 (tensor cores, 10-bit mantissa): auto is on for sm_80+ GPUs and off "
+        "below, where they do not exist",
+        env="VERL_P40_TF32",
+        choices=("auto", "on", "off"),
+    )
+    sets: list[str] = field(default_factory=list)  # verl config values: --set KEY=VALUE and the positional ones

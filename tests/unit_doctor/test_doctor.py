@@ -1,0 +1,310 @@
+"""`verl-p40 doctor`: each check's PASS and FAIL lines (with the fix), skipping by name, and the CLI's exit codes.
+
+GPU-facing checks are driven through stand-ins for NVML / torch's kernel list (this machine has no GPU); the GPU
+machine run under the Pascal mask is in bench/results/doctor-*."""
+
+import json
+import shutil
+from types import SimpleNamespace
+
+import pytest
+
+from conftest import cli
+from verl_p40 import child, patches
+from verl_p40.doctor import host_checks
+from verl_p40.doctor import runner as doctor
+from verl_p40.doctor import stack_checks as checks
+from verl_p40.gpu import nvml as gpu
+from verl_p40.plan.run_options import RunOptions
+
+
+def _ctx(tmp_path, **kw) -> doctor.Context:
+    options = RunOptions(
+        profile="p40",
+        model=str(tmp_path / "model"),
+        data=str(tmp_path / "data"),
+        checkpoints=str(tmp_path / "ckpt"),
+        logs=str(tmp_path / "logs"),
+    )
+    for key, value in kw.items():
+        setattr(options, key, value)
+    return doctor.Context(options)
+
+
+def _one(ctx, name, **kw) -> doctor.Result:
+    (result,) = doctor.run_checks(ctx, only=[name], **kw)
+    return result
+
+
+def _p40(index=0, cc=(6, 1)):
+    return gpu.GPUInfo(index=index, name="Tesla P40", compute_capability=cc, memory_total_gib=23.9)
+
+
+# ---------------------------------------------------------------------------------------------- gpu, kernels, compute
+
+
+def test_gpu_check_without_a_driver_fails_with_the_fix():
+    result = cli("doctor", "--profile", "p40", "--only", "gpu")
+    assert result.returncode == 2, result.stdout + result.stderr
+    line = result.stdout.splitlines()[0]
+    assert line.startswith("FAIL  gpu") and "no NVIDIA GPU visible through NVML" in line
+    assert "fix: install the NVIDIA driver" in line and "Traceback" not in result.stdout + result.stderr
+
+
+def test_gpu_check_refuses_a_driver_too_old_for_the_torch_build(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(gpu, "detect", lambda: [_p40()])
+    monkeypatch.setattr(gpu, "driver_versions", lambda: ("418.67", (10, 1)))
+    monkeypatch.setattr(torch.version, "cuda", "11.8")
+    result = _one(_ctx(tmp_path), "gpu")
+    assert result.status == "FAIL" and "driver 418.67 (CUDA 10.1)" in result.detail
+    assert "needs driver >= 450.80.02" in result.detail and result.fix.startswith("update the NVIDIA driver")
+    monkeypatch.setattr(gpu, "driver_versions", lambda: ("535.183.01", (12, 2)))
+    assert _one(_ctx(tmp_path), "gpu").status == "PASS"
+
+
+@pytest.mark.parametrize(
+    "archs,cc,ok",
+    [
+        ("sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90", (6, 1), True),  # the image's torch on a P40
+        ("sm_75 sm_80 sm_86 sm_90 sm_100 sm_120", (6, 1), False),  # the GPU machine's torch under the Pascal mask
+        ("sm_60", (7, 0), False),  # binary code does not cross a major version
+        ("sm_80 compute_80", (9, 0), True),  # PTX is compiled forward by the driver
+    ],
+)
+def test_kernel_list_against_the_compute_capability(tmp_path, monkeypatch, archs, cc, ok):
+    monkeypatch.setattr(checks, "arch_flags", lambda: archs.split())
+    ctx = _ctx(tmp_path)
+    ctx._cache["gpus"] = [_p40(cc=cc)]
+    result = _one(ctx, "kernels")
+    assert result.status == ("PASS" if ok else "FAIL"), result.line()
+    if not ok:
+        assert f"has no kernels for GPU 0 Tesla P40 (sm_{cc[0]}{cc[1]})" in result.detail
+        assert "use the verl-p40 image" in result.fix
+
+
+def test_kernel_and_compute_checks_skip_without_a_gpu(tmp_path):
+    results = doctor.run_checks(_ctx(tmp_path), only=["kernels", "compute"])
+    assert [(r.status, r.detail) for r in results] == [("SKIP", "needs a GPU (see the gpu check)")] * 2
+
+
+def test_compute_check_reports_the_probe_error(tmp_path, monkeypatch):
+    ctx = _ctx(tmp_path)
+    ctx._cache["gpus"] = [_p40()]
+    answer = SimpleNamespace(
+        stdout='{"error": "GPU 0: CUDA error: no kernel image is available for execution"}\n', stderr=""
+    )
+    monkeypatch.setattr(child.subprocess, "run", lambda *a, **k: answer)
+    result = _one(ctx, "compute")
+    assert result.status == "FAIL" and "no kernel image is available" in result.detail
+    # the real probe on this CPU-only machine finds no CUDA device
+    monkeypatch.undo()
+    result = _one(ctx, "compute")
+    assert result.status == "FAIL" and result.detail == "torch sees no CUDA device"
+
+
+def test_torch_build_check_wants_sm_60(monkeypatch, tmp_path):
+    import torch
+
+    assert "is a CPU-only build" in _one(_ctx(tmp_path), "torch-build").detail  # this machine's torch
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    monkeypatch.setattr(checks, "arch_flags", lambda: ["sm_75", "sm_80", "sm_90"])
+    result = _one(_ctx(tmp_path), "torch-build")
+    assert result.status == "FAIL" and "has no sm_60 kernels" in result.detail
+    monkeypatch.setattr(checks, "arch_flags", lambda: "sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90".split())
+    assert _one(_ctx(tmp_path), "torch-build").status == "PASS"
+
+
+def test_apex_and_vllm_checks_when_they_are_missing(tmp_path):
+    result = _one(_ctx(tmp_path), "apex")
+    assert result.status == "FAIL" and result.detail == "apex is not installed"
+    result = _one(_ctx(tmp_path), "vllm")
+    assert result.status == "FAIL" and result.detail == "vllm is not installed" and "-vllm image variant" in result.fix
+
+
+# ---------------------------------------------------------------------------------------------- verl, model, data
+
+
+def test_verl_check_sees_missing_and_applied_patches(patched_verl):
+    unpatched = cli("doctor", "--profile", "p40", "--only", "verl")
+    assert (
+        unpatched.returncode == 2
+        and "patches missing" in unpatched.stdout
+        and "fix: verl-p40 patch-verl" in unpatched.stdout
+    )
+    patched = cli("doctor", "--profile", "p40", "--only", "verl", env={"PYTHONPATH": str(patched_verl)})
+    assert patched.returncode == 0, patched.stdout
+    n = len(patches.all_edits())
+    assert patched.stdout.startswith(f"PASS  verl        verl 0.5.0, {n}/{n} patches applied")
+
+
+def test_model_check(tmp_path, tokenizer_dir):
+    assert "no model here (config.json missing)" in _one(_ctx(tmp_path), "model").detail
+    no_weights = _one(_ctx(tmp_path, model=str(tokenizer_dir)), "model")
+    assert no_weights.status == "FAIL" and "no weights (*.safetensors)" in no_weights.detail
+    assert no_weights.fix.startswith("verl-p40 fetch-model --out")
+    folder = tmp_path / "copied"
+    shutil.copytree(tokenizer_dir, folder)
+    (folder / "model.safetensors").write_bytes(b"")
+    assert "model.safetensors: empty" in _one(_ctx(tmp_path, model=str(folder)), "model").detail
+    (folder / "model.safetensors").write_bytes(b"x" * 10)
+    files = {p.name: p.stat().st_size for p in folder.iterdir()} | {"model.safetensors": 99}
+    (folder / ".verl-p40-model.json").write_text(json.dumps({"repo": "r", "files": files}))
+    assert "model.safetensors: 10 bytes, expected 99" in _one(_ctx(tmp_path, model=str(folder)), "model").detail
+
+
+def test_model_check_passes_a_complete_folder(tmp_path, tokenizer_dir):
+    from conftest import make_tiny_qwen
+
+    model = make_tiny_qwen(tokenizer_dir, tmp_path / "tiny")
+    result = _one(_ctx(tmp_path, model=str(model)), "model")
+    assert result.status == "PASS" and result.detail.endswith("parameters")
+
+
+def test_data_check(tmp_path, prepared, gsm8k_dir):
+    folder = tmp_path / "data"
+    assert "train.parquet: missing" in _one(_ctx(tmp_path), "data").detail
+    folder.mkdir()
+    (folder / "train.parquet").write_bytes(b"")
+    shutil.copy(prepared / "test.parquet", folder / "test.parquet")
+    result = _one(_ctx(tmp_path), "data")
+    assert result.status == "FAIL" and "train.parquet: not a readable parquet file" in result.detail
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"question": ["q"], "answer": ["#### 1"]}), folder / "train.parquet")
+    assert "not in verl's RL schema (no column data_source" in _one(_ctx(tmp_path), "data").detail
+    ok = _one(_ctx(tmp_path, data=str(prepared)), "data")
+    assert ok.status == "PASS" and ok.detail.endswith("train 7473 rows, test 1319 rows")
+
+
+# ------------------------------------------------------------------------------------------ writable, disk, shm, ram
+
+
+def test_writable_check_names_the_folder(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    result = _one(_ctx(tmp_path, checkpoints=str(blocker / "ckpt")), "writable")
+    assert result.status == "FAIL" and str(blocker / "ckpt") in result.detail and "uid" in result.fix
+    assert _one(_ctx(tmp_path), "writable").status == "PASS"
+
+
+def test_disk_check_counts_the_checkpoints_kept(tmp_path, tokenizer_dir, monkeypatch):
+    from conftest import make_tiny_qwen
+
+    model = make_tiny_qwen(tokenizer_dir, tmp_path / "tiny")
+    monkeypatch.setattr(host_checks.shutil, "disk_usage", lambda path: SimpleNamespace(total=10**9, free=1000))
+    result = _one(_ctx(tmp_path, model=str(model)), "disk")
+    assert result.status == "FAIL" and "the run keeps 2 checkpoints" in result.detail
+    assert "trainer.max_actor_ckpt_to_keep=1" in result.fix
+
+
+def test_disk_and_memory_estimates_for_the_real_05b_shape(tokenizer_dir):
+    from verl_p40.plan import budget
+    from verl_p40.plan.planner import plan
+
+    parameters = budget.model_parameters(tokenizer_dir)
+    assert 494.0e6 < parameters < 494.1e6  # Qwen2.5-0.5B: 494.03M
+    need = budget.needs(plan(RunOptions(profile="p40")).config(), parameters)
+    assert need.checkpoints_kept == 2
+    assert round(need.checkpoint_bytes / 1e9, 1) == 11.9  # actor and critic: fp32 weights + Adam states
+    # offloaded: actor optimizer 3.95, reference weights 1.98, critic weights 1.98 + optimizer 3.95, Ray 4
+    assert round(need.host_bytes / 1e9, 1) == 15.9
+    assert round(need.disk_bytes / 1e9, 1) == 35.6  # 2 kept + the one being written
+
+
+def test_shm_and_ram_checks(tmp_path, tokenizer_dir, monkeypatch):
+    from conftest import make_tiny_qwen
+
+    real = shutil.disk_usage
+    monkeypatch.setattr(
+        host_checks.shutil,
+        "disk_usage",
+        lambda path: SimpleNamespace(total=64 * 2**20, free=0) if str(path) == "/dev/shm" else real(path),
+    )
+    result = _one(_ctx(tmp_path), "shm")
+    assert result.status == "FAIL" and "/dev/shm 0.1 GB" in result.detail and "shm_size: 16gb" in result.fix
+    model = make_tiny_qwen(tokenizer_dir, tmp_path / "tiny")
+    monkeypatch.setattr(host_checks, "_host_memory", lambda: (10**9, "container memory limit"))
+    result = _one(_ctx(tmp_path, model=str(model)), "ram")
+    assert result.status == "FAIL" and "1.0 GB available (container memory limit)" in result.detail
+
+
+# ---------------------------------------------------------------------------------------------- skipping, the CLI
+
+
+def test_skip_by_flag_and_by_environment(tmp_path):
+    result = cli(
+        "doctor",
+        "--profile",
+        "p40",
+        "--only",
+        "gpu,kernels",
+        "--skip-check",
+        "gpu",
+        env={"VERL_P40_DOCTOR_SKIP": "kernels"},
+    )
+    assert result.returncode == 0, result.stdout
+    assert result.stdout.splitlines() == [
+        "SKIP  gpu         skipped by --skip-check gpu",
+        "SKIP  kernels     skipped by VERL_P40_DOCTOR_SKIP=kernels",
+        "doctor: all 2 checks passed or skipped",
+    ]
+
+
+@pytest.mark.parametrize(
+    "args,env,origin",
+    [
+        (["--skip-check", "kernel"], {}, "--skip-check: unknown check 'kernel'"),
+        (["--only", "gpus"], {}, "--only: unknown check 'gpus'"),
+        ([], {"VERL_P40_DOCTOR_SKIP": "nvml"}, "VERL_P40_DOCTOR_SKIP: unknown check 'nvml'"),
+    ],
+)
+def test_unknown_check_names_are_refused(args, env, origin):
+    result = cli("doctor", "--profile", "p40", *args, env=env)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        f"verl-p40 doctor: error: {origin}; checks: " + ", ".join(doctor.BY_NAME)
+    ]
+
+
+def test_json_output_and_the_train_preflight(tmp_path, patched_verl):
+    result = cli("doctor", "--profile", "p40", "--only", "gpu", "--json")
+    assert json.loads(result.stdout)[0]["status"] == "FAIL"
+    # train runs the same checks before Ray starts and stops at the first failure with one error line
+    train = cli(
+        "train",
+        "--profile",
+        "p40",
+        "--model",
+        str(tmp_path / "none"),
+        "--data",
+        str(tmp_path),
+        "--skip-check",
+        "gpu,kernels,compute",
+        env={"PYTHONPATH": str(patched_verl)},
+    )
+    assert train.returncode == 2
+    assert (
+        train.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"verl-p40 train: error: preflight: model: {tmp_path / 'none'}: no model here (config.json missing); fix: "
+            "verl-p40 fetch-model --out"
+        )
+    )
+    assert train.stderr.strip().endswith("(and 1 more failed checks above)")  # data
+    assert "Traceback" not in train.stderr
+    assert "SKIP  gpu         skipped by --skip-check gpu" in train.stderr
+
+
+def test_a_plan_that_fails_skips_only_the_checks_that_need_it(tmp_path, tiny_model, prepared):
+    """The doctor plans the run once, for the first check that needs it; when planning fails, those checks say so
+    and every other check still runs and reports."""
+    ctx = _ctx(tmp_path, model=str(tiny_model), data=str(prepared), sets=["no.such.key=1"])
+    results = {r.name: r for r in doctor.run_checks(ctx, only=["disk", "model", "ram", "data"])}
+    assert results["model"].status == doctor.PASS and results["data"].status == doctor.PASS
+    for name in ("disk", "ram"):
+        assert results[name].status == doctor.SKIP
+        assert results[name].detail.startswith("needs the run's config, which failed: --set no.such.key=1")

@@ -1,0 +1,256 @@
+"""`verl-p40 eval` on the CPU: a tiny random Qwen2 with the real Qwen2.5 tokenizer, 4 real GSM8K test rows."""
+
+import json
+import shutil
+
+import pytest
+
+from conftest import cli, make_tiny_qwen
+from verl_p40 import UserError, reward
+from verl_p40.evaluation import evaluate, generation, stats
+from verl_p40.models import checkpoints
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tokenizer_dir, tmp_path_factory):
+    return [make_tiny_qwen(tokenizer_dir, tmp_path_factory.mktemp(f"tiny{seed}"), seed) for seed in (0, 1)]
+
+
+def _eval(base, trained, prepared, out, *extra):
+    return cli(
+        "eval",
+        "--model",
+        str(base),
+        "--compare",
+        str(trained),
+        "--data",
+        str(prepared / "test.parquet"),
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        "--max-new-tokens",
+        "24",
+        "--batch-size",
+        "3",
+        *extra,
+    )
+
+
+def test_report_agrees_with_answers(tiny_models, prepared, tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "train-1.log").write_text(
+        "".join(
+            f"(TaskRunner pid=1) step:{i} - critic/score/mean:{i / 10} - actor/pg_loss:0.1 - critic/vf_loss:{1 / i} - "
+            f"response_length/mean:{200 - i} - actor/reward_kl_penalty:0.001\n"
+            for i in range(1, 6)
+        )
+    )
+    result = _eval(*tiny_models, prepared, tmp_path / "out", "--limit", "4", "--logs", str(logs))
+    assert result.returncode == 0, result.stderr
+    out = tmp_path / "out"
+    records = [json.loads(line) for line in (out / "answers.jsonl").read_text().splitlines()]
+    assert [r["index"] for r in records] == [0, 1, 2, 3]
+    report = json.loads((out / "report.json").read_text())
+    assert report["questions"] == 4 and set(report["models"]) == {"base", "trained"}
+    for label, m in report["models"].items():
+        rows = [r["models"][label] for r in records]
+        for r, record in zip(rows, records):  # every stored score is the reward module's score of the stored answer
+            scored = reward.compute_score("openai/gsm8k", r["answer"], record["ground_truth"])
+            assert r["strict"] == scored["strict"] == scored["score"]
+            assert (
+                r["flexible"]
+                == reward.compute_score("openai/gsm8k", r["answer"], record["ground_truth"], method="flexible")["score"]
+            )
+            assert 1 <= r["response_tokens"] <= 24
+        assert m["accuracy_strict"] == round(sum(r["strict"] for r in rows) / 4, 4)
+        assert m["accuracy_flexible"] == round(sum(r["flexible"] for r in rows) / 4, 4)
+        assert m["format_rate"] == round(sum(r["format"] for r in rows) / 4, 4)
+        assert m["mean_response_tokens"] == round(sum(r["response_tokens"] for r in rows) / 4, 1)
+        assert m["samples_per_s"] > 0
+    assert report["dtype"] == "fp32" and {r["dtype"] for r in records} == {"fp32"}
+    assert report["comparison"] == evaluate.paired_differences(records, "base", "trained")
+    md = (out / "report.md").read_text()
+    assert "| base |" in md and "| trained |" in md and "4 questions, greedy decoding in fp32" in md
+    for kind in ("strict accuracy", "flexible accuracy", "format rate"):  # every difference printed has its p-value
+        c = report["comparison"][
+            {"strict accuracy": "strict", "flexible accuracy": "flexible", "format rate": "format"}[kind]
+        ]
+        assert (
+            f"| {kind} | {c['difference']:+.1%} | {c['trained_only']} | {c['base_only']} | {c['p_value']:.3g} |" in md
+        )
+    assert "sign test p =" in result.stdout
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG" and report["curves"] == "curves.png"
+    assert records[0]["ground_truth"] == "18" and records[0]["question"].startswith("Janet")
+
+
+def test_rerun_skips_done_questions(tiny_models, prepared, tmp_path):
+    out = tmp_path / "out"
+    assert _eval(*tiny_models, prepared, out, "--limit", "2").returncode == 0
+    first = (out / "answers.jsonl").read_text().splitlines()
+    result = _eval(*tiny_models, prepared, out, "--limit", "5")
+    assert result.returncode == 0, result.stderr
+    lines = (out / "answers.jsonl").read_text().splitlines()
+    assert lines[:2] == first and len(lines) == 5
+    assert json.loads((out / "report.json").read_text())["questions"] == 5
+
+
+def test_single_model_and_bad_inputs(tiny_models, prepared, tmp_path):
+    result = cli(
+        "eval",
+        "--model",
+        str(tiny_models[0]),
+        "--data",
+        str(prepared / "test.parquet"),
+        "--out",
+        str(tmp_path / "one"),
+        "--device",
+        "cpu",
+        "--max-new-tokens",
+        "8",
+        "--limit",
+        "2",
+    )
+    assert result.returncode == 0, result.stderr
+    assert set(json.loads((tmp_path / "one" / "report.json").read_text())["models"]) == {"base"}
+    missing = cli(
+        "eval",
+        "--model",
+        str(tmp_path / "nothing"),
+        "--data",
+        str(prepared / "test.parquet"),
+        "--out",
+        str(tmp_path / "x"),
+        "--device",
+        "cpu",
+    )
+    assert missing.returncode == 2 and "neither a Hugging Face model folder" in missing.stderr
+    latest = cli(
+        "eval",
+        "--model",
+        "latest",
+        "--checkpoints",
+        str(tmp_path),
+        "--data",
+        str(prepared / "test.parquet"),
+        "--out",
+        str(tmp_path / "y"),
+        "--device",
+        "cpu",
+    )
+    assert latest.returncode == 2 and "no verl checkpoint" in latest.stderr
+
+
+def test_latest_checkpoint_and_merge_command(tmp_path):
+    for step in (10, 20):
+        actor = tmp_path / "exp" / f"global_step_{step}" / "actor"
+        actor.mkdir(parents=True)
+        (actor / "model_world_size_1_rank_0.pt").write_bytes(b"")
+    (tmp_path / "exp" / "latest_checkpointed_iteration.txt").write_text("20")
+    actor = checkpoints.latest_checkpoint(tmp_path)
+    assert actor == tmp_path / "exp" / "global_step_20" / "actor" and checkpoints.is_fsdp_checkpoint(actor)
+    cmd = checkpoints.merge_command(actor, actor / "merged")
+    assert cmd[1:5] == ["-m", "verl.model_merger", "merge", "--backend"] and cmd[-1] == str(actor / "merged")
+    merged = actor / checkpoints.MERGED
+    merged.mkdir()
+    shutil.copy(__file__, merged / "config.json")
+    (merged / "model.safetensors").write_bytes(b"x")
+    assert checkpoints.resolve_model("latest", tmp_path) == merged  # cached merge is reused
+
+
+def test_engine_choice_without_vllm():
+    from verl_p40 import UserError
+
+    assert generation.pick_engine("auto", "cpu") is generation.HfGenerator
+    assert generation.pick_engine("hf", "cpu") is generation.HfGenerator
+    with pytest.raises(UserError, match="needs the vllm package"):
+        generation.pick_engine("vllm", "cpu")
+
+
+def test_greedy_ignores_the_checkpoints_repetition_penalty(tokenizer_dir, prepared, tmp_path):
+    """Eval decodes the policy greedily as trained: a repetition penalty in generation_config.json is not applied."""
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    model_dir = make_tiny_qwen(tokenizer_dir, tmp_path / "tiny")  # default-scale weights: repeats one token
+    GenerationConfig(repetition_penalty=5.0, eos_token_id=151645).save_pretrained(model_dir)
+    question = generation.load_questions(prepared / "test.parquet", 1)[0]
+    generator = generation.HfGenerator(model_dir, "cpu", max_new_tokens=8)
+    ((answer, _),) = generator([question.prompt])
+    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
+    text = generator.tokenizer.apply_chat_template(question.prompt, add_generation_prompt=True, tokenize=False)
+    ids = generator.tokenizer(text, return_tensors="pt")
+    with torch.no_grad():
+        plain = model.generate(
+            **ids,
+            max_new_tokens=8,
+            do_sample=False,
+            repetition_penalty=1.0,
+            eos_token_id=generator.eos,
+            pad_token_id=generator.tokenizer.pad_token_id,
+        )
+        penalised = model.generate(
+            **ids,
+            max_new_tokens=8,
+            do_sample=False,
+            repetition_penalty=5.0,
+            eos_token_id=generator.eos,
+            pad_token_id=generator.tokenizer.pad_token_id,
+        )
+    decode = lambda row: generator.tokenizer.decode(row[ids["input_ids"].shape[1] :], skip_special_tokens=True)  # noqa: E731
+    assert decode(plain[0]) != decode(penalised[0])  # the penalty would change this model's answer
+    assert answer == decode(plain[0])
+
+
+def test_sign_test_values():
+    # exact two-sided binomial p-values, worked by hand: 2 * P(X <= min) for X ~ Bin(n, 1/2)
+    assert stats.sign_test(12, 0) == pytest.approx(2 / 2**12)
+    assert stats.sign_test(7, 2) == pytest.approx(2 * (1 + 9 + 36) / 2**9)  # 0.1797
+    assert stats.sign_test(2, 7) == stats.sign_test(7, 2)
+    assert stats.sign_test(5, 5) == 1.0 and stats.sign_test(0, 0) == 1.0
+    assert stats.sign_test(1, 0) == 1.0  # one discordant question proves nothing
+
+
+def test_compare_counts_only_discordant_questions():
+    def rec(base, trained):
+        return {
+            "models": {
+                "base": {"strict": base, "flexible": base, "format": 0.0},
+                "trained": {"strict": trained, "flexible": trained, "format": 1.0},
+            }
+        }
+
+    # 10 questions only the trained model gets, 1 only the base, 30 both, 59 neither
+    records = [rec(0.0, 1.0)] * 10 + [rec(1.0, 0.0)] + [rec(1.0, 1.0)] * 30 + [rec(0.0, 0.0)] * 59
+    c = evaluate.paired_differences(records, "base", "trained")
+    assert c["flexible"] == {
+        "difference": 0.09,
+        "trained_only": 10,
+        "base_only": 1,
+        "p_value": round(2 * (1 + 11) / 2**11, 6),
+    }
+    assert c["format"]["trained_only"] == 100 and c["format"]["p_value"] < 1e-20
+
+
+def test_dtype_choice_and_refusals(tiny_models, prepared, tmp_path, monkeypatch):
+    import torch
+
+    assert generation.torch_dtype("fp32", "cpu") is torch.float32
+    assert generation.torch_dtype("bf16", "cpu") is torch.bfloat16
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (6, 1))
+    with pytest.raises(UserError, match="sm_61 and has no bf16"):
+        generation.torch_dtype("bf16", "cuda:0")
+    assert generation.torch_dtype("fp32", "cuda:0") is torch.float32
+    # answers generated in one dtype are not continued in another: the file is left as it was
+    out = tmp_path / "out"
+    assert _eval(*tiny_models, prepared, out, "--limit", "1").returncode == 0
+    before = (out / "answers.jsonl").read_bytes()
+    result = _eval(*tiny_models, prepared, out, "--limit", "2", "--dtype", "bf16")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .endswith("answers generated in fp32, this run asks for bf16; use another --out or remove it")
+    )
+    assert (out / "answers.jsonl").read_bytes() == before

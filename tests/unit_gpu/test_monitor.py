@@ -1,0 +1,216 @@
+"""Monitor logic on recorded samples (the NVML reading itself runs on the GPU machine: bench/monitor_run.sh)."""
+
+import json
+import sys
+import threading
+import urllib.request
+
+import pytest
+
+from conftest import cli
+from verl_p40 import UserError
+from verl_p40.gpu import csv_log as gpu_csv
+from verl_p40.gpu import monitor as m
+from verl_p40.gpu import nvml as samples
+from verl_p40.gpu import prometheus
+
+
+def _gpu(ts, gpu=0, used=10e9, util=50.0, total=24e9, name="Tesla P40", throttle="none"):
+    return samples.GPUSample(
+        ts=ts,
+        gpu=gpu,
+        name=name,
+        memory_used_bytes=int(used),
+        memory_total_bytes=int(total),
+        utilization_gpu_pct=util,
+        utilization_memory_pct=20.0,
+        temperature_c=60.0,
+        power_w=150.0,
+        power_limit_w=250.0,
+        sm_clock_mhz=1531.0,
+        memory_clock_mhz=3615.0,
+        throttle_reasons=throttle,
+        pcie_tx_kbs=None,
+        pcie_rx_kbs=1000.0,
+    )
+
+
+class Recorded:
+    """Replays recorded samples; the third read fails like a transient NVML error."""
+
+    def __init__(self):
+        self.t = 1000.0
+        self.reads = 0
+
+    def read(self):
+        self.reads += 1
+        if self.reads == 3:
+            raise RuntimeError("NVML_ERROR_UNKNOWN")
+        self.t += 1
+        used = 8e9 + self.reads * 1e9
+        return (
+            [_gpu(self.t, used=used, util=10.0 * self.reads), _gpu(self.t, gpu=1, used=2e9, util=0.0, name="GPU B")],
+            [samples.ProcessSample(self.t, 0, 4242, "python3", int(used - 5e8))],
+        )
+
+
+def test_loop_writes_csv_summary_and_plot_and_survives_a_bad_sample(tmp_path):
+    lines = []
+    mon = m.Monitor(Recorded(), tmp_path, interval=0.0, alert_mem_pct=50, log=lines.append)
+    mon.run(max_samples=6)
+    summary = mon.finish()
+    rows = gpu_csv.read_gpu_csv(tmp_path / "gpu.csv")
+    assert len(rows) == 10 and {r.gpu for r in rows} == {0, 1}  # 5 good samples x 2 GPUs
+    assert (tmp_path / "gpu.csv").read_text().count("memory_used_bytes") == 1
+    assert any("sample failed: RuntimeError: NVML_ERROR_UNKNOWN" in line for line in lines)
+    assert summary["gpus"]["0"]["peak_memory_used_bytes"] == int(8e9 + 6 * 1e9)
+    assert (
+        summary["gpus"]["0"]["utilization_gpu_p95_pct"] == 58.0
+    )  # interpolated (statistics.quantiles, inclusive): 50 + 0.8 x (60 - 50)
+    assert summary["gpus"]["1"]["utilization_gpu_mean_pct"] == 0.0
+    assert summary["processes"][0]["pid"] == 4242 and summary["processes"][0]["peak_used_memory_bytes"] == int(13.5e9)
+    assert json.loads((tmp_path / "gpu-summary.json").read_text()) == summary
+    procs = gpu_csv.read_process_csv(tmp_path / "gpu-processes.csv")  # the CSV gives back the samples written
+    assert len(procs) == 5 and max(p.used_memory_bytes for p in procs) == int(13.5e9) and procs[0].pid == 4242
+    assert (tmp_path / "gpu.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sum("WARNING: GPU 0" in line for line in lines) == 1  # crossed 50 % once, reported once
+
+
+def test_restart_appends_under_one_header_and_rotates_by_size(tmp_path):
+    log = gpu_csv.CsvLog(tmp_path / "gpu.csv", samples.GPU_COLUMNS, max_bytes=5_000)
+    log.write([_gpu(1.0)])
+    log = gpu_csv.CsvLog(tmp_path / "gpu.csv", samples.GPU_COLUMNS, max_bytes=5_000)  # a restarted monitor
+    log.write([_gpu(2.0)])
+    assert [r.ts for r in gpu_csv.read_gpu_csv(tmp_path / "gpu.csv")] == [1.0, 2.0]
+    for i in range(100):
+        log.write([_gpu(3.0 + i)])
+    assert (tmp_path / "gpu.csv.1").exists() and (tmp_path / "gpu.csv").stat().st_size < 5_000 + 500
+    (tmp_path / "other.csv").write_text("a,b\n1,2\n")
+    gpu_csv.CsvLog(tmp_path / "other.csv", samples.GPU_COLUMNS).write([_gpu(1.0)])  # foreign header: rotated away
+    assert (tmp_path / "other.csv.1").read_text() == "a,b\n1,2\n"
+
+
+def test_summary_and_plot_from_csv_via_cli(tmp_path):
+    log = gpu_csv.CsvLog(tmp_path / "gpu.csv", samples.GPU_COLUMNS)
+    log.write([_gpu(float(t), used=1e9 * t, util=float(t)) for t in range(1, 21)])
+    result = cli("monitor", "--plot", str(tmp_path / "gpu.csv"), "--plot-out", str(tmp_path / "again.png"))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "again.png").stat().st_size > 1000
+    summary = m.Summary()
+    summary.add(gpu_csv.read_gpu_csv(tmp_path / "gpu.csv"), [])
+    summary = summary.as_dict()
+    assert summary["duration_s"] == 19.0 and summary["gpus"]["0"]["peak_memory_used_gb"] == 20.0
+    assert summary["gpus"]["0"]["utilization_gpu_p95_pct"] == 19.05  # 1..20: 19 + 0.05 x (20 - 19)
+
+
+def test_table_formatting_shows_missing_fields_as_dash():
+    row = _gpu(1.0)
+    row.pcie_tx_kbs = None
+    row.power_w = None
+    text = m.format_table([row], [samples.ProcessSample(1.0, 0, 7, "python3", None)])
+    assert "Tesla P40" in text and "10.00/24.00" in text and "-/250" in text and "pid 7" in text
+
+
+def test_alert_rearms_after_dropping_below():
+    lines = []
+    alerts = m.Alerts(90, log=lines.append)
+    for used in (10e9, 22e9, 23e9, 5e9, 22.5e9):
+        alerts.check([_gpu(0.0, used=used)])
+    assert [line.split(" (")[0] for line in lines] == [
+        "WARNING: GPU 0",
+        "GPU 0 memory back under 90%",
+        "WARNING: GPU 0",
+    ]
+
+
+def test_metrics_endpoint_served_and_scraped_over_loopback():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exporter = prometheus.Exporter(port, "127.0.0.1")
+    try:
+        exporter.update(
+            [_gpu(1.0, used=12.5e9, util=77.0, throttle="sw_power_cap")],
+            [samples.ProcessSample(1.0, 0, 99, "python3", int(3e9))],
+        )
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    finally:
+        exporter.close()
+    assert 'verl_p40_gpu_memory_used_bytes{gpu="0",name="Tesla P40"} 1.25e+010' in body
+    assert 'verl_p40_gpu_utilization_gpu_pct{gpu="0",name="Tesla P40"} 77.0' in body
+    assert 'verl_p40_gpu_throttled{gpu="0",name="Tesla P40"} 1.0' in body
+    assert 'verl_p40_gpu_process_used_memory_bytes{gpu="0",name="python3",pid="99"} 3e+09' in body
+
+
+def test_no_nvml_is_exit_3_with_one_line(tmp_path):
+    result = cli("monitor", "--out", str(tmp_path), "--samples", "1")
+    assert result.returncode == 3
+    assert result.stderr.strip().count("\n") == 0 and "no NVIDIA GPU visible through NVML" in result.stderr
+    assert not (tmp_path / "gpu.csv").exists()
+
+
+def test_stop_event_ends_the_loop_promptly(tmp_path):
+    class Quiet:
+        def read(self):
+            return [_gpu(1.0)], []
+
+    mon = m.Monitor(Quiet(), tmp_path, interval=30.0, log=lambda _: None)
+    thread = threading.Thread(target=mon.run)
+    thread.start()
+    mon.stop_event.set()
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+
+
+def test_gpu_list_parsing():
+    """The monitor parses --gpus as training does (one parser): all, or distinct indices."""
+    assert m.parse_gpus("0, 2") == [0, 2] and m.parse_gpus(None) is None and m.parse_gpus("all") is None
+    with pytest.raises(UserError, match="use all, or GPU indices"):
+        m.parse_gpus("first")
+    with pytest.raises(UserError, match="distinct GPU indices"):
+        m.parse_gpus("1,1")
+
+
+def test_a_port_in_use_is_one_line():
+    import socket
+
+    from verl_p40 import UserError
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(UserError, match=f"--port {port}: cannot serve metrics on 127.0.0.1:{port}"):
+            prometheus.Exporter(port, "127.0.0.1")
+
+
+def test_nvml_is_initialised_once_per_process(monkeypatch):
+    """Every NVML reader shares one initialisation (gpustat's ensure_initialized); the shutdown waits for the exit."""
+    import types
+
+    calls = []
+    fake = types.SimpleNamespace(
+        NVMLError=RuntimeError,
+        nvmlInit=lambda: calls.append("init"),
+        nvmlShutdown=lambda: calls.append("shutdown"),
+        nvmlDeviceGetCount=lambda: 1,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetName=lambda h: b"Tesla P40",
+        nvmlDeviceGetCudaComputeCapability=lambda h: (6, 1),
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=24 * 2**30, used=0),
+        nvmlSystemGetDriverVersion=lambda: "535.183.01",
+        nvmlSystemGetCudaDriverVersion=lambda: 12020,
+    )
+    exits = []
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(samples, "_initialized", False)
+    monkeypatch.setattr(samples.atexit, "register", lambda fn, *args: exits.append((fn, args)))
+    assert [g.name for g in samples.detect()] == ["Tesla P40"]
+    assert samples.driver_versions() == ("535.183.01", (12, 2))
+    samples.NvmlSource([0]).close()
+    assert calls == ["init"] and len(exits) == 1
+    fn, args = exits[0]
+    fn(*args)
+    assert calls == ["init", "shutdown"]

@@ -1,0 +1,138 @@
+"""The P40 projection: FLOPs and bytes of each phase from the run's token counts, over a card's constants, and the
+summary `verl-p40 bench` writes (checked on a recorded verl log; the command itself needs a GPU)."""
+
+import json
+
+import pytest
+
+from conftest import cli
+from verl_p40.perf import bench as benchmark
+from verl_p40.perf import projection
+from verl_p40.plan.planner import plan
+from verl_p40.plan.run_options import RunOptions
+
+
+@pytest.fixture(scope="module")
+def shape(tokenizer_dir):
+    return projection.Shape.from_config(json.loads((tokenizer_dir / "config.json").read_text()))
+
+
+def _run(profile="p40", *sets):
+    return projection.run_from_config(plan(RunOptions(profile=profile, sets=list(sets))).config(), generated=256)
+
+
+def test_shape_of_qwen25_05b(shape):
+    assert shape.parameters == 494_032_768  # the published count of Qwen2.5-0.5B
+    assert (shape.hidden, shape.layers, shape.kv_dim, shape.intermediate) == (896, 24, 128, 4864)
+
+
+def test_phase_costs_follow_the_settings(shape):
+    ppo = projection.phases(shape, _run())
+    assert set(ppo) == {"old_log_prob", "ref", "values", "update_actor", "update_critic"}
+    tokens = 64 * (320 + 256)  # padded: every sequence at the full prompt + response width
+    lm = shape.block_parameters + shape.vocab * shape.hidden
+    assert ppo["old_log_prob"]["flops"] == pytest.approx(2 * lm * tokens, rel=0.1)
+    assert ppo["update_actor"]["flops"] == 4 * ppo["old_log_prob"]["flops"]  # fwd + bwd + checkpoint recompute
+    assert ppo["values"]["flops"] < ppo["old_log_prob"]["flops"]  # the critic has no vocabulary projection
+    # the profile offloads the actor's optimizer and the critic: both cross PCIe each step
+    assert ppo["update_actor"]["host_bytes"] == 2 * 2 * 4 * shape.parameters
+    grpo = projection.phases(
+        shape, _run("p40", "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=4", "data.train_batch_size=16")
+    )
+    assert "values" not in grpo and "update_critic" not in grpo
+
+
+def test_a_slower_card_takes_longer_and_generation_keeps_the_host_floor(shape):
+    run = _run()
+    fast = projection.Card("fast", 50.0, 4000.0, 50.0, "test")
+    host = 0.03
+    on_fast, on_p40 = projection.project(shape, run, fast, host), projection.project(shape, run, projection.P40, host)
+    assert on_p40["step"] > 3 * on_fast["step"]
+    prefill, _ = projection.generation_gpu_seconds(shape, run, fast)
+    assert on_fast["gen"] == pytest.approx(prefill + 256 * host, abs=1e-3)  # the host's per-token overhead dominates
+    assert on_p40["gen"] >= on_fast["gen"]
+    assert projection.epoch_hours(52.0, 64) == round(52.0 * 117 / 3600, 2)  # 7,473 prompts: 117 steps of 64
+
+
+def test_host_overhead_is_what_the_gpu_work_does_not_explain(shape):
+    run = _run()
+    card = projection.Card("fast", 50.0, 4000.0, 50.0, "test")
+    prefill, per_token = projection.generation_gpu_seconds(shape, run, card)
+    assert projection.host_overhead_per_token(prefill + 256 * 0.02, shape, run, card) == pytest.approx(0.02)
+    assert projection.host_overhead_per_token(0.0, shape, run, card) == per_token  # never below the GPU's own time
+
+
+def test_bench_summary_from_recorded_steps(shape):
+    steps = [
+        {
+            "step": i,
+            "timing_s/step": 20.0 + (i == 1) * 30,
+            "timing_s/gen": 8.0,
+            "timing_s/update_actor": 4.2,
+            "timing_s/update_critic": 4.1,
+            "timing_s/old_log_prob": 1.0,
+            "timing_s/ref": 1.1,
+            "timing_s/values": 1.0,
+            "response_length/max": 256.0,
+            "prompt_length/max": 150.0 + i,
+            "perf/max_memory_allocated_gb": 14.8,
+        }
+        for i in range(1, 5)
+    ]
+    cfg = plan(RunOptions(profile="p40")).config()
+    card = projection.Card("H200 (measured)", 45.0, 4000.0, 40.0, "test")
+    summary = benchmark.summarise(steps, cfg, shape, card)
+    assert summary["seconds_per_step"] == 20.0 and summary["prompts_per_s"] == 3.2  # warm-up step left out
+    assert summary["steps_timed"] == 3 and summary["torch_max_allocated_gb"] == 14.8
+    here, p40 = summary["projection"]["this_gpu"], summary["projection"]["p40"]
+    assert here["error_pct_vs_measured"] == round(100 * (here["step"] - 20.0) / 20.0, 1)
+    assert p40["step"] > here["step"] and p40["hours_per_gsm8k_epoch"] == projection.epoch_hours(p40["step"], 64)
+    assert "Tesla P4" in p40["card"]["source"]
+    # the p40 profile trims padding: its passes are projected at the steps' longest prompt + response (median of
+    # 151, 152, 153 and 154 -> 152.5, plus 256), beside the same run at verl's full width
+    assert summary["projection"]["pass_width"] == 152.5 + 256
+    full = summary["projection"]["p40_at_full_width"]
+    assert full["pass_width"] == 320 + 256 and full["step"] > p40["step"] and full["gen"] == p40["gen"]
+    assert full["update_actor"] > p40["update_actor"] * 1.3
+
+
+def test_trimmed_width_only_where_trimming_is_on(shape):
+    cfg = plan(RunOptions(profile="p40")).config()
+    assert projection.run_from_config(cfg, 256, (150.0, 256.0)).width == 406
+    assert projection.run_from_config(cfg, 256, (400.0, 256.0)).width == 576  # never wider than verl's own
+    assert projection.run_from_config(cfg, 256).width == 576  # no lengths logged: the full width
+    off = plan(RunOptions(profile="p40", sets=["actor_rollout_ref.model.trim_padding=false"])).config()
+    assert projection.run_from_config(off, 256, (150.0, 256.0)).width == 576
+    narrow, wide = (
+        projection.phases(shape, projection.run_from_config(cfg, 256, lengths))["ref"]["flops"]
+        for lengths in ((150.0, 256.0), (320.0, 256.0))
+    )
+    assert narrow < wide * 406 / 576 * 1.01
+
+
+def test_bench_needs_a_gpu_and_says_so(tmp_path):
+    result = cli("bench", "--profile", "p40", "--model", str(tmp_path / "none"), "--out", str(tmp_path / "b.json"))
+    assert result.returncode == 2 and not (tmp_path / "b.json").exists()
+    assert result.stderr.strip().splitlines()[-1].startswith("verl-p40 bench: error: ")
+    assert "Traceback" not in result.stderr
+
+
+def test_several_gpus_share_the_sequences_and_pay_for_fsdp_traffic(shape):
+    one = projection.run_from_config(plan(RunOptions(profile="p40")).config(), 256)
+    two = projection.run_from_config(
+        plan(RunOptions(profile="p40", sets=["trainer.n_gpus_per_node=2", "data.train_batch_size=128"])).config(), 256
+    )
+    assert (one.sequences, one.gpus, two.sequences, two.gpus) == (64, 1, 64, 2)  # each GPU does its 64
+    assert two.micro_batches == {"old_log_prob": 8, "ref": 8, "values": 16, "update_actor": 16, "update_critic": 16}
+    assert all("link_bytes" not in cost for cost in projection.phases(shape, one).values())
+    half = shape.parameters * 4 / 2  # (N-1)/N of the fp32 weights per collective
+    costs = projection.phases(shape, two)
+    assert costs["ref"]["link_bytes"] == 8 * half and costs["update_actor"]["link_bytes"] == 3 * 16 * half
+    # the same per-GPU work, plus the weights' traffic over a P40's PCIe (no NVLink): slower per step, not 2x slower
+    p40_one, p40_two = (projection.project(shape, run, projection.P40, 0.02)["step"] for run in (one, two))
+    assert p40_one < p40_two < 2 * p40_one
+    nvlink = projection.Card("two H200s", 41.0, 4251.0, 22.3, "test", link_gbs=300.0)
+    assert (
+        projection.project(shape, two, nvlink, 0.02)["step"]
+        < projection.project(shape, two, projection.Card("two H200s", 41.0, 4251.0, 22.3, "test"), 0.02)["step"]
+    )

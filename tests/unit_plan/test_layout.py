@@ -1,0 +1,163 @@
+"""GPUs and hosts -> verl's config (verl_p40.plan.layout): which config each layout produces, on a machine without GPUs
+(NVML's answer is replaced by the GPUs each test describes)."""
+
+import pytest
+
+from conftest import cli
+from verl_p40 import UserError
+from verl_p40.gpu.nvml import GPUInfo
+from verl_p40.plan import layout
+from verl_p40.plan import planner as train
+from verl_p40.plan.planner import plan
+from verl_p40.plan.run_options import RunOptions
+
+P40 = dict(name="Tesla P40", compute_capability=(6, 1), memory_total_gib=23.9)
+P100 = dict(name="Tesla P100-PCIE-16GB", compute_capability=(6, 0), memory_total_gib=15.9)
+PARAMS = 494_032_768  # Qwen2.5-0.5B, the model the profiles' memory was measured with
+
+
+def gpus(*kinds):
+    return [GPUInfo(index=i, **kind) for i, kind in enumerate(kinds)]
+
+
+def composed(monkeypatch, found, model, **options):
+    monkeypatch.setattr(train, "detect_gpus", lambda: found)
+    run = plan(RunOptions(model=str(model), **options))
+    return run, run.config()
+
+
+def test_every_gpu_of_the_host_by_default_and_the_batch_grows_with_them(monkeypatch, tokenizer_dir):
+    one, cfg1 = composed(monkeypatch, gpus(P40), tokenizer_dir, profile="p40")
+    two, cfg2 = composed(monkeypatch, gpus(P40, P40), tokenizer_dir, profile="p40")
+    assert (cfg1.trainer.n_gpus_per_node, cfg1.trainer.nnodes) == (1, 1)
+    assert (cfg2.trainer.n_gpus_per_node, cfg2.trainer.nnodes) == (2, 1)
+    assert cfg2.data.train_batch_size == 2 * cfg1.data.train_batch_size == 128
+    for key in ("actor_rollout_ref.actor.ppo_mini_batch_size", "critic.ppo_mini_batch_size"):
+        assert _get(cfg2, key) == 2 * _get(cfg1, key)
+    for key in (
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+        "critic.ppo_micro_batch_size_per_gpu",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+        "actor_rollout_ref.rollout.micro_batch_size",
+    ):
+        assert _get(cfg2, key) == _get(cfg1, key)  # the per-GPU work is the profile's
+    assert "CUDA_VISIBLE_DEVICES" not in two.env  # all of them: nothing to hide
+    assert any(n.startswith("layout: 2 GPUs (0, 1), 2 in all") for n in two.notes)
+
+
+def test_sharded_states_come_back_to_the_gpu_where_the_measured_room_holds_them(monkeypatch, tokenizer_dir):
+    _, one = composed(monkeypatch, gpus(P40), tokenizer_dir, profile="p40")
+    run, two = composed(monkeypatch, gpus(P40, P40), tokenizer_dir, profile="p40")
+    # one P40: everything the profile offloads stays offloaded
+    assert one.critic.model.fsdp_config.optimizer_offload and one.actor_rollout_ref.actor.fsdp_config.optimizer_offload
+    # two: 24 GB - 21.3 GB measured + the actor's sharded weights and gradients (8 B x P / 2) = 4.68 GB of room;
+    # the critic's and the actor's Adam states (8 B x P / 2 = 1.98 GB each) fit, the reference (0.99 GB) then not
+    room = 24 - 21.3 + 8 * PARAMS / 2 / 1e9
+    assert 2 * 8 * PARAMS / 2 / 1e9 <= room < 2 * 8 * PARAMS / 2 / 1e9 + 4 * PARAMS / 2 / 1e9
+    assert two.critic.model.fsdp_config.optimizer_offload is False
+    assert two.actor_rollout_ref.actor.fsdp_config.optimizer_offload is False
+    assert two.actor_rollout_ref.ref.fsdp_config.param_offload is True
+    assert two.critic.model.fsdp_config.param_offload is True
+    assert any("reference weights stay offloaded" in n for n in run.notes)
+    # four: the room grows (6.4 GB) and each state shrinks (1/4): all four come back
+    _, four = composed(monkeypatch, gpus(P40, P40, P40, P40), tokenizer_dir, profile="p40")
+    assert not any(_get(four, key) for key, _, _ in layout.OFFLOADS)
+
+
+def test_another_model_size_keeps_the_profiles_offloading(monkeypatch, tmp_path, tokenizer_dir):
+    import json
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tokenizer_dir, model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 48}))
+    run, cfg = composed(monkeypatch, gpus(P40, P40), model, profile="p40")
+    assert all(_get(cfg, key) for key, _, _ in layout.OFFLOADS)
+    assert any("measured with 494M parameters, not this model's" in n for n in run.notes)
+
+
+def test_a_subset_of_gpus_is_what_the_trainer_sees(monkeypatch, tokenizer_dir):
+    run, cfg = composed(monkeypatch, gpus(P40, P40, P40), tokenizer_dir, profile="p40", gpus="2,0")
+    assert cfg.trainer.n_gpus_per_node == 2 and cfg.data.train_batch_size == 128
+    assert run.env["CUDA_VISIBLE_DEVICES"] == "2,0" and run.env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    with pytest.raises(UserError, match=r"--gpus 0,5: this host has no GPU 5 \(it has 0, 1, 2\)"):
+        composed(monkeypatch, gpus(P40, P40, P40), tokenizer_dir, profile="p40", gpus="0,5")
+    for bad in ("one", "0,0", "-1"):
+        with pytest.raises(UserError, match="--gpus"):
+            layout.parse_gpus(bad)
+
+
+def test_mixed_cards_are_sized_for_the_weakest_and_say_so(monkeypatch, tokenizer_dir):
+    run, cfg = composed(monkeypatch, gpus(P40, P100), tokenizer_dir, profile="auto")
+    assert run.profile.name == "pascal-16gb"
+    assert any("sized for the weakest, GPU 1" in n for n in run.notes)
+    assert layout.weakest(gpus(P40, P100)).index == 1
+
+
+def test_grpo_on_two_gpus_divides_the_scaled_batch(monkeypatch, tokenizer_dir):
+    _, cfg = composed(monkeypatch, gpus(P40, P40), tokenizer_dir, profile="p40", algorithm="grpo")
+    assert cfg.data.train_batch_size == 32 and cfg.actor_rollout_ref.rollout.n == 4  # 128 sequences a step
+    assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 8
+
+
+def test_hosts_multiply_the_batch_and_set_nnodes(monkeypatch, tokenizer_dir):
+    _, cfg = composed(monkeypatch, gpus(P40), tokenizer_dir, profile="p40", nodes=2)
+    assert (cfg.trainer.n_gpus_per_node, cfg.trainer.nnodes, cfg.data.train_batch_size) == (1, 2, 128)
+    # no driver here (a config made for other machines): the profile's one GPU a host
+    _, cfg = composed(monkeypatch, None, tokenizer_dir, profile="p40", nodes=3)
+    assert (cfg.trainer.n_gpus_per_node, cfg.trainer.nnodes, cfg.data.train_batch_size) == (1, 3, 192)
+
+
+def test_the_users_own_setting_wins(monkeypatch, tokenizer_dir):
+    _, cfg = composed(monkeypatch, gpus(P40, P40), tokenizer_dir, profile="p40", sets=["data.train_batch_size=96"])
+    assert cfg.data.train_batch_size == 96 and cfg.trainer.n_gpus_per_node == 2
+
+
+def test_gpus_without_a_driver_is_one_line(tmp_path):
+    result = cli("config", "--profile", "p40", "--gpus", "0,1")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "verl-p40 config: error: --gpus 0,1: no GPU driver (NVML) here to check it against; leave it at all"
+    )
+
+
+def _get(cfg, key):
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(cfg, key)
+
+
+def test_a_checkpoint_of_another_gpu_count_is_refused_in_one_line(tiny_model, prepared, tmp_path):
+    from verl_p40.plan.algorithms import experiment_name
+
+    actor = tmp_path / "ckpt" / experiment_name(str(tiny_model), "ppo", 0) / "global_step_5" / "actor"
+    actor.mkdir(parents=True)
+    for rank in (0, 1):  # what two GPU processes save
+        (actor / f"model_world_size_2_rank_{rank}.pt").write_bytes(b"")
+    (actor.parent.parent / "latest_checkpointed_iteration.txt").write_text("5")
+    before = sorted(p.name for p in actor.iterdir())
+    args = [
+        "train",
+        "--dry-run",
+        "--profile",
+        "p40",
+        "--model",
+        str(tiny_model),
+        "--data",
+        str(prepared),
+        "--checkpoints",
+        str(tmp_path / "ckpt"),
+    ]
+    result = cli(*args)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"verl-p40 train: error: {actor.parent}: saved by 2 GPUs and this run has 1; ")
+    assert "resume on 2 GPUs" in line and "trainer.experiment_name=NEW" in line
+    assert sorted(p.name for p in actor.iterdir()) == before
+    # a fresh experiment, or not resuming, is fine
+    assert cli(*args, "trainer.resume_mode=disable").returncode == 0
+    for rank in (0, 1):
+        (actor / f"model_world_size_2_rank_{rank}.pt").rename(actor / f"model_world_size_1_rank_{rank}.pt")
+    (actor / "model_world_size_1_rank_1.pt").unlink()
+    assert cli(*args).returncode == 0

@@ -1,0 +1,317 @@
+import shlex
+
+from conftest import cli
+
+
+def test_dry_run_prints_verl_main_ppo_with_overrides(tiny_model, prepared):
+    result = cli(
+        "train",
+        "--profile",
+        "p40",
+        "--dry-run",
+        "--model",
+        str(tiny_model),
+        "--data",
+        str(prepared),
+        "--checkpoints",
+        "/ckpt",
+        "--gpu-memory-cap-gb",
+        "24",
+        "trainer.total_training_steps=5",
+    )
+    assert result.returncode == 0, result.stderr
+    words = shlex.split(result.stdout.replace("\\\n", " "))
+    assert words[words.index("-m") + 1] == "verl.trainer.main_ppo"
+    assert "VERL_P40_GPU_MEMORY_CAP_GB=24" in words
+    assert "actor_rollout_ref.model.external_lib=verl_p40.memcap" in words
+    assert "+actor_rollout_ref.model.override_config.attn_implementation=sdpa" in words
+    assert "actor_rollout_ref.rollout.name=hf" in words and "trainer.total_training_steps=5" in words
+    assert "trainer.default_local_dir=/ckpt/${trainer.experiment_name}" in words
+    assert "+custom_reward_function.reward_kwargs.method=strict" in words
+
+
+def test_later_values_win_and_reward_options_pass_through(tiny_model, prepared):
+    result = cli(
+        "train",
+        "--profile",
+        "p40",
+        "--dry-run",
+        "--model",
+        str(tiny_model),
+        "--data",
+        str(prepared),
+        "--reward-method",
+        "flexible",
+        "--format-bonus",
+        "0.1",
+        "--set",
+        "data.train_batch_size=8",
+        "data.train_batch_size=32",
+    )
+    words = shlex.split(result.stdout.replace("\\\n", " "))
+    assert [w for w in words if w.startswith("data.train_batch_size=")] == ["data.train_batch_size=32"]
+    assert "+custom_reward_function.reward_kwargs.method=flexible" in words
+    assert "+custom_reward_function.reward_kwargs.format_bonus=0.1" in words
+
+
+def test_train_refuses_missing_model_before_starting_ray(tmp_path):
+    result = cli(
+        "train",
+        "--profile",
+        "p40",
+        "--model",
+        str(tmp_path / "none"),
+        "--data",
+        str(tmp_path),
+        "--skip-check",
+        "gpu,kernels,compute",
+    )
+    assert result.returncode == 2 and "no model here" in result.stderr and "fetch-model" in result.stderr
+
+
+def test_train_refuses_missing_data(tmp_path, tokenizer_dir):
+    result = cli(
+        "train",
+        "--profile",
+        "p40",
+        "--model",
+        str(tokenizer_dir),
+        "--data",
+        str(tmp_path / "nodata"),
+        "--skip-check",
+        "gpu,kernels,compute,model",
+    )
+    assert result.returncode == 2 and "train.parquet: missing" in result.stderr
+
+
+def test_bad_cap_rejected():
+    result = cli("train", "--profile", "p40", "--dry-run", "--gpu-memory-cap-gb", "0")
+    assert result.returncode == 2 and "--gpu-memory-cap-gb: '0' is not a number from 0.5" in result.stderr
+
+
+def test_cap_refuses_a_competing_external_lib():
+    result = cli(
+        "train",
+        "--profile",
+        "p40",
+        "--dry-run",
+        "--gpu-memory-cap-gb",
+        "24",
+        "actor_rollout_ref.model.external_lib=my_lib",
+    )
+    assert result.returncode == 2 and "cannot be combined" in result.stderr
+
+
+def test_train_log_shows_each_line_while_the_trainer_still_runs(tmp_path):
+    """A bench or a user following logs/train-*.log must see a step line when verl prints it, not at exit."""
+    import subprocess
+    import sys
+    import time
+
+    release = tmp_path / "release"
+    trainer = (
+        "import pathlib, sys, time\n"
+        "print('step:3 - critic/score/mean:0.5', flush=True)\n"
+        f"deadline = time.time() + 30\n"
+        f"while not pathlib.Path({str(release)!r}).exists() and time.time() < deadline:\n"
+        "    time.sleep(0.05)\n"
+    )
+    runner = (
+        "import sys\n"
+        "from verl_p40.run.trainer import run_trainer\n"
+        "class Plan:\n"
+        "    env, overrides = {}, []\n"
+        f"    def command(self): return [sys.executable, '-c', {trainer!r}]\n"
+        f"sys.exit(run_trainer(Plan(), {str(tmp_path / 'logs')!r}))\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", runner], stdout=subprocess.DEVNULL)
+    try:
+        seen = False
+        for _ in range(200):
+            logs = list((tmp_path / "logs").glob("train-*.log"))
+            if logs and "step:3 - critic/score/mean:0.5" in logs[0].read_text():
+                seen = True
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the stand-in trainer must still be running while the log is read"
+        assert seen, "the step line was not in the log while the trainer ran"
+    finally:
+        release.touch()
+        proc.wait(timeout=30)
+    assert proc.returncode == 0
+
+
+def _stand_in_runner(tmp_path, trainer: str) -> str:
+    return (
+        "import sys\n"
+        "from verl_p40.run.trainer import run_trainer\n"
+        "class Plan:\n"
+        "    env, overrides = {}, []\n"
+        f"    def command(self): return [sys.executable, '-c', {trainer!r}]\n"
+        f"sys.exit(run_trainer(Plan(), {str(tmp_path / 'logs')!r}))\n"
+    )
+
+
+# a stand-in for verl's patched loop: it finishes its "step" when trainer.stop_file appears, or never
+STOPPABLE = (
+    "import os, sys, time\n"
+    "stop = next(a.split('=', 1)[1] for a in sys.argv if a.startswith('+trainer.stop_file='))\n"
+    "print('step:1 - critic/score/mean:0.5', flush=True)\n"
+    "while not os.path.exists(stop):\n"
+    "    time.sleep(0.05)\n"
+    "print('verl-p40: stopped on request after step 1', flush=True)\n"
+)
+
+
+def _start_after_step_one(tmp_path, trainer: str):
+    """run_trainer on a stand-in trainer, returned once its first step line is in the log."""
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _stand_in_runner(tmp_path, trainer)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    for _ in range(200):
+        logs = list((tmp_path / "logs").glob("train-*.log"))
+        if logs and "step:1" in logs[0].read_text():
+            break
+        time.sleep(0.05)
+    return proc
+
+
+def test_the_first_sigterm_asks_the_loop_to_stop_and_the_run_ends_cleanly(tmp_path):
+    import signal
+
+    proc = _start_after_step_one(tmp_path, STOPPABLE)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "stop requested" in err and "stopped on request with the last step saved" in err
+    assert not list((tmp_path / "logs").glob(".stop-requested-*"))
+
+
+def test_a_second_sigterm_stops_the_trainer_at_once(tmp_path):
+    import signal
+    import time
+
+    stubborn = STOPPABLE.replace("while not os.path.exists(stop):", "while True:")  # a step that never ends
+    proc = _start_after_step_one(tmp_path, stubborn)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    assert proc.poll() is None  # the first only asked
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert proc.returncode != 0  # the trainer was killed by the second
+
+
+def _planned(monkeypatch, found, **options):
+    from verl_p40.plan import planner as train
+
+    monkeypatch.setattr(train, "detect_gpus", lambda: found)
+    return train.plan(train.RunOptions(**options))
+
+
+def test_tf32_is_on_for_sm80_and_never_on_a_p40(monkeypatch):
+    """TF32 has no verl key: the workers switch it on through verl_p40.memcap (external_lib) when the plan's
+    environment says so. auto: on for Ampere and newer, off on Pascal/Volta/Turing (the P40 keeps full fp32)."""
+    import pytest
+
+    from verl_p40 import UserError, defaults
+    from verl_p40.gpu.nvml import GPUInfo
+
+    h100 = [GPUInfo(0, "NVIDIA H100", (9, 0), 79.6)]
+    p40 = [GPUInfo(0, "Tesla P40", (6, 1), 23.9)]
+    t4 = [GPUInfo(0, "Tesla T4", (7, 5), 14.6)]
+    fast = _planned(monkeypatch, h100, profile="ampere")
+    assert fast.env[defaults.TF32_ENV] == "1"
+    assert "actor_rollout_ref.model.external_lib=verl_p40.memcap" in fast.overrides
+    assert any("TF32 matmuls on (--tf32 auto, sm_90)" in note for note in fast.notes)
+    for found, profile in ((p40, "p40"), (t4, "volta-turing")):
+        run = _planned(monkeypatch, found, profile=profile)
+        assert defaults.TF32_ENV not in run.env
+        assert not any(o.startswith("actor_rollout_ref.model.external_lib") for o in run.overrides)
+    capped = _planned(monkeypatch, p40, profile="p40", gpu_memory_cap_gb=24)  # the cap alone still hooks memcap
+    assert (
+        defaults.TF32_ENV not in capped.env
+        and "actor_rollout_ref.model.external_lib=verl_p40.memcap" in capped.overrides
+    )
+    assert defaults.TF32_ENV not in _planned(monkeypatch, h100, profile="ampere", tf32="off").env
+    with pytest.raises(UserError, match="--tf32 on: TF32 needs an sm_80\\+ GPU .* this one is sm_61"):
+        _planned(monkeypatch, p40, profile="p40", tf32="on")
+    assert defaults.TF32_ENV not in _planned(monkeypatch, None, profile="p40").env  # no GPU seen: auto stays off
+
+
+def test_tf32_reaches_the_process_that_imports_the_worker_hook(tmp_path):
+    """What a Ray worker does when verl imports external_lib: TF32 on with the plan's variable, untouched without."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch, verl_p40.memcap; print(torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)"
+    )
+    import os
+
+    on = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "VERL_P40_WORKER_TF32": "1"}
+    )
+    assert on.returncode == 0, on.stderr
+    assert on.stdout.strip().splitlines()[-1] == "True True" and "TF32 matmuls on" in on.stdout
+    env = {k: v for k, v in os.environ.items() if k != "VERL_P40_WORKER_TF32"}
+    off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert off.returncode == 0 and off.stdout.strip() == "False True"  # PyTorch's defaults
+
+
+def _count_compose(monkeypatch) -> list:
+    """Every composition of a run's Hydra config (verl's own defaults, composed once per process, aside)."""
+    from verl_p40.plan import planner
+
+    calls, real = [], planner.compose
+    monkeypatch.setattr(planner, "compose", lambda overrides: calls.append(list(overrides)) or real(overrides))
+    return calls
+
+
+def test_a_dry_run_composes_the_run_config_once(tiny_model, prepared, monkeypatch, capsys):
+    from verl_p40 import cli
+
+    composed = _count_compose(monkeypatch)
+    assert (
+        cli.main(["train", "--profile", "p40", "--dry-run", "--model", str(tiny_model), "--data", str(prepared)]) == 0
+    )
+    assert len(composed) == 1
+    assert "verl.trainer.main_ppo" in capsys.readouterr().out
+
+
+def test_train_plans_once_and_its_preflight_checks_that_plan(tiny_model, prepared, tmp_path, monkeypatch, capsys):
+    """`train` hands the plan it made to the doctor's preflight: the checks that read verl's config (disk, ram) use
+    the plan's, so the run's config is composed once, not again for the doctor and again for each check."""
+    from verl_p40 import cli
+    from verl_p40.run import trainer
+
+    composed = _count_compose(monkeypatch)
+    started = []
+    monkeypatch.setattr(trainer, "run_trainer", lambda run, logs: started.append(run) or 0)
+    code = cli.main(
+        [
+            "train",
+            "--profile",
+            "p40",
+            "--model",
+            str(tiny_model),
+            "--data",
+            str(prepared),
+            "--checkpoints",
+            str(tmp_path / "ckpt"),
+            "--logs",
+            str(tmp_path / "logs"),
+            "--skip-check",
+            "gpu,kernels,compute,verl,shm,cluster",
+        ]
+    )
+    report = capsys.readouterr().err
+    assert code == 0, report
+    assert "PASS  disk" in report and "PASS  ram" in report  # both read the plan's config
+    assert len(composed) == 1 and len(started) == 1

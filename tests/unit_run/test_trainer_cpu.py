@@ -1,0 +1,471 @@
+"""Smoke test of the real trainer: `verl-p40 train` runs verl 0.5.0's own PPO loop (`verl.trainer.main_ppo`,
+patched by the CLI) for 2 steps on a tiny Qwen2 with the p40 profile, saves a checkpoint, resumes from it, and
+`verl-p40 eval --compare latest` merges that checkpoint with verl's merger. CPU only: FSDP2 (FSDP1 refuses the
+CPU), a Ray cluster started here with a stand-in GPU resource, and the CPU stand-ins in tests/cpu_shims/
+(never part of the shipped code)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, make_tiny_qwen
+from verl_p40.run.trainer_log import read_steps
+
+BIN = Path(sys.executable).parent
+CPU_OVERRIDES = [  # what a CPU needs on top of the p40 profile, plus a tiny batch
+    "trainer.device=cpu",
+    "actor_rollout_ref.actor.strategy=fsdp2",
+    "actor_rollout_ref.ref.strategy=fsdp2",
+    "critic.strategy=fsdp2",
+    "data.dataloader_num_workers=0",
+    "trainer.logger=[console]",
+    "data.train_batch_size=4",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+    "critic.ppo_micro_batch_size_per_gpu=2",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2",
+    "data.max_response_length=16",
+    "trainer.save_freq=2",
+    "trainer.ray_wait_register_center_timeout=180",
+    "actor_rollout_ref.actor.fsdp_config.optimizer_offload=false",
+    "actor_rollout_ref.ref.fsdp_config.param_offload=false",
+    "critic.model.fsdp_config.param_offload=false",
+    "critic.model.fsdp_config.optimizer_offload=false",
+]
+
+
+@pytest.fixture(scope="module")
+def cluster(patched_verl, tmp_path_factory):
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{REPO / 'tests' / 'cpu_shims'}{os.pathsep}{patched_verl}",
+        "VERL_P40_CPU_SHIMS": "1",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+        "TOKENIZERS_PARALLELISM": "false",
+        # no GPU here: the preflight's GPU checks are skipped by name (they say so in the log)
+        "VERL_P40_DOCTOR_SKIP": "gpu,kernels,compute",
+    }
+    temp = tmp_path_factory.mktemp("ray")
+    started = subprocess.run(
+        [
+            str(BIN / "ray"),
+            "start",
+            "--head",
+            "--num-cpus",
+            "4",
+            "--num-gpus",
+            "1",
+            "--resources",
+            '{"cpu": 4}',
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            f"--temp-dir={temp}",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert started.returncode == 0, started.stderr
+    env["RAY_ADDRESS"] = "auto"
+    yield env
+    subprocess.run([str(BIN / "ray"), "stop", "--force"], env=env, capture_output=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def run_dirs(tokenizer_dir, gsm8k_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("cpu-train")
+    model = make_tiny_qwen(tokenizer_dir, root / "model")
+    prep = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verl_p40.cli",
+            "prep",
+            "--source",
+            str(gsm8k_dir),
+            "--out",
+            str(root / "data"),
+            "--limit",
+            "16",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert prep.returncode == 0, prep.stderr
+    return {"model": model, "data": root / "data", "checkpoints": root / "ckpt", "root": root}
+
+
+def _train(cluster, dirs, logs, steps, *options):
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verl_p40.cli",
+            "train",
+            "--profile",
+            "p40",
+            "--model",
+            str(dirs["model"]),
+            "--data",
+            str(dirs["data"]),
+            "--checkpoints",
+            str(dirs["checkpoints"]),
+            "--logs",
+            str(logs),
+            *options,
+            *CPU_OVERRIDES,
+            f"trainer.total_training_steps={steps}",
+        ],
+        env=cluster,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=900,
+    )
+
+
+def _trainer_log(result, logs: Path) -> Path:
+    """The run's log, after asserting it succeeded (with the log's tail, or the CLI's own error, as the message)."""
+    found = sorted(logs.glob("train-*.log"))
+    assert result.returncode == 0, (found[0].read_text() if found else result.stdout + result.stderr)[-4000:]
+    return found[0]
+
+
+def _eval_latest(cluster, dirs, out, checkpoints, logs):
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verl_p40.cli",
+            "eval",
+            "--model",
+            str(dirs["model"]),
+            "--compare",
+            "latest",
+            "--checkpoints",
+            str(checkpoints),
+            "--data",
+            str(dirs["data"] / "test.parquet"),
+            "--out",
+            str(out),
+            "--device",
+            "cpu",
+            "--max-new-tokens",
+            "8",
+            "--limit",
+            "3",
+            "--logs",
+            str(logs),
+        ],
+        env=cluster,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+    )
+
+
+def test_two_ppo_steps_then_resume_then_eval_the_checkpoint(cluster, run_dirs):
+    first = _train(cluster, run_dirs, run_dirs["root"] / "logs1", steps=2)
+    log1 = next((run_dirs["root"] / "logs1").glob("train-*.log"))
+    assert first.returncode == 0, log1.read_text()[-4000:]
+    steps = read_steps(log1)
+    assert [int(s["step"]) for s in steps] == [1, 2]
+    for key in (
+        "timing_s/gen",
+        "timing_s/ref",
+        "timing_s/values",
+        "timing_s/update_critic",
+        "timing_s/update_actor",
+        "critic/score/mean",
+        "actor/reward_kl_penalty",
+        # the reward's parts, every training step (patch reward-parts-in-training-metrics)
+        "reward/acc/mean",
+        "reward/strict/mean",
+        "reward/flexible/mean",
+        "reward/format/mean",
+    ):
+        assert key in steps[-1], key
+    assert steps[-1]["reward/acc/mean"] == steps[-1]["reward/strict/mean"]  # the default reward is strict
+    experiment = run_dirs["checkpoints"] / "model-gsm8k-ppo"  # <model folder>-gsm8k-<algorithm>
+    assert (experiment / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    assert (experiment / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt").is_file()
+    assert (experiment / "global_step_2" / "critic").is_dir()
+
+    # The same command with a longer run continues from global_step_2 instead of starting over.
+    second = _train(cluster, run_dirs, run_dirs["root"] / "logs2", steps=3)
+    log2 = next((run_dirs["root"] / "logs2").glob("train-*.log"))
+    assert second.returncode == 0, log2.read_text()[-4000:]
+    assert [int(s["step"]) for s in read_steps(log2)] == [3]
+    assert "global_step_2" in log2.read_text()
+
+    # eval merges the newest checkpoint with verl's own merger, in fp32, and compares it with the base model.
+    out = run_dirs["root"] / "eval"
+    evaluation = _eval_latest(cluster, run_dirs, out, run_dirs["checkpoints"], run_dirs["root"] / "logs1")
+    assert evaluation.returncode == 0, evaluation.stderr[-4000:]
+    report = json.loads((out / "report.json").read_text())
+    merged = Path(report["models"]["trained"]["path"])
+    assert merged.parent.name == "actor" and merged.parent.parent.name == "global_step_3"
+    assert json.loads((merged / "config.json").read_text())["torch_dtype"] == "float32"
+    assert report["questions"] == 3 and report["curves"] == "curves.png"
+
+    # export takes the same checkpoint home: its fp32 Hugging Face folder gives the checkpoint's logits
+    exported = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verl_p40.cli",
+            "export",
+            "--checkpoints",
+            str(run_dirs["checkpoints"]),
+            "--out",
+            str(run_dirs["root"] / "exports"),
+            "--dtype",
+            "fp32",
+        ],
+        env=cluster,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+    )
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    ids = torch.tensor([[151644, 872, 198, 17, 10, 17, 30, 151645, 198, 151644, 77091, 198]])
+    logits = [
+        AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32).eval()(ids).logits.detach()
+        for path in (merged, run_dirs["root"] / "exports" / "global_step_3-hf-fp32")
+    ]
+    assert (logits[0] - logits[1]).abs().max() <= 1e-5
+
+
+def test_two_grpo_steps_with_two_samples_per_prompt(cluster, run_dirs, tmp_path):
+    """GRPO through verl's real loop and the HF rollout with n = 2: no critic, KL as a loss, and every prompt
+    answered twice (2 x 4 prompts = 8 responses a step; without the rollout patch verl asks for 2 x 2 each and stops
+    on 'Two tensor dict must have identical batch size')."""
+    dirs = {**run_dirs, "checkpoints": tmp_path / "ckpt"}
+    result = _train(cluster, dirs, tmp_path / "logs", 2, "--algorithm", "grpo", "--samples-per-prompt", "2")
+    log = _trainer_log(result, tmp_path / "logs")
+    assert "algorithm: grpo (grpo), 2 samples per prompt" in result.stderr
+    steps = read_steps(log)
+    assert [int(s["step"]) for s in steps] == [1, 2]
+    last = steps[-1]
+    assert "actor/kl_loss" in last and "timing_s/update_critic" not in last and "timing_s/values" not in last
+    # verl's balance step logs the tokens of each sequence: 8 sequences of prompt + response a step
+    assert last["global_seqlen/mean"] > 0
+    experiment = dirs["checkpoints"] / "model-gsm8k-grpo"
+    assert (experiment / "global_step_2" / "actor").is_dir() and not (experiment / "global_step_2" / "critic").exists()
+    record = json.loads((experiment / "verl-p40-run.json").read_text())
+    assert record["algorithm"] == "grpo" and record["samples_per_prompt"] == 2 and record["lora"] is None
+
+
+def test_lora_grpo_checkpoint_is_merged_and_scored(cluster, run_dirs, tmp_path):
+    """--lora-rank: verl trains a peft adapter (reference = adapter off); eval merges the checkpoint with the
+    run's alpha and scores it beside the base model."""
+    dirs = {**run_dirs, "checkpoints": tmp_path / "ckpt"}
+    result = _train(
+        cluster,
+        dirs,
+        tmp_path / "logs",
+        2,
+        "--algorithm",
+        "grpo",
+        "--samples-per-prompt",
+        "2",
+        "--lora-rank",
+        "4",
+        "actor_rollout_ref.actor.optim.lr=1e-2",
+        # every reward is 0 for a random tiny model: the entropy bonus is what moves the adapter
+        "actor_rollout_ref.actor.entropy_coeff=0.01",
+    )
+    log = _trainer_log(result, tmp_path / "logs")
+    assert "Applying LoRA to actor module" in log.read_text()
+    experiment = dirs["checkpoints"] / "model-gsm8k-grpo-lora4"
+    assert json.loads((experiment / "verl-p40-run.json").read_text())["lora"] == {
+        "rank": 4,
+        "alpha": 8,
+        "target_modules": "all-linear",
+    }
+    out = tmp_path / "eval"
+    evaluation = _eval_latest(cluster, dirs, out, dirs["checkpoints"], tmp_path / "logs")
+    assert evaluation.returncode == 0, evaluation.stderr[-4000:]
+    assert "LoRA adapter (rank 4, alpha 8) merged" in evaluation.stdout
+    report = json.loads((out / "report.json").read_text())
+    merged = Path(report["models"]["trained"]["path"])
+    assert merged.parent.parent.name == "global_step_2" and report["questions"] == 3
+    # the merged weights are the base plus the trained adapter: they differ from the base model's
+    from safetensors.torch import load_file
+
+    base = load_file(next(Path(dirs["model"]).glob("*.safetensors")))
+    trained = {k: v for f in merged.glob("*.safetensors") for k, v in load_file(f).items()}
+    assert set(trained) == set(base)
+    name = "model.layers.0.self_attn.q_proj.weight"
+    assert (trained[name] - base[name]).abs().max() > 0
+    # and the adapter alone, with the run's alpha, for those who load it over the base model
+    exported = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verl_p40.cli",
+            "export",
+            "--checkpoints",
+            str(dirs["checkpoints"]),
+            "--out",
+            str(tmp_path / "exports"),
+            "--lora",
+            "adapter",
+        ],
+        env=cluster,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+    )
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    adapter = tmp_path / "exports" / "global_step_2-lora-adapter"
+    assert json.loads((adapter / "adapter_config.json").read_text())["lora_alpha"] == 8
+    assert (adapter / "adapter_model.safetensors").is_file()
+
+
+def test_sigterm_saves_the_step_in_progress_and_the_same_command_resumes_from_it(cluster, run_dirs, tmp_path):
+    """`docker compose stop trainer`: SIGTERM to verl-p40 -> the training loop finishes its step, saves it and ends
+    (exit 0) -> the same command continues with the next step: no step is lost or run twice."""
+    import signal
+    import time
+
+    dirs = {**run_dirs, "checkpoints": tmp_path / "ckpt"}
+    command = [
+        sys.executable,
+        "-m",
+        "verl_p40.cli",
+        "train",
+        "--profile",
+        "p40",
+        "--model",
+        str(dirs["model"]),
+        "--data",
+        str(dirs["data"]),
+        "--checkpoints",
+        str(dirs["checkpoints"]),
+        "--logs",
+        str(tmp_path / "logs"),
+        *CPU_OVERRIDES,
+        "trainer.save_freq=100",
+        "trainer.total_training_steps=4",
+    ]
+    trainer = subprocess.Popen(
+        command, env=cluster, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.time() + 600
+    while time.time() < deadline and trainer.poll() is None:  # stop once the first step is logged
+        logs = sorted((tmp_path / "logs").glob("train-*.log"))
+        if logs and read_steps(logs[0]):
+            break
+        time.sleep(1)
+    trainer.send_signal(signal.SIGTERM)
+    out, err = trainer.communicate(timeout=600)
+    log = sorted((tmp_path / "logs").glob("train-*.log"))[0]
+    assert trainer.returncode == 0, log.read_text()[-4000:] + err[-2000:]
+    assert "stop requested" in err and "stopped on request" in err
+    done = [int(s["step"]) for s in read_steps(log)]
+    assert done and done == list(range(1, done[-1] + 1)) and done[-1] < 4  # stopped before the end of the run
+    experiment = dirs["checkpoints"] / "model-gsm8k-ppo"
+    assert (experiment / "latest_checkpointed_iteration.txt").read_text().strip() == str(done[-1])
+    assert not list((tmp_path / "logs").glob(".stop-requested-*"))  # the request does not outlive the run
+    again = _train(cluster, dirs, tmp_path / "logs2", 4, "trainer.save_freq=100")
+    log2 = _trainer_log(again, tmp_path / "logs2")
+    assert [int(s["step"]) for s in read_steps(log2)] == list(range(done[-1] + 1, 5))
+
+
+def test_a_zero_byte_parquet_ends_with_the_trainers_one_line(cluster, run_dirs, tmp_path):
+    """The preflight would stop this; skipped by name, verl's real loop meets it and the trainer says what to do."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.parquet").write_bytes(b"")
+    (data / "test.parquet").write_bytes((run_dirs["data"] / "test.parquet").read_bytes())
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verl_p40.cli",
+            "train",
+            "--profile",
+            "p40",
+            "--model",
+            str(run_dirs["model"]),
+            "--data",
+            str(data),
+            "--checkpoints",
+            str(tmp_path / "ckpt"),
+            "--logs",
+            str(tmp_path / "logs"),
+            "--skip-check",
+            "data",
+            *CPU_OVERRIDES,
+            "trainer.total_training_steps=1",
+        ],
+        env=cluster,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=900,
+    )
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 2, result.stdout[-3000:]
+    assert last.startswith(f"verl-p40 train: error: {data / 'train.parquet'}: not a readable parquet file"), last
+    assert "verl-p40 prep" in last
+
+
+def test_checkpoints_on_a_full_disk_end_with_the_trainers_one_line(cluster, run_dirs, tmp_path):
+    """Checkpoints written to a 2 MB tmpfs (the preflight's disk check skipped by name)."""
+    full = tmp_path / "full"
+    full.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(full)], capture_output=True, text=True
+    )
+    assert mounted.returncode == 0, f"this test needs root to mount a small tmpfs: {mounted.stderr}"
+    try:
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "verl_p40.cli",
+                "train",
+                "--profile",
+                "p40",
+                "--model",
+                str(run_dirs["model"]),
+                "--data",
+                str(run_dirs["data"]),
+                "--checkpoints",
+                str(full),
+                "--logs",
+                str(tmp_path / "logs"),
+                "--skip-check",
+                "disk",
+                *CPU_OVERRIDES,
+                "trainer.total_training_steps=1",
+                "trainer.save_freq=1",
+            ],
+            env=cluster,
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=900,
+        )
+    finally:
+        subprocess.run(["umount", str(full)], capture_output=True)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 2, result.stdout[-3000:]
+    assert last.startswith("verl-p40 train: error: disk full"), last
+    assert "trainer.max_actor_ckpt_to_keep=1" in last

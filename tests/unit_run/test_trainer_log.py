@@ -1,0 +1,18 @@
+from verl_p40.run.trainer_log import parse_line, read_steps
+
+
+def test_parses_verl_console_lines_with_ray_prefix_and_numpy_scalars(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text(
+        "\x1b[36m(TaskRunner pid=3151)\x1b[0m step:1 - critic/score/mean:0.25 - timing_s/gen:7.5 - "
+        "perf/max_memory_allocated_gb:np.float64(14.79) - actor/lr:np.float64(1e-06) - note:text\n"
+        "Training Progress:  10%|#  | 1/10\n"
+        "(TaskRunner pid=3151) step:2 - critic/score/mean:0.5\n"
+        "(TaskRunner pid=3151) step:1 - critic/score/mean:0.75\n"  # resumed run logs step 1 again: last wins
+    )
+    steps = read_steps(log)
+    assert [s["step"] for s in steps] == [1, 2]
+    assert steps[0]["critic/score/mean"] == 0.75
+    first = parse_line(log.read_text().splitlines()[0])
+    assert first["perf/max_memory_allocated_gb"] == 14.79 and first["actor/lr"] == 1e-06 and "note" not in first
+    assert parse_line("no metrics here") is None
