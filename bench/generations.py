@@ -33,15 +33,32 @@ CARDS = {
     # the first v100/t4 runs ran out of memory in update_actor; the same card with the HF rollout in fp32
     "v100-rollout-fp32": ("7.0", 16, 2, False, ["actor_rollout_ref.rollout.dtype=float32"]),
     # then FSDP2 for the actor and reference model (now in the 16 GB profiles); run by hand, see the results README
-    "v100-fsdp2": ("7.0", 16, 3, False, ["actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.ref.strategy=fsdp2"]),
-    "t4-fsdp2": ("7.5", 15, 2, False, ["actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.ref.strategy=fsdp2"]),
+    "v100-fsdp2": (
+        "7.0",
+        16,
+        3,
+        False,
+        ["actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.ref.strategy=fsdp2"],
+    ),
+    "t4-fsdp2": (
+        "7.5",
+        15,
+        2,
+        False,
+        ["actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.ref.strategy=fsdp2"],
+    ),
     # phase d, with the profiles as they now are (`auto` picks volta-turing / pascal-16gb / ampere's fp32 plan)
     "v100-profile": ("7.0", 16, 3, True, []),
     "p100-profile": ("6.0", 16, 3, False, []),
     "h200-auto": (None, 24, 3, False, []),
 }
-PHASES = {"a": ["doctor", "p40"], "b": ["v100", "t4"], "c": ["p100", "v100-rollout-fp32", "h200-unmasked"],
-          "d1": ["v100-profile"], "d2": ["p100-profile", "h200-auto"]}
+PHASES = {
+    "a": ["doctor", "p40"],
+    "b": ["v100", "t4"],
+    "c": ["p100", "v100-rollout-fp32", "h200-unmasked"],
+    "d1": ["v100-profile"],
+    "d2": ["p100-profile", "h200-auto"],
+}
 
 
 def mask_env(cc: str | None, audit: Path | None = None) -> dict:
@@ -49,8 +66,14 @@ def mask_env(cc: str | None, audit: Path | None = None) -> dict:
     if cc is None:
         return env
     # the GPU machine's torch has no sm_60/sm_70 kernels: the preflight's kernel check is skipped there, by name
-    env.update({"PYTHONPATH": f"{MASK}:{env.get('PYTHONPATH', '')}", "PASCAL_MASK": "1", "PASCAL_MASK_CC": cc,
-                "VERL_P40_DOCTOR_SKIP": "kernels"})
+    env.update(
+        {
+            "PYTHONPATH": f"{MASK}:{env.get('PYTHONPATH', '')}",
+            "PASCAL_MASK": "1",
+            "PASCAL_MASK_CC": cc,
+            "VERL_P40_DOCTOR_SKIP": "kernels",
+        }
+    )
     if audit:
         env["PASCAL_MASK_AUDIT"] = str(audit)
     return env
@@ -71,24 +94,44 @@ def audit_summary(path: Path) -> dict:
     entries = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
     ops = [e for e in entries if "op" in e]
     half = Counter(d for e in ops if e.get("half_precision") for d in e["dtypes"] if "16" in d)
-    return {"entries": len(entries), "masked_processes": sum(e.get("event") == "masked" for e in entries),
-            "half_precision_ops": sum(bool(e.get("half_precision")) for e in ops), "half_precision_dtypes": dict(half),
-            "bf16_ops": sum(any("bfloat16" in d for d in e["dtypes"]) for e in ops),
-            "sdpa_ops": sorted({f"{e['op']} {'/'.join(e['dtypes'])}" for e in ops if "attention" in e["op"]})}
+    return {
+        "entries": len(entries),
+        "masked_processes": sum(e.get("event") == "masked" for e in entries),
+        "half_precision_ops": sum(bool(e.get("half_precision")) for e in ops),
+        "half_precision_dtypes": dict(half),
+        "bf16_ops": sum(any("bfloat16" in d for d in e["dtypes"]) for e in ops),
+        "sdpa_ops": sorted({f"{e['op']} {'/'.join(e['dtypes'])}" for e in ops if "attention" in e["op"]}),
+    }
 
 
 def doctor(out: Path) -> None:
     log = WORK / "doctor.log"
-    args = ["doctor", "--profile", "auto", "--model", "/tmp/qwen-random", "--data", "/tmp/gsm8k",
-            "--checkpoints", str(WORK / "ckpt"), "--logs", str(WORK / "logs")]
+    args = [
+        "doctor",
+        "--profile",
+        "auto",
+        "--model",
+        "/tmp/qwen-random",
+        "--data",
+        "/tmp/gsm8k",
+        "--checkpoints",
+        str(WORK / "ckpt"),
+        "--logs",
+        str(WORK / "logs"),
+    ]
     env = mask_env("6.1")
     env["VERL_P40_DOCTOR_SKIP"] = ""
     results = {}
     for label, extra in (("all-checks", []), ("skip-kernels", ["--skip-check", "kernels"])):
-        text = subprocess.run([sys.executable, "-m", "verl_p40.cli", *args, *extra], env=env, capture_output=True,
-                              text=True)
-        results[label] = {"command": "verl-p40 " + " ".join(args + extra), "exit_code": text.returncode,
-                          "stdout": text.stdout.splitlines(), "stderr_tail": text.stderr.splitlines()[-5:]}
+        text = subprocess.run(
+            [sys.executable, "-m", "verl_p40.cli", *args, *extra], env=env, capture_output=True, text=True
+        )
+        results[label] = {
+            "command": "verl-p40 " + " ".join(args + extra),
+            "exit_code": text.returncode,
+            "stdout": text.stdout.splitlines(),
+            "stderr_tail": text.stderr.splitlines()[-5:],
+        }
         log.open("a").write(text.stdout + text.stderr)
         print(text.stdout, flush=True)
     (out / "doctor-p40-mask.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -99,13 +142,40 @@ def bench(name: str, out: Path) -> None:
     audit_file = WORK / f"audit-{name}.jsonl" if audit else None
     target = WORK / f"bench-{name}.json"
     started = time.time()
-    code = verl_p40("bench", "--profile", "auto", "--gpu-memory-cap-gb", str(cap), "--steps", str(steps),
-                    "--out", str(target), "--logs", str(WORK / f"logs-{name}"), *COMMON, *extra,
-                    env=mask_env(cc, audit_file), log=WORK / f"bench-{name}.log", timeout=200 + 45 * steps)
+    code = verl_p40(
+        "bench",
+        "--profile",
+        "auto",
+        "--gpu-memory-cap-gb",
+        str(cap),
+        "--steps",
+        str(steps),
+        "--out",
+        str(target),
+        "--logs",
+        str(WORK / f"logs-{name}"),
+        *COMMON,
+        *extra,
+        env=mask_env(cc, audit_file),
+        log=WORK / f"bench-{name}.log",
+        timeout=200 + 45 * steps,
+    )
     result = json.loads(target.read_text()) if target.exists() else {"error": f"exit code {code}"}
-    save(result, "generations", {"card": name, "mask_cc": cc, "cap_gb": cap, "audit": audit, "overrides": extra,
-                                 "exit_code": code, "wall_s": round(time.time() - started, 1)},
-         audit_file, out / f"bench-{name}.json")
+    save(
+        result,
+        "generations",
+        {
+            "card": name,
+            "mask_cc": cc,
+            "cap_gb": cap,
+            "audit": audit,
+            "overrides": extra,
+            "exit_code": code,
+            "wall_s": round(time.time() - started, 1),
+        },
+        audit_file,
+        out / f"bench-{name}.json",
+    )
 
 
 def save(result: dict, key: str, run: dict, audit_file: Path | None, path: Path) -> None:
@@ -134,8 +204,13 @@ def pack_logs(work: Path, target: Path) -> None:
 
 
 def markdown_table(header: list[str], rows: list[list]) -> str:
-    return "\n".join(["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |",
-                      *("| " + " | ".join(str(cell) for cell in row) + " |" for row in rows)])
+    return "\n".join(
+        [
+            "| " + " | ".join(header) + " |",
+            "| " + " | ".join("---" for _ in header) + " |",
+            *("| " + " | ".join(str(cell) for cell in row) + " |" for row in rows),
+        ]
+    )
 
 
 def report(folder: Path) -> str:
@@ -152,13 +227,35 @@ def report(folder: Path) -> str:
             continue
         p = r["projection"]
         audit = ", op audit on: not a timing" if g.get("audit") else ""
-        rows.append([f"{name} ({g['mask_cc'] or 'unmasked'}{audit})", r["profile"], f"{g['cap_gb']} GB",
-                     r["settings"]["train_batch_size"], r["seconds_per_step"], r["prompts_per_s"],
-                     f"{r['memory']['nvml_peak_process_gb']} GB", f"{r['torch_max_allocated_gb']:.2f} GB",
-                     f"{p['p40']['step']} s/step, {p['p40']['hours_per_gsm8k_epoch']} h/epoch",
-                     f"{p['this_gpu']['error_pct_vs_measured']:+} %"])
-    return markdown_table(["card (mask)", "profile", "cap", "batch", "s/step", "prompts/s", "worker peak (NVML)",
-                           "torch peak", "P40 projection", "projection error here"], rows)
+        rows.append(
+            [
+                f"{name} ({g['mask_cc'] or 'unmasked'}{audit})",
+                r["profile"],
+                f"{g['cap_gb']} GB",
+                r["settings"]["train_batch_size"],
+                r["seconds_per_step"],
+                r["prompts_per_s"],
+                f"{r['memory']['nvml_peak_process_gb']} GB",
+                f"{r['torch_max_allocated_gb']:.2f} GB",
+                f"{p['p40']['step']} s/step, {p['p40']['hours_per_gsm8k_epoch']} h/epoch",
+                f"{p['this_gpu']['error_pct_vs_measured']:+} %",
+            ]
+        )
+    return markdown_table(
+        [
+            "card (mask)",
+            "profile",
+            "cap",
+            "batch",
+            "s/step",
+            "prompts/s",
+            "worker peak (NVML)",
+            "torch peak",
+            "P40 projection",
+            "projection error here",
+        ],
+        rows,
+    )
 
 
 def main() -> None:

@@ -64,38 +64,77 @@ MAX_NEW_TOKENS = 512  # verl-p40 eval's default, and the recipe's data.max_respo
 # own logged steps by bench/project.py instead.
 P40_PER_H200 = 36.299 / 16.087
 MODES = {
-    "p40": {"profile": "p40", "mask": "6.1", "cli": ["--gpu-memory-cap-gb", "24"], "sets": [],
-            "setup": "Pascal mask PASCAL_MASK_CC=6.1 (Tesla P40), 24 GB cap per process, audit off"},
+    "p40": {
+        "profile": "p40",
+        "mask": "6.1",
+        "cli": ["--gpu-memory-cap-gb", "24"],
+        "sets": [],
+        "setup": "Pascal mask PASCAL_MASK_CC=6.1 (Tesla P40), 24 GB cap per process, audit off",
+    },
     # what an unmasked H200 (141 GB) allows: nothing offloaded, generation and log-probs in large batches
-    "fast": {"profile": "ampere", "mask": None, "cli": ["--tf32", "auto"],
-             "sets": ["actor_rollout_ref.rollout.micro_batch_size=256",
-                      "actor_rollout_ref.actor.fsdp_config.optimizer_offload=false",
-                      "actor_rollout_ref.ref.fsdp_config.param_offload=false",
-                      "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
-                      "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32",
-                      "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=32"],
-             "setup": "unmasked, the ampere profile with TF32 and the bench's FAST_SETS (no offload, large batches)"},
+    "fast": {
+        "profile": "ampere",
+        "mask": None,
+        "cli": ["--tf32", "auto"],
+        "sets": [
+            "actor_rollout_ref.rollout.micro_batch_size=256",
+            "actor_rollout_ref.actor.fsdp_config.optimizer_offload=false",
+            "actor_rollout_ref.ref.fsdp_config.param_offload=false",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32",
+            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=32",
+        ],
+        "setup": "unmasked, the ampere profile with TF32 and the bench's FAST_SETS (no offload, large batches)",
+    },
 }
 
 
 def prepare(args: argparse.Namespace, work: Path, out: Path, state: State) -> None:
     model, data = work / "qwen-real", work / "gsm8k"
     if not (model / "config.json").is_file():
-        run([sys.executable, str(HERE / "gguf_to_hf.py"), "--gguf", args.gguf, "--tokenizer", args.tokenizer,
-             "--out", str(model)])
-    command = cli("prep", "--source", args.gsm8k, "--out", str(data), "--tokenizer", args.tokenizer,
-                  "--val-size", str(VAL_SIZE))
+        run(
+            [
+                sys.executable,
+                str(HERE / "gguf_to_hf.py"),
+                "--gguf",
+                args.gguf,
+                "--tokenizer",
+                args.tokenizer,
+                "--out",
+                str(model),
+            ]
+        )
+    command = cli(
+        "prep", "--source", args.gsm8k, "--out", str(data), "--tokenizer", args.tokenizer, "--val-size", str(VAL_SIZE)
+    )
     run(command)
     state.data["prep_command"] = "verl-p40 " + shlex.join(command[3:])
 
 
 def train_command(args: argparse.Namespace, work: Path) -> list[str]:
     mode = MODES[args.mode]
-    return cli("train", "--profile", mode["profile"], "--algorithm", RECIPE, *mode["cli"],
-               "--model", str(work / "qwen-real"), "--data", str(work / "gsm8k"), "--checkpoints", str(work / "ckpt"),
-               "--logs", str(work / "logs"), "trainer.val_before_train=true", f"trainer.test_freq={args.test_freq}",
-               f"trainer.save_freq={args.save_freq}", f"trainer.total_training_steps={args.steps}", *mode["sets"],
-               *args.override)
+    return cli(
+        "train",
+        "--profile",
+        mode["profile"],
+        "--algorithm",
+        RECIPE,
+        *mode["cli"],
+        "--model",
+        str(work / "qwen-real"),
+        "--data",
+        str(work / "gsm8k"),
+        "--checkpoints",
+        str(work / "ckpt"),
+        "--logs",
+        str(work / "logs"),
+        "trainer.val_before_train=true",
+        f"trainer.test_freq={args.test_freq}",
+        f"trainer.save_freq={args.save_freq}",
+        f"trainer.total_training_steps={args.steps}",
+        *mode["sets"],
+        *args.override,
+    )
 
 
 def session(args: argparse.Namespace, work: Path, out: Path, state: State) -> None:
@@ -110,16 +149,25 @@ def session(args: argparse.Namespace, work: Path, out: Path, state: State) -> No
     try:
         ray_stop()
         monitor = subprocess.Popen(cli("monitor", "--interval", "1", "--out", str(logs / "gpu")), env=env)
-        state.data["gpu_name"] = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", "0"],
-                                                capture_output=True, text=True).stdout.strip() or "unknown GPU"
+        state.data["gpu_name"] = (
+            subprocess.run(
+                ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", "0"], capture_output=True, text=True
+            ).stdout.strip()
+            or "unknown GPU"
+        )
         command = train_command(args, work)
         print("$ " + shlex.join(command), flush=True)
         started, stop_sent = time.time(), None
         proc = subprocess.Popen(command, env=env)
         while proc.poll() is None:
             time.sleep(2)
-            why = ("budget" if time.time() - started > args.budget_s - args.stop_s
-                   else "asked to stop" if (work / "stop").exists() else None)
+            why = (
+                "budget"
+                if time.time() - started > args.budget_s - args.stop_s
+                else "asked to stop"
+                if (work / "stop").exists()
+                else None
+            )
             if stop_sent is None and why:
                 print(f"[learning_run] {why}: SIGTERM (the trainer saves this step and exits)", flush=True)
                 proc.send_signal(signal.SIGTERM)
@@ -130,11 +178,17 @@ def session(args: argparse.Namespace, work: Path, out: Path, state: State) -> No
         monitor.wait(timeout=30)
         log = sorted(logs.glob("train-*.log"))[-1]
         steps = read_steps(log)
-        state.data.update({
-            "train_command": "verl-p40 " + shlex.join(command[3:]), "train_log": log.name, "returncode": code,
-            "stop_sent_at_s": stop_sent, "wall_s": round(time.time() - started, 1),
-            "last_step": int(steps[-1]["step"]) if steps else None,
-            "checkpoints": sorted(p.name for p in (work / "ckpt").rglob("global_step_*"))})
+        state.data.update(
+            {
+                "train_command": "verl-p40 " + shlex.join(command[3:]),
+                "train_log": log.name,
+                "returncode": code,
+                "stop_sent_at_s": stop_sent,
+                "wall_s": round(time.time() - started, 1),
+                "last_step": int(steps[-1]["step"]) if steps else None,
+                "checkpoints": sorted(p.name for p in (work / "ckpt").rglob("global_step_*")),
+            }
+        )
         state.save(out)
         final(args, work, out, state)
     finally:
@@ -163,8 +217,20 @@ def final(args: argparse.Namespace, work: Path, out: Path, state: State) -> dict
     started = time.time()
     trained = resolve_model("latest", work / "ckpt")  # merged once, before several processes would all try
     base, data = work / "qwen-real", work / "gsm8k"
-    common = ["--model", str(base), "--compare", str(trained), "--dtype", "fp32", "--max-new-tokens",
-              str(MAX_NEW_TOKENS), "--batch-size", str(args.eval_batch), "--logs", str(work / "logs")]
+    common = [
+        "--model",
+        str(base),
+        "--compare",
+        str(trained),
+        "--dtype",
+        "fp32",
+        "--max-new-tokens",
+        str(MAX_NEW_TOKENS),
+        "--batch-size",
+        str(args.eval_batch),
+        "--logs",
+        str(work / "logs"),
+    ]
     procs, commands = [], []
     pieces = parts(data, args.eval_gpus, args.heldout_limit)
     for gpu, part in enumerate(pieces):
@@ -183,8 +249,7 @@ def final(args: argparse.Namespace, work: Path, out: Path, state: State) -> dict
     command = cli("eval", *common, "--data", str(heldout), "--out", str(whole))
     run(command)  # every answer is there already: it only scores and reports
     commands.append("verl-p40 " + shlex.join(command[3:]))
-    state.data["final_eval"] = {"commands": commands, "wall_s": round(time.time() - started, 1),
-                                "gpus": args.eval_gpus}
+    state.data["final_eval"] = {"commands": commands, "wall_s": round(time.time() - started, 1), "gpus": args.eval_gpus}
     state.save(out)
     result = report(work, out, state)
     with tarfile.open(out / "learning-work.tgz", "w:gz") as tar:
@@ -211,29 +276,49 @@ def report(work: Path, out: Path, state: State) -> dict:
     gpu_name = data.get("gpu_name", "NVIDIA H200")
     eval_gpus = data.get("final_eval", {}).get("gpus", 1)
     result = {
-        "issue": 29, "date": time.strftime("%Y-%m-%d"), "mode": mode, "recipe": RECIPE,
+        "issue": 29,
+        "date": time.strftime("%Y-%m-%d"),
+        "mode": mode,
+        "recipe": RECIPE,
         "setup": f"{gpus} x {gpu_name}, {MODES[mode]['setup']}; real-weights proxy Qwen2.5-Coder-0.5B-Instruct "
-                 "(Qwen2.5-0.5B-Instruct's shape, Qwen2.5 tokenizer)",
-        "commands": {"prep": data.get("prep_command"), "train": data.get("train_command"),
-                     "eval": data.get("final_eval", {}).get("commands")},
-        "held_out": {"questions": evaluation["questions"],
-                     "split": f"GSM8K test, the first {evaluation['questions']} of 1,319 (validation: val.parquet, "
-                     f"{VAL_SIZE} train rows)", "dtype": evaluation["dtype"], "greedy": True,
-                     "max_new_tokens": evaluation["max_new_tokens"]},
-        "eval": evaluation["models"], "comparison": evaluation["comparison"],
-        "training": {"steps": len(steps), "stop": {"returncode": data.get("returncode"),
-                                                   "sigterm_at_s": data.get("stop_sent_at_s")},
-                     "prompts_per_step": int(setting["data.train_batch_size"]), "sequences_per_step": per_step,
-                     "prompts_seen": len(steps) * int(setting["data.train_batch_size"]),
-                     "rollouts": sequences, "gpus": gpus,
-                     "median_step_s": round(statistics.median(step_s), 2) if step_s else None,
-                     "wall_s": data["wall_s"], "checkpoints": data.get("checkpoints")},
-        "gpu_minutes": {"train": round(gpus * train_minutes, 2), "final_eval": round(eval_gpus * eval_minutes, 2),
-                        "note": "wall minutes x GPUs; the trainer's start-up and validation included"},
+        "(Qwen2.5-0.5B-Instruct's shape, Qwen2.5 tokenizer)",
+        "commands": {
+            "prep": data.get("prep_command"),
+            "train": data.get("train_command"),
+            "eval": data.get("final_eval", {}).get("commands"),
+        },
+        "held_out": {
+            "questions": evaluation["questions"],
+            "split": f"GSM8K test, the first {evaluation['questions']} of 1,319 (validation: val.parquet, "
+            f"{VAL_SIZE} train rows)",
+            "dtype": evaluation["dtype"],
+            "greedy": True,
+            "max_new_tokens": evaluation["max_new_tokens"],
+        },
+        "eval": evaluation["models"],
+        "comparison": evaluation["comparison"],
+        "training": {
+            "steps": len(steps),
+            "stop": {"returncode": data.get("returncode"), "sigterm_at_s": data.get("stop_sent_at_s")},
+            "prompts_per_step": int(setting["data.train_batch_size"]),
+            "sequences_per_step": per_step,
+            "prompts_seen": len(steps) * int(setting["data.train_batch_size"]),
+            "rollouts": sequences,
+            "gpus": gpus,
+            "median_step_s": round(statistics.median(step_s), 2) if step_s else None,
+            "wall_s": data["wall_s"],
+            "checkpoints": data.get("checkpoints"),
+        },
+        "gpu_minutes": {
+            "train": round(gpus * train_minutes, 2),
+            "final_eval": round(eval_gpus * eval_minutes, 2),
+            "note": "wall minutes x GPUs; the trainer's start-up and validation included",
+        },
         "rollouts_per_gpu_minute": round(sequences / (gpus * train_minutes), 1) if train_minutes else None,
         "p40_projection": p40_projection(mode, data, steps, work),
-        "validation": [{"step": int(s["step"]), **{k: v for k, v in s.items() if k.startswith("val-core/")}}
-                       for s in validated],
+        "validation": [
+            {"step": int(s["step"]), **{k: v for k, v in s.items() if k.startswith("val-core/")}} for s in validated
+        ],
         "memory": monitor_peaks(work / "logs" / "gpu", 24.0 if mode == "p40" else None),
     }
     stamp = result["date"]
@@ -248,24 +333,31 @@ def p40_projection(mode: str, data: dict, steps: list[dict], work: Path) -> dict
     """What the run would take on Tesla P40s: a p40-mode run's wall time times the masked-H200-to-P40 factor; a
     fast-mode run's steps projected by bench/project.py as the p40 profile runs the recipe (at the logged lengths)."""
     if mode == "p40":
-        return {"factor": round(P40_PER_H200, 3),
-                "source": "bench/project.py's masked GRPO step of 64 sequences (algorithms-2026-11-30 grpo-n4)",
-                "training_hours_on_p40s": round(data["wall_s"] * P40_PER_H200 / 3600, 2),
-                "note": "the session's training wall time (start-up and validation included) times the factor"}
+        return {
+            "factor": round(P40_PER_H200, 3),
+            "source": "bench/project.py's masked GRPO step of 64 sequences (algorithms-2026-11-30 grpo-n4)",
+            "training_hours_on_p40s": round(data["wall_s"] * P40_PER_H200 / 3600, 2),
+            "note": "the session's training wall time (start-up and validation included) times the factor",
+        }
     import project
     from verl_p40.perf import projection
 
     config = work / "qwen-real" / "config.json"
     config = config if config.is_file() else project.SHARED / "config.json"
     shape = projection.Shape.from_config(json.loads(config.read_text()))
-    command = "verl-p40 " + shlex.join(train_command(argparse.Namespace(
-        mode="p40", test_freq=0, save_freq=0, steps=0, override=[]), work)[3:])
+    command = "verl-p40 " + shlex.join(
+        train_command(argparse.Namespace(mode="p40", test_freq=0, save_freq=0, steps=0, override=[]), work)[3:]
+    )
     row = project.project_run("fast run as the p40 profile", command, steps, shape, recent=True)
     step_s = row["p40_projection"]["step"]
-    return {"p40_s_per_step": step_s, "p40_hours_per_gsm8k_epoch": row["p40_hours_per_gsm8k_epoch"],
-            "p40_hours_for_this_run": round(step_s * len(steps) / 3600, 2), "projected_config": command,
-            "source": "bench/project.py: the p40 profile's config of the recipe at this run's logged answer lengths; "
-                      "its generation time from this run's (unmasked, one 256-answer batch) is a lower bound"}
+    return {
+        "p40_s_per_step": step_s,
+        "p40_hours_per_gsm8k_epoch": row["p40_hours_per_gsm8k_epoch"],
+        "p40_hours_for_this_run": round(step_s * len(steps) / 3600, 2),
+        "projected_config": command,
+        "source": "bench/project.py: the p40 profile's config of the recipe at this run's logged answer lengths; "
+        "its generation time from this run's (unmasked, one 256-answer batch) is a lower bound",
+    }
 
 
 def trainer_settings(log: Path) -> dict[str, str]:
@@ -288,19 +380,28 @@ def plot(steps: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
     x, y = series("critic/score/mean")
     axes[0].plot(x, y, marker=".", alpha=0.5, label="reward (the recipe's)")
-    for key, label in (("reward/flexible/mean", "correct, last number"), ("reward/strict/mean", "correct, '#### N'"),
-                       ("reward/format/mean", "'#### N' used")):
+    for key, label in (
+        ("reward/flexible/mean", "correct, last number"),
+        ("reward/strict/mean", "correct, '#### N'"),
+        ("reward/format/mean", "'#### N' used"),
+    ):
         x, y = series(key)
         if len(y) >= 5:
-            y = [statistics.mean(y[max(0, i - 4):i + 1]) for i in range(len(y))]
+            y = [statistics.mean(y[max(0, i - 4) : i + 1]) for i in range(len(y))]
         if y:
             axes[0].plot(x, y, label=label + (" (mean of last 5)" if len(y) >= 5 else ""))
     axes[0].set_title("training answers (sampled)")
     val = sorted({(s["step"], v) for s in steps for k, v in s.items() if k.startswith("val-core/")})
     if val:
         error = [math.sqrt(max(min(v, 1.0), 0.0) * max(1 - v, 0.0) / VAL_SIZE) for _, v in val]
-        axes[1].errorbar([v[0] for v in val], [v[1] for v in val], yerr=error, marker="o", capsize=3,
-                         label=f"\u00b11 standard error ({VAL_SIZE} questions)")
+        axes[1].errorbar(
+            [v[0] for v in val],
+            [v[1] for v in val],
+            yerr=error,
+            marker="o",
+            capsize=3,
+            label=f"\u00b11 standard error ({VAL_SIZE} questions)",
+        )
     axes[1].set_title("validation accuracy, greedy (val.parquet: train rows)")
     x, y = series("actor/entropy")
     axes[2].plot(x, y, marker=".", color="tab:green")

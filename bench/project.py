@@ -126,15 +126,20 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--config", type=Path, default=SHARED, help="the model's config.json folder [%(default)s]")
     parser.add_argument("--log", type=Path, help="project only this trainer log (a learning run's), as --command runs")
-    parser.add_argument("--command", help="with --log: the `verl-p40 train ...` command whose config is projected "
-                        "(e.g. the p40-profile command of a recipe a fast run measured)")
+    parser.add_argument(
+        "--command",
+        help="with --log: the `verl-p40 train ...` command whose config is projected "
+        "(e.g. the p40-profile command of a recipe a fast run measured)",
+    )
     args = parser.parse_args()
     shape = projection.Shape.from_config(json.loads((args.config / "config.json").read_text()))
     if args.log:  # one run: the command's config on a P40, with the logged run's answer lengths
         steps = [s for s in read_steps(args.log) if "timing_s/step" in s]
         row = project_run(str(args.log), args.command, steps, shape, recent=True)
         args.out.write_text(json.dumps(row, indent=2) + "\n")
-        print(f"P40: {row['p40_projection']['step']} s/step, {row['p40_hours_per_gsm8k_epoch']} h/epoch", file=sys.stderr)
+        print(
+            f"P40: {row['p40_projection']['step']} s/step, {row['p40_hours_per_gsm8k_epoch']} h/epoch", file=sys.stderr
+        )
         return
     rows = [project_run(name, command, steps, shape, recent) for name, command, steps, recent in collect()]
     args.out.write_text(

@@ -98,19 +98,43 @@ def slices(data: Path) -> tuple[Path, Path]:
 
 
 def eval_args(args: argparse.Namespace, work: Path) -> list[str]:
-    return ["--data", str(work / "gsm8k" / "heldout-256.parquet"), "--max-new-tokens", str(args.max_new_tokens),
-            "--batch-size", "128"]
+    return [
+        "--data",
+        str(work / "gsm8k" / "heldout-256.parquet"),
+        "--max-new-tokens",
+        str(args.max_new_tokens),
+        "--batch-size",
+        "128",
+    ]
 
 
 def prepare(args: argparse.Namespace, work: Path, out: Path, state: State) -> None:
     model, data = work / "qwen-real", work / "gsm8k"
     if not (model / "config.json").is_file():
-        run([sys.executable, str(HERE / "gguf_to_hf.py"), "--gguf", args.gguf, "--tokenizer", args.tokenizer,
-             "--out", str(model)])
+        run(
+            [
+                sys.executable,
+                str(HERE / "gguf_to_hf.py"),
+                "--gguf",
+                args.gguf,
+                "--tokenizer",
+                args.tokenizer,
+                "--out",
+                str(model),
+            ]
+        )
     run(cli("prep", "--source", args.gsm8k, "--out", str(data), "--tokenizer", args.tokenizer, "--skip-existing"))
     slices(data)
-    command = cli("eval", "--model", str(model), "--out", str(work / "eval-base"), "--logs", str(work / "none"),
-                  *eval_args(args, work))
+    command = cli(
+        "eval",
+        "--model",
+        str(model),
+        "--out",
+        str(work / "eval-base"),
+        "--logs",
+        str(work / "none"),
+        *eval_args(args, work),
+    )
     run(command)
     base = json.loads((work / "eval-base" / "report.json").read_text())
     state.data["base_eval"] = {"command": "verl-p40 " + shlex.join(command[3:]), "models": base["models"]}
@@ -122,18 +146,39 @@ def prepare(args: argparse.Namespace, work: Path, out: Path, state: State) -> No
 
 def train_command(args: argparse.Namespace, work: Path) -> list[str]:
     """The trainer command: identical in every `train` phase, which is what makes the second one resume."""
-    return cli("train", "--profile", "p40", "--model", str(work / "qwen-real"), "--data", str(work / "gsm8k"),
-               "--checkpoints", str(work / "ckpt"), "--logs", str(work / "logs"), "--gpu-memory-cap-gb", "24",
-               "--reward-method", "flexible", "--format-bonus", "0.1",
-               f"data.val_files={work / 'gsm8k' / 'val-128.parquet'}", "trainer.val_before_train=true",
-               f"trainer.test_freq={args.test_freq}", f"trainer.save_freq={args.save_freq}",
-               f"trainer.total_training_steps={args.steps}", f"data.max_response_length={args.max_new_tokens}",
-               f"actor_rollout_ref.actor.optim.lr={args.actor_lr}", f"trainer.critic_warmup={args.critic_warmup}",
-               *args.override)
+    return cli(
+        "train",
+        "--profile",
+        "p40",
+        "--model",
+        str(work / "qwen-real"),
+        "--data",
+        str(work / "gsm8k"),
+        "--checkpoints",
+        str(work / "ckpt"),
+        "--logs",
+        str(work / "logs"),
+        "--gpu-memory-cap-gb",
+        "24",
+        "--reward-method",
+        "flexible",
+        "--format-bonus",
+        "0.1",
+        f"data.val_files={work / 'gsm8k' / 'val-128.parquet'}",
+        "trainer.val_before_train=true",
+        f"trainer.test_freq={args.test_freq}",
+        f"trainer.save_freq={args.save_freq}",
+        f"trainer.total_training_steps={args.steps}",
+        f"data.max_response_length={args.max_new_tokens}",
+        f"actor_rollout_ref.actor.optim.lr={args.actor_lr}",
+        f"trainer.critic_warmup={args.critic_warmup}",
+        *args.override,
+    )
 
 
-def should_stop(step: int, previous: int, step_times: list[float], elapsed: float,
-                args: argparse.Namespace) -> str | None:
+def should_stop(
+    step: int, previous: int, step_times: list[float], elapsed: float, args: argparse.Namespace
+) -> str | None:
     """Why to stop the trainer now that `step` is the last step logged (`previous` before it), or None.
 
     step_times: seconds between consecutive step lines of this run (validation and saving included)."""
@@ -142,7 +187,7 @@ def should_stop(step: int, previous: int, step_times: list[float], elapsed: floa
     checkpointed = step // args.save_freq > previous // args.save_freq  # a checkpoint step was reached or passed
     if args.budget_s is None or not checkpointed or not step_times:
         return None
-    per_step = statistics.median(step_times[-args.save_freq:])
+    per_step = statistics.median(step_times[-args.save_freq :])
     # the next checkpoint needs save_freq more steps, one of them carrying validation and the save
     if elapsed + per_step * (args.save_freq + 2) + args.teardown_s > args.budget_s:
         return f"stopped after the checkpoint of step {step - step % args.save_freq}: the next one would not fit"
@@ -153,15 +198,22 @@ def ray_stop() -> None:
     """Clear what a killed trainer's own Ray left behind; a cluster someone else started (RAY_ADDRESS) stays."""
     if os.environ.get("RAY_ADDRESS"):
         return
-    subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "stop", "--force"], check=False,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "ray.scripts.scripts", "stop", "--force"],
+        check=False,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def resume_lines(text: str) -> list[str]:
     """verl's own lines about the checkpoint it resumed from (printed by a Ray actor: prefixed, coloured)."""
     plain = (re.sub(r"\x1b\[[0-9;]*m", "", line) for line in text.splitlines())
-    return [line.split(")", 1)[-1].strip() if line.startswith("(") else line.strip() for line in plain
-            if any(key in line for key in ("Load from checkpoint folder", "Setting global step", "Resuming from"))]
+    return [
+        line.split(")", 1)[-1].strip() if line.startswith("(") else line.strip()
+        for line in plain
+        if any(key in line for key in ("Load from checkpoint folder", "Setting global step", "Resuming from"))
+    ]
 
 
 def train(args: argparse.Namespace, work: Path, out: Path, state: State) -> None:
@@ -205,13 +257,18 @@ def train(args: argparse.Namespace, work: Path, out: Path, state: State) -> None
     text = log.read_text(errors="replace")
     steps = read_steps(log)
     state.data["train_command"] = "verl-p40 " + shlex.join(command[3:])
-    state.data["train_runs"].append({
-        "log": log.name, "returncode": proc.returncode, "stop_reason": reason or "finished",
-        "wall_s": round(time.time() - started, 1),
-        "first_step": int(steps[0]["step"]) if steps else None, "last_step": int(steps[-1]["step"]) if steps else None,
-        "resume_lines": resume_lines(text),
-        "checkpoints_after": sorted(p.name for p in (work / "ckpt").rglob("global_step_*")),
-    })
+    state.data["train_runs"].append(
+        {
+            "log": log.name,
+            "returncode": proc.returncode,
+            "stop_reason": reason or "finished",
+            "wall_s": round(time.time() - started, 1),
+            "first_step": int(steps[0]["step"]) if steps else None,
+            "last_step": int(steps[-1]["step"]) if steps else None,
+            "resume_lines": resume_lines(text),
+            "checkpoints_after": sorted(p.name for p in (work / "ckpt").rglob("global_step_*")),
+        }
+    )
     shutil.copy(log, out / f"real-weights-{log.name}")
     if (logs / "gpu").is_dir():  # the monitor writes nothing without a GPU
         shutil.copytree(logs / "gpu", out / "real-weights-gpu", dirs_exist_ok=True)
@@ -255,12 +312,20 @@ def wait(args: argparse.Namespace, work: Path) -> None:
         if steps and steps[-1]["step"] != seen:
             seen = steps[-1]["step"]
             last = steps[-1]
-            extra = "".join(f", {label} {value:.3f}" for label, value in (
-                ("correct", last.get("reward/acc/mean")),
-                ("validation", next((v for k, v in last.items() if k.startswith("val-core/")), None)),
-                ("s/step", last.get("timing_s/step"))) if value is not None)
-            print(f"[wait] {logs[-1].name} step {int(seen)}: training reward "
-                  f"{last.get('critic/score/mean', float('nan')):.3f}{extra}", flush=True)
+            extra = "".join(
+                f", {label} {value:.3f}"
+                for label, value in (
+                    ("correct", last.get("reward/acc/mean")),
+                    ("validation", next((v for k, v in last.items() if k.startswith("val-core/")), None)),
+                    ("s/step", last.get("timing_s/step")),
+                )
+                if value is not None
+            )
+            print(
+                f"[wait] {logs[-1].name} step {int(seen)}: training reward "
+                f"{last.get('critic/score/mean', float('nan')):.3f}{extra}",
+                flush=True,
+            )
         if not alive or time.time() > deadline:
             print(f"[wait] session {'still running' if alive else 'ended'}", flush=True)
             return
@@ -275,8 +340,11 @@ def sign_test(records: list[dict]) -> dict:
     out = {}
     for kind in ("strict", "flexible"):
         test = stats.paired(((r["models"]["base"], r["models"]["trained"]) for r in records), kind)
-        out[kind] = {"trained_only_right": test["second_higher"], "base_only_right": test["first_higher"],
-                     "p_value_two_sided": test["p_value"]}
+        out[kind] = {
+            "trained_only_right": test["second_higher"],
+            "base_only_right": test["first_higher"],
+            "p_value_two_sided": test["p_value"],
+        }
     return out
 
 
@@ -303,11 +371,15 @@ def reward_rise(steps: list[dict], warmup: int, draws: int = 200_000) -> dict | 
         rng = random.Random(0)
         hits = sum(sum(rng.sample(values, len(base))) <= observed + 1e-12 for _ in range(draws))
         method, p = f"{draws} random splits", (hits + 1) / (draws + 1)
-    return {"base_policy_steps": [1, warmup], "base_policy_mean": round(statistics.mean(base), 4),
-            "trained_steps": [warmup + 1, max(scores)],
-            "trained_mean": round(statistics.mean(trained), 4),
-            "rise": round(statistics.mean(trained) - statistics.mean(base), 4),
-            "p_value_one_sided": p, "test": f"permutation of step means ({method})"}
+    return {
+        "base_policy_steps": [1, warmup],
+        "base_policy_mean": round(statistics.mean(base), 4),
+        "trained_steps": [warmup + 1, max(scores)],
+        "trained_mean": round(statistics.mean(trained), 4),
+        "rise": round(statistics.mean(trained) - statistics.mean(base), 4),
+        "p_value_one_sided": p,
+        "test": f"permutation of step means ({method})",
+    }
 
 
 def repeat_eval(first: list[dict], second: list[dict], model: str = "base") -> dict:
@@ -316,9 +388,11 @@ def repeat_eval(first: list[dict], second: list[dict], model: str = "base") -> d
     pairs = [(a["models"][model], b["models"][model]) for a, b in zip(first, second, strict=True)]
     out: dict = {"questions": len(pairs), "answers_differing": sum(a["answer"] != b["answer"] for a, b in pairs)}
     for kind in ("strict", "flexible"):
-        out[kind] = {"first": round(statistics.mean(a[kind] for a, _ in pairs), 4),
-                     "second": round(statistics.mean(b[kind] for _, b in pairs), 4),
-                     "scores_differing": sum(stats.paired(pairs, kind)[k] for k in ("second_higher", "first_higher"))}
+        out[kind] = {
+            "first": round(statistics.mean(a[kind] for a, _ in pairs), 4),
+            "second": round(statistics.mean(b[kind] for _, b in pairs), 4),
+            "scores_differing": sum(stats.paired(pairs, kind)[k] for k in ("second_higher", "first_higher")),
+        }
     return out
 
 
@@ -339,15 +413,29 @@ def monitor_peaks(folder: Path, cap_gb: float | None = 24.0) -> dict:
     summary = Summary()
     summary.add(read_gpu_csv(folder / "gpu.csv"), read_process_csv(folder / "gpu-processes.csv"))
     peaks = summary.as_dict()
-    return {"device_used_peak_gb": max(g["peak_memory_used_gb"] for g in peaks["gpus"].values()),
-            "process_used_peak_gb": round(peaks["processes"][0]["peak_used_memory_bytes"] / 1e9, 3),
-            "cap_gb": cap_gb, "source": "verl-p40 monitor, 1 s samples, every train run"}
+    return {
+        "device_used_peak_gb": max(g["peak_memory_used_gb"] for g in peaks["gpus"].values()),
+        "process_used_peak_gb": round(peaks["processes"][0]["peak_used_memory_bytes"] / 1e9, 3),
+        "cap_gb": cap_gb,
+        "source": "verl-p40 monitor, 1 s samples, every train run",
+    }
 
 
 def final(args: argparse.Namespace, work: Path, out: Path, state: State) -> dict:
-    command = cli("eval", "--model", str(work / "qwen-real"), "--compare", "latest", "--checkpoints",
-                  str(work / "ckpt"), "--out", str(work / "eval-final"), "--logs", str(work / "logs"),
-                  *eval_args(args, work))
+    command = cli(
+        "eval",
+        "--model",
+        str(work / "qwen-real"),
+        "--compare",
+        "latest",
+        "--checkpoints",
+        str(work / "ckpt"),
+        "--out",
+        str(work / "eval-final"),
+        "--logs",
+        str(work / "logs"),
+        *eval_args(args, work),
+    )
     run(command)
     state.data["final_eval_command"] = "verl-p40 " + shlex.join(command[3:])
     state.save(out)
@@ -381,9 +469,13 @@ def redone_steps(logs: Path, killed: dict, resumed: dict) -> dict:
     again = {int(s["step"]): s for s in read_steps(logs / resumed["log"])}
     both = sorted(k for k in first.keys() & again.keys() if k > resumed["first_step"])
     keys = ("critic/score/mean", "actor/entropy", "actor/pg_loss", "critic/vf_loss", "response_length/mean")
-    return {"steps": both,
-            **{key: {"killed_run": [first[k].get(key) for k in both], "resumed_run": [again[k].get(key) for k in both]}
-               for key in keys}}
+    return {
+        "steps": both,
+        **{
+            key: {"killed_run": [first[k].get(key) for k in both], "resumed_run": [again[k].get(key) for k in both]}
+            for key in keys
+        },
+    }
 
 
 def report(args: argparse.Namespace, work: Path, out: Path, state: State) -> dict:
@@ -402,28 +494,33 @@ def report(args: argparse.Namespace, work: Path, out: Path, state: State) -> dic
     models = evaluation["models"]
     result = {
         "environment": state.data.get("environment"),
-        "commands": {"base_eval": state.data.get("base_eval", {}).get("command"),
-                     "train (every run, unchanged)": state.data.get("train_command"),
-                     "final_eval": state.data.get("final_eval_command")},
+        "commands": {
+            "base_eval": state.data.get("base_eval", {}).get("command"),
+            "train (every run, unchanged)": state.data.get("train_command"),
+            "final_eval": state.data.get("final_eval_command"),
+        },
         "heldout": f"GSM8K test rows {HELDOUT_ROWS[0]}..{sum(HELDOUT_ROWS) - 1} ({HELDOUT_ROWS[1]} questions, greedy)",
         "validation": f"GSM8K test rows {VAL_ROWS[0]}..{sum(VAL_ROWS) - 1} ({VAL_ROWS[1]} questions), trainer's val",
         "base_eval_alone": state.data.get("base_eval", {}).get("models"),
         "eval": models,
-        "difference": {k: round(models["trained"][f"accuracy_{k}"] - models["base"][f"accuracy_{k}"], 4)
-                       for k in ("strict", "flexible")},
+        "difference": {
+            k: round(models["trained"][f"accuracy_{k}"] - models["base"][f"accuracy_{k}"], 4)
+            for k in ("strict", "flexible")
+        },
         "paired_sign_test": sign_test(records),
         "base_evaluated_twice": repeat_eval(base_records, records) if base_records else None,
         "training_reward_rise": reward_rise(steps, warmup),
         "train_runs": runs,
-        "resume": {"save_freq": command_setting(command, "trainer.save_freq", args.save_freq),
-                   "killed_run": killed + 1 if killed is not None else None,
-                   "killed_after_step": runs[killed]["last_step"] if killed is not None else None,
-                   "resumed_from_checkpoint_step": resumed["first_step"] if resumed else None,
-                   "first_step_trained_again": resumed["first_step"] + 1 if resumed else None,
-                   "steps_lost": runs[killed]["last_step"] - resumed["first_step"] if resumed else None,
-                   "evidence": resume_lines((work / "logs" / resumed["log"]).read_text(errors="replace"))
-                   if resumed else [],
-                   "redone_steps": redone_steps(work / "logs", runs[killed], resumed) if resumed else None},
+        "resume": {
+            "save_freq": command_setting(command, "trainer.save_freq", args.save_freq),
+            "killed_run": killed + 1 if killed is not None else None,
+            "killed_after_step": runs[killed]["last_step"] if killed is not None else None,
+            "resumed_from_checkpoint_step": resumed["first_step"] if resumed else None,
+            "first_step_trained_again": resumed["first_step"] + 1 if resumed else None,
+            "steps_lost": runs[killed]["last_step"] - resumed["first_step"] if resumed else None,
+            "evidence": resume_lines((work / "logs" / resumed["log"]).read_text(errors="replace")) if resumed else [],
+            "redone_steps": redone_steps(work / "logs", runs[killed], resumed) if resumed else None,
+        },
         "steps_trained": max((int(s["step"]) for s in steps), default=0),
         "step_time_s_median": round(statistics.median(timed), 2) if timed else None,
         "peak_torch_max_allocated_gb": max((s.get("perf/max_memory_allocated_gb", 0) for s in steps), default=None),
@@ -461,26 +558,38 @@ def plot(steps: list[dict], path: Path, resume: dict, warmup: int = 0, rise: dic
     x, y = series("critic/score/mean")
     ax1.plot(x, y, marker=".", label="per step")
     if len(y) >= 5:
-        ax1.plot(x, [statistics.mean(y[max(0, i - 4):i + 1]) for i in range(len(y))], label="mean of last 5")
+        ax1.plot(x, [statistics.mean(y[max(0, i - 4) : i + 1]) for i in range(len(y))], label="mean of last 5")
     if rise:
-        for (first, last), mean, label in ((rise["base_policy_steps"], rise["base_policy_mean"], "base policy"),
-                                           (rise["trained_steps"], rise["trained_mean"], "trained actor")):
+        for (first, last), mean, label in (
+            (rise["base_policy_steps"], rise["base_policy_mean"], "base policy"),
+            (rise["trained_steps"], rise["trained_mean"], "trained actor"),
+        ):
             ax1.hlines(mean, first, last, colors="black", linestyles="--", linewidth=1)
-            ax1.annotate(f"{label}: {mean:.3f}", (first, mean), textcoords="offset points", xytext=(0, 4),
-                         fontsize=8)
-        ax1.text(0.99, 0.02, f"rise {rise['rise']:+.3f}, one-sided p = {rise['p_value_one_sided']:.2g}",
-                 transform=ax1.transAxes, ha="right", fontsize=8)
+            ax1.annotate(f"{label}: {mean:.3f}", (first, mean), textcoords="offset points", xytext=(0, 4), fontsize=8)
+        ax1.text(
+            0.99,
+            0.02,
+            f"rise {rise['rise']:+.3f}, one-sided p = {rise['p_value_one_sided']:.2g}",
+            transform=ax1.transAxes,
+            ha="right",
+            fontsize=8,
+        )
     ax1.set_title("training reward (flexible + 0.1 format bonus), batch 64")
     val = sorted({(s["step"], v) for s in steps for k, v in s.items() if k.startswith("val-core/")})
     if val:
         # binomial standard error of an accuracy on VAL_ROWS[1] questions (the format bonus adds a little)
         error = [math.sqrt(max(v[1], 0.0) * max(1 - v[1], 0.0) / VAL_ROWS[1]) for v in val]
-        ax2.errorbar([v[0] for v in val], [v[1] for v in val], yerr=error, marker="o", capsize=3,
-                     label=f"\u00b11 standard error ({VAL_ROWS[1]} questions)")
+        ax2.errorbar(
+            [v[0] for v in val],
+            [v[1] for v in val],
+            yerr=error,
+            marker="o",
+            capsize=3,
+            label=f"\u00b11 standard error ({VAL_ROWS[1]} questions)",
+        )
     ax2.set_title("validation reward, greedy (test rows 256..383)")
     x, y = series("critic/vf_explained_var")
-    ax3.plot(x, [max(v, -5.0) for v in y], marker=".", color="tab:purple",
-             label="critic explained variance (floor -5)")
+    ax3.plot(x, [max(v, -5.0) for v in y], marker=".", color="tab:purple", label="critic explained variance (floor -5)")
     ax3.axhline(0, color="grey", linewidth=0.6)
     ax3.set_ylabel("explained variance")
     entropy = ax3.twinx()
@@ -493,12 +602,21 @@ def plot(steps: list[dict], path: Path, resume: dict, warmup: int = 0, rise: dic
     for ax in (ax1, ax2, ax3):
         ax.set_xlabel("PPO step")
         if warmup > 1:  # verl first updates the actor in step `warmup`, after that step's rollout
-            ax.axvspan(0.5, warmup + 0.5, color="grey", alpha=0.15,
-                       label=f"critic warm-up: steps 1..{warmup} roll out the base policy")
+            ax.axvspan(
+                0.5,
+                warmup + 0.5,
+                color="grey",
+                alpha=0.15,
+                label=f"critic warm-up: steps 1..{warmup} roll out the base policy",
+            )
         if resume.get("killed_after_step") is not None:
-            ax.axvline(resume["killed_after_step"], color="red", linestyle=":",
-                       label=f"killed after step {resume['killed_after_step']}, "
-                       f"resumed from the step-{resume['resumed_from_checkpoint_step']} checkpoint")
+            ax.axvline(
+                resume["killed_after_step"],
+                color="red",
+                linestyle=":",
+                label=f"killed after step {resume['killed_after_step']}, "
+                f"resumed from the step-{resume['resumed_from_checkpoint_step']} checkpoint",
+            )
     ax1.legend(fontsize=7, loc="upper left")
     ax2.legend(fontsize=7, loc="lower left")
     fig.tight_layout()
@@ -518,10 +636,19 @@ def main() -> None:
     parser.add_argument("--test-freq", type=int, default=5)
     parser.add_argument("--actor-lr", type=float, default=2e-6)
     parser.add_argument("--max-new-tokens", type=int, default=320)
-    parser.add_argument("--critic-warmup", type=int, default=8,
-                        help="trainer.critic_warmup: steps 1..N-1 train only the critic (its value head starts random)")
-    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                        help="one more verl override for the trainer command (repeatable; later ones win)")
+    parser.add_argument(
+        "--critic-warmup",
+        type=int,
+        default=8,
+        help="trainer.critic_warmup: steps 1..N-1 train only the critic (its value head starts random)",
+    )
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="one more verl override for the trainer command (repeatable; later ones win)",
+    )
     parser.add_argument("--kill-after", type=int, help="train: SIGTERM once this step is logged")
     parser.add_argument("--budget-s", type=float, help="train: stop at the last checkpoint that fits this time")
     parser.add_argument("--teardown-s", type=float, default=45)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from tiny_model import make_tiny_qwen  # noqa: F401 (the tests import it from here)
 
 REPO = Path(__file__).resolve().parents[1]

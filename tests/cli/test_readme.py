@@ -39,8 +39,13 @@ def _text(page: str) -> str:
 
 
 def test_the_docs_pages_are_there():
-    assert {"docs/README.md", "docs/cli.md", "docs/configuration.md", "docs/verification.md",
-            "docs/troubleshooting.md"} <= set(DOCS)
+    assert {
+        "docs/README.md",
+        "docs/cli.md",
+        "docs/configuration.md",
+        "docs/verification.md",
+        "docs/troubleshooting.md",
+    } <= set(DOCS)
 
 
 @pytest.mark.parametrize("page", PAGES)

@@ -68,8 +68,10 @@ if os.environ.get("VERL_P40_CPU_SHIMS") == "1":
         def query(self):
             return True
 
-    for _name, _value in {"record_event": lambda self, event=None: event if event is not None else _CpuEvent(),
-                          "wait_event": lambda self, event: None,
-                          "synchronize": lambda self: None}.items():
+    for _name, _value in {
+        "record_event": lambda self, event=None: event if event is not None else _CpuEvent(),
+        "wait_event": lambda self, event: None,
+        "synchronize": lambda self: None,
+    }.items():
         if not hasattr(torch.cpu.Stream, _name):
             setattr(torch.cpu.Stream, _name, _value)
