@@ -392,8 +392,46 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"verl-p40 {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except ModuleNotFoundError as exc:
+        missing = missing_dependency(exc)
+        if missing is None:
+            raise
+        print(f"verl-p40 {args.command}: error: {missing}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
+
+
+# The packages a `pip install verl-p40` leaves out (the image has them all: docker/requirements.txt), by import name,
+# with the name pip installs them by.
+HEAVY_DEPENDENCIES = {
+    "torch": "torch",
+    "transformers": "transformers",
+    "verl": "verl==0.5.0",
+    "ray": "ray",
+    "safetensors": "safetensors",
+    "peft": "peft",
+    "accelerate": "accelerate",
+    "gguf": "gguf",
+    "vllm": "vllm",
+    "pynvml": "nvidia-ml-py",
+    "prometheus_client": "prometheus-client",
+    "matplotlib": "matplotlib",
+    "datasets": "datasets",
+    "huggingface_hub": "huggingface_hub",
+    "tensorboard": "tensorboard",
+}
+
+
+def missing_dependency(exc: ModuleNotFoundError) -> str | None:
+    """The one line for a command whose package is not installed here, or None for any other missing module."""
+    top = (exc.name or "").split(".")[0]
+    if top not in HEAVY_DEPENDENCIES:
+        return None
+    return (
+        f"this command needs the Python package {HEAVY_DEPENDENCIES[top]!r}, which is not installed here: run it in "
+        f"the image (docker compose), or pip install {HEAVY_DEPENDENCIES[top]} (docs/image.md, the pip package)"
+    )
 
 
 if __name__ == "__main__":

@@ -137,7 +137,7 @@ expect "with Docker's 'could not select device driver' line" grep -q 'could not 
 
 step "who owns what the services wrote (uid 1000 = the image's user)"
 for volume in models data checkpoints logs hf-cache; do
-  owners=$(in_volume "$volume" sh -c 'find /v -mindepth 1 -printf "%u\n" | sort | uniq -c | tr -s " " | tr "\n" ";"')
+  owners=$(in_volume "$volume" sh -c 'find /v -mindepth 1 -printf "%U\n" | sort | uniq -c | tr -s " " | tr "\n" ";"')
   top=$(in_volume "$volume" stat -c %u /v)
   echo "volume $volume: top folder uid $top; entries by uid: ${owners:-empty}"
   expect "volume $volume owned by uid 1000" sh -c "[ '$top' = 1000 ] && ! echo '$owners' | grep -qv '^ *[0-9]* 1000;\$' "

@@ -359,3 +359,38 @@ def test_bad_input_gets_one_line_and_changes_nothing(world, name, args, env, exp
 def test_the_matrix_is_wide():
     assert len(CASES) >= 40
     assert {c[1][0] for c in CASES} >= {"prep", "fetch-model", "config", "train", "eval", "monitor", "doctor"}
+
+
+@pytest.mark.parametrize("command", ["eval", "export", "bench"])
+def test_a_command_whose_package_is_missing_says_so_in_one_line(tmp_path, tiny_model, command):
+    """`pip install verl-p40` leaves torch and verl out (the image has them): a command that needs one says which and
+    what to do, in one line, instead of a ModuleNotFoundError traceback. torch and verl are made unimportable here."""
+    import subprocess
+    import sys
+
+    args = {
+        "eval": ["eval", "--model", str(tiny_model), "--data", str(tmp_path / "d.parquet")],
+        "export": ["export", "--model", str(tiny_model), "--out", str(tmp_path / "x")],
+        "bench": ["bench", "--profile", "p40", "--model", str(tiny_model)],
+    }[command]
+    code = (
+        "import sys; sys.modules['torch'] = None; sys.modules['verl'] = None; "
+        "from verl_p40 import cli; sys.exit(cli.main(sys.argv[1:]))"
+    )
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp)}
+    result = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=tmp_path, env=env)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1 and "Traceback" not in result.stderr
+    assert lines[0].startswith(f"verl-p40 {command}: error: this command needs the Python package ")
+    assert "which is not installed here: run it in the image" in lines[0]
+    assert [p.name for p in tmp_path.iterdir()] == ["tmp"] and list(temp.iterdir()) == []  # nothing written or left
+
+
+def test_a_missing_module_of_our_own_is_not_passed_off_as_a_dependency():
+    from verl_p40.cli import missing_dependency
+
+    assert missing_dependency(ModuleNotFoundError("x", name="verl_p40.nothing")) is None
+    assert "'torch'" in missing_dependency(ModuleNotFoundError("x", name="torch.cuda"))

@@ -84,7 +84,7 @@ def test_compose_services_volumes_and_wiring(compose):
     assert trainer_stop_grace(services) == "6m0s"
     # a missing host folder is refused, not created as root (where uid 1000 could not write)
     exports = next(v for v in exporter["volumes"] if v["target"] == "/exports")
-    assert exports["type"] == "bind" and exports["bind"]["create_host_path"] is False
+    assert exports["type"] == "bind" and exports["bind"].get("create_host_path", False) is False  # false: omitted
     board = services["tensorboard"]
     assert board["profiles"] == ["tensorboard"] and "deploy" not in board  # no GPU reserved for it
     assert [(v["source"], v["target"], v.get("read_only")) for v in board["volumes"]] == [("logs", "/logs", True)]

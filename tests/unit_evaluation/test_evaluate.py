@@ -254,3 +254,69 @@ def test_dtype_choice_and_refusals(tiny_models, prepared, tmp_path, monkeypatch)
         .endswith("answers generated in fp32, this run asks for bf16; use another --out or remove it")
     )
     assert (out / "answers.jsonl").read_bytes() == before
+
+
+def test_data_may_be_the_prep_folder_and_means_its_test_split(tiny_models, prepared, tmp_path):
+    """The folder prep wrote (train, test, val) is what train, doctor and config take: eval reads its test split only
+    (reading every parquet in it evaluated 7,473 train questions, their indexes overwriting the test rows')."""
+    result = cli(
+        "eval",
+        "--model",
+        str(tiny_models[0]),
+        "--data",
+        str(prepared),
+        "--out",
+        str(tmp_path / "out"),
+        "--device",
+        "cpu",
+        "--max-new-tokens",
+        "4",
+        "--limit",
+        "2",
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["data"] == str(prepared / "test.parquet") and report["questions"] == 2
+
+
+def test_a_folder_without_test_split_or_rows_of_one_index_twice_are_refused_and_nothing_is_written(
+    tiny_models, prepared, tmp_path
+):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    lone = tmp_path / "train-only"
+    lone.mkdir()
+    shutil.copy(prepared / "train.parquet", lone / "train.parquet")
+    both = tmp_path / "both.parquet"  # two splits in one file: their extra_info.index restart at 0
+    pq.write_table(
+        pa.concat_tables(
+            [
+                pq.read_table(prepared / "test.parquet").slice(0, 2),
+                pq.read_table(prepared / "train.parquet").slice(0, 2),
+            ]
+        ),
+        both,
+    )
+    for data, line in (
+        (lone, f"{lone}: a folder without test.parquet; pass the folder `verl-p40 prep` wrote"),
+        (both, f"{both}: row 3: extra_info.index 0 is also row 1's; pass one split"),
+    ):
+        out = tmp_path / f"out-{data.stem}"
+        result = cli(
+            "eval",
+            "--model",
+            str(tiny_models[0]),
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--device",
+            "cpu",
+            "--max-new-tokens",
+            "4",
+        )
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"verl-p40 eval: error: {line}")
+        assert "Traceback" not in result.stderr and not out.exists()

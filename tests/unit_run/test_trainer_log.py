@@ -16,3 +16,18 @@ def test_parses_verl_console_lines_with_ray_prefix_and_numpy_scalars(tmp_path):
     first = parse_line(log.read_text().splitlines()[0])
     assert first["perf/max_memory_allocated_gb"] == 14.79 and first["actor/lr"] == 1e-06 and "note" not in first
     assert parse_line("no metrics here") is None
+
+
+def test_nan_and_inf_are_kept_not_dropped():
+    """A NaN gradient norm (bf16 gone wrong) must show in every result made from the log: literal_eval cannot read
+    `nan`, and the key used to vanish."""
+    import math
+
+    from verl_p40.run.trainer_log import parse_line
+
+    record = parse_line(
+        "(TaskRunner pid=1) step:3 - actor/grad_norm:np.float64(nan) - critic/grad_norm:nan - x/max:inf - "
+        "x/min:np.float64(-inf) - actor/lr:np.float64(1e-06)"
+    )
+    assert math.isnan(record["actor/grad_norm"]) and math.isnan(record["critic/grad_norm"])
+    assert record["x/max"] == math.inf and record["x/min"] == -math.inf and record["actor/lr"] == 1e-06

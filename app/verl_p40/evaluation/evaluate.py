@@ -23,6 +23,7 @@ from verl_p40.evaluation.generation import (
     HfGenerator,
     Question,
     VllmGenerator,
+    heldout_file,
     load_questions,
     pick_engine,
     torch_dtype,
@@ -242,10 +243,11 @@ def run(
     import torch
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    out.mkdir(parents=True, exist_ok=True)
+    data = heldout_file(data)
+    questions = load_questions(data, limit)  # before anything is merged or written: a bad file changes nothing
     specs = {"base": model} if compare is None else {"base": model, "trained": compare}
     models = {label: resolve_model(spec, checkpoints) for label, spec in specs.items()}
-    questions = load_questions(data, limit)
+    out.mkdir(parents=True, exist_ok=True)
     generator = pick_engine(engine, device)
     torch_dtype(dtype, device)  # refuses a dtype the device has not before any model is read
     done = generate_answers(models, questions, out, batch_size, device, max_new_tokens, generator, dtype)
@@ -283,7 +285,11 @@ def add_arguments(p) -> None:
         "--model", required=True, help="Hugging Face folder, verl checkpoint .../global_step_N/actor, or latest"
     )
     p.add_argument("--compare", help="a second model, same forms (the trained one)")
-    p.add_argument("--data", default=defaults.DATA.join("test.parquet"), help="[%(default)s]")
+    p.add_argument(
+        "--data",
+        default=defaults.DATA.join("test.parquet"),
+        help="a parquet file of verl's RL schema, or the folder verl-p40 prep wrote (its test.parquet) [%(default)s]",
+    )
     p.add_argument("--out", default=defaults.LOGS.join("eval"), help="[%(default)s]")
     p.add_argument("--limit", type=number(int, 1), help="only the first N questions")
     p.add_argument("--batch-size", type=number(int, 1), default=32, help="[%(default)s]")

@@ -17,6 +17,20 @@ class Question:
     question: str
 
 
+def heldout_file(path: Path) -> Path:
+    """The parquet file `eval --data` names: a file as it is, or the test split of a folder `verl-p40 prep` wrote (a
+    folder holds train, test and val: reading all of them would evaluate training questions)."""
+    if not path.is_dir():
+        return path
+    test = path / "test.parquet"
+    if not test.is_file():
+        raise UserError(
+            f"{path}: a folder without test.parquet; pass the folder `verl-p40 prep` wrote, or a parquet file of "
+            "verl's RL schema"
+        )
+    return test
+
+
 def load_questions(path: Path, limit: int | None) -> list[Question]:
     import pyarrow.parquet as pq
 
@@ -24,7 +38,8 @@ def load_questions(path: Path, limit: int | None) -> list[Question]:
         rows = pq.read_table(path).to_pylist()
     except Exception as exc:
         raise UserError(f"{path}: cannot read parquet ({exc})") from None
-    out = []
+    out: list[Question] = []
+    seen: dict[int, int] = {}
     for i, row in enumerate(rows[: limit or None]):
         try:
             extra = row.get("extra_info") or {}  # verl's schema allows a null extra_info
@@ -40,6 +55,13 @@ def load_questions(path: Path, limit: int | None) -> list[Question]:
             raise UserError(
                 f"{path}: row {i + 1}: not in verl's RL schema ({exc}); make it with verl-p40 prep"
             ) from None
+        index = out[-1].index
+        if index in seen:  # answers are kept by index: a second row of it would overwrite the first's
+            raise UserError(
+                f"{path}: row {i + 1}: extra_info.index {index} is also row {seen[index]}'s; pass one split, "
+                "as verl-p40 prep wrote it"
+            )
+        seen[index] = i + 1
     return out
 
 

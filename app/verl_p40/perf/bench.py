@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
+import shutil
 import statistics
 import sys
 import tempfile
@@ -146,15 +147,22 @@ def summarise(steps: list[dict], cfg: Any, shape: projection.Shape, measured_car
 
 def run(options, steps: int, out: Path, skip: dict[str, str], keep: Path | None = None) -> dict:
     """Run `steps` training steps with random weights of `options.model`'s shape; write and return the JSON."""
+    if steps < 2:
+        raise UserError("--steps must be at least 2 (the first step is warm-up and is not timed)")
+    work = Path(tempfile.mkdtemp(prefix="verl-p40-bench-"))
+    try:  # the random-weight model (2 GB for 0.5B) and the run's checkpoints are the bench's own: never left behind
+        return _run(options, steps, out, skip, keep, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(options, steps: int, out: Path, skip: dict[str, str], keep: Path | None, work: Path) -> dict:
     from verl_p40.doctor.runner import preflight
     from verl_p40.plan.planner import plan
     from verl_p40.run.trainer import run_trainer
     from verl_p40.run.trainer_log import read_steps
 
-    if steps < 2:
-        raise UserError("--steps must be at least 2 (the first step is warm-up and is not timed)")
     source = Path(options.model).expanduser()
-    work = Path(tempfile.mkdtemp(prefix="verl-p40-bench-"))
     model = keep or work / "model"
     if not (model / "config.json").is_file():
         print(f"[bench] random weights of {source}'s shape -> {model}", flush=True)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 _STEP_LINE = re.compile(r"step:(\d+) - (.*)$")
 _NUMPY_SCALAR = re.compile(r"^np\.\w+\((.*)\)$")  # verl 0.5.0 prints numpy scalars as np.float64(0.5)
+_NON_FINITE = ("nan", "inf", "-inf")  # how Python prints them (np.float64(nan) too)
 
 
 def parse_line(line: str) -> dict[str, float] | None:
@@ -24,6 +25,9 @@ def parse_line(line: str) -> dict[str, float] | None:
         numpy_scalar = _NUMPY_SCALAR.match(value)
         if numpy_scalar:
             value = numpy_scalar.group(1)
+        if value.lower() in _NON_FINITE:  # a NaN gradient norm is a result, not a parse failure: keep it
+            out[key.strip()] = float(value)
+            continue
         try:
             number = ast.literal_eval(value)
         except (ValueError, SyntaxError):
