@@ -315,3 +315,63 @@ def test_train_plans_once_and_its_preflight_checks_that_plan(tiny_model, prepare
     assert code == 0, report
     assert "PASS  disk" in report and "PASS  ram" in report  # both read the plan's config
     assert len(composed) == 1 and len(started) == 1
+
+
+def test_bench_plans_once_too(tiny_model, prepared, tmp_path, monkeypatch, capsys):
+    """`bench` hands its plan to the preflight and reads the result's settings from the same plan: one composition.
+    The GPU parts (random weights, calibration, the trainer) are stand-ins here; what is counted is the planning."""
+    import shutil
+    from pathlib import Path
+
+    from verl_p40 import cli
+    from verl_p40.perf import bench
+    from verl_p40.run import trainer
+
+    composed = _count_compose(monkeypatch)
+    monkeypatch.setattr(bench, "make_random_model", lambda source, out: shutil.copytree(tiny_model, out))
+    card = {"name": "stand-in", "gemm_tflops": 10.0, "memory_gbs": 300.0, "pcie_gbs": 10.0, "source": "test"}
+    monkeypatch.setattr(bench, "_calibration", lambda model: card)
+
+    def fake_trainer(run, logs):
+        line = "step:{} - timing_s/step:2.0 - timing_s/gen:1.0 - response_length/max:16.0 - response_length/mean:8.0"
+        Path(logs).mkdir(parents=True, exist_ok=True)
+        (Path(logs) / "train-1.log").write_text("\n".join(line.format(i) for i in (1, 2)) + "\n")
+        return 0
+
+    monkeypatch.setattr(trainer, "run_trainer", fake_trainer)
+
+    class NoSampler:  # the GPU monitor needs NVML
+        def __init__(self, folder):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def peaks(self):
+            return {"nvml_peak_process_gb": 0.0}
+
+    monkeypatch.setattr(bench, "Sampler", NoSampler)
+    monkeypatch.setattr(bench, "environment", lambda: {"gpus": ["GPU 0: stand-in"]})  # NVML and torch versions
+    out = tmp_path / "bench.json"
+    code = cli.main(
+        [
+            "bench",
+            "--profile",
+            "p40",
+            "--model",
+            str(tiny_model),
+            "--data",
+            str(prepared),
+            "--out",
+            str(out),
+            "--steps",
+            "2",
+            "--skip-check",
+            "gpu,kernels,compute,verl,shm,cluster,ram",
+        ]
+    )
+    assert code == 0, capsys.readouterr().err
+    assert len(composed) == 1 and out.is_file()
