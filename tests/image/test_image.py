@@ -341,3 +341,20 @@ def test_doctor_entrypoint_reports_every_check(tmp_path):
 def test_trainer_entrypoint_auto_profile_without_gpu_fails_clearly():
     result = _run_entrypoint("trainer", "--dry-run", env={"VERL_P40_PROFILE": "auto"})
     assert result.returncode == 3 and "no NVIDIA GPU visible through NVML" in result.stderr
+
+
+def test_every_env_example_variable_is_wired_and_every_compose_variable_is_documented():
+    """A variable in .env.example that compose never reads does nothing for the user who sets it (INSTALL_VLLM did);
+    one compose reads that .env.example does not list is a setting nobody finds (DOCTOR_SKIP, BASE_IMAGE, APEX_URL
+    were)."""
+    documented = set(re.findall(r"^([A-Z][A-Z0-9_]*)=", (REPO / ".env.example").read_text(), re.M))
+    read = set(re.findall(r"\$\{([A-Z][A-Z0-9_]*)", (REPO / "docker-compose.yml").read_text()))
+    assert documented - read == set(), "in .env.example but never read by docker-compose.yml"
+    assert read - documented == set(), "read by docker-compose.yml but not in .env.example"
+
+
+def test_the_users_env_file_and_license_are_where_they_belong():
+    """.env holds HF_TOKEN: git must never pick it up; pyproject says Apache-2.0, so the license text ships."""
+    ignored = subprocess.run(["git", "check-ignore", "-q", ".env"], cwd=REPO)
+    assert ignored.returncode == 0, ".env is not ignored by git"
+    assert "Apache License" in (REPO / "LICENSE").read_text() and "Version 2.0" in (REPO / "LICENSE").read_text()
