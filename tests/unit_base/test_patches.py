@@ -194,3 +194,17 @@ def test_hf_rollout_makes_one_sequence_per_repeated_prompt(verl_copy, tiny_model
     target = verl_copy / edit.file
     target.write_text(target.read_text().replace(edit.new, edit.old))
     assert _probe_hf_rollout(verl_copy, tiny_model)["grpo"]["sequences"] == 32
+
+
+def test_the_worker_settings_travel_with_the_job_to_every_host(verl_copy, monkeypatch):
+    """verl's job runtime_env carries the settings verl_p40.memcap applies, so workers of a Ray cluster started before
+    the trainer (whose environment they do not inherit) get them too; nothing is added when the run set none."""
+    patches.apply(verl_copy)
+    constants = _load(verl_copy / "trainer" / "constants_ppo.py", "patched_constants_ppo")
+    monkeypatch.delenv("VERL_P40_GPU_MEMORY_CAP_GB", raising=False)
+    monkeypatch.delenv("VERL_P40_WORKER_TF32", raising=False)
+    assert not any(k.startswith("VERL_P40") for k in constants.get_ppo_ray_runtime_env()["env_vars"])
+    monkeypatch.setenv("VERL_P40_GPU_MEMORY_CAP_GB", "24")
+    monkeypatch.setenv("VERL_P40_WORKER_TF32", "1")
+    env = constants.get_ppo_ray_runtime_env()["env_vars"]
+    assert env["VERL_P40_GPU_MEMORY_CAP_GB"] == "24" and env["VERL_P40_WORKER_TF32"] == "1"

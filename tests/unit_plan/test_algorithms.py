@@ -210,3 +210,18 @@ def test_a_recipe_batch_that_is_not_a_count_is_refused(tmp_path, monkeypatch):
 def test_a_reward_method_nobody_knows_is_refused_whatever_set_it():
     with pytest.raises(UserError, match="reward method 'nearest'"):
         plan(RunOptions(profile="p40", sets=["custom_reward_function.reward_kwargs.method=nearest"]))
+
+
+def test_a_validation_slice_is_validated_on_every_ten_steps_unless_told_otherwise(tiny_model, gsm8k_dir, tmp_path):
+    """With prep --val-size's val.parquet the run validates on it as it goes (the learning issue's honest signal);
+    trainer.test_freq given by the user wins; without a slice verl's setting (the profile's) stays."""
+    result = cli("prep", "--source", str(gsm8k_dir), "--out", str(tmp_path / "d"), "--limit", "40", "--val-size", "8")
+    assert result.returncode == 0, result.stderr
+    run = plan(RunOptions(profile="p40", model=str(tiny_model), data=str(tmp_path / "d")))
+    assert run.config().trainer.test_freq == 10 and run.validation_questions == 8
+    told = plan(
+        RunOptions(profile="p40", model=str(tiny_model), data=str(tmp_path / "d"), sets=["trainer.test_freq=3"])
+    )
+    assert told.config().trainer.test_freq == 3
+    plain = plan(RunOptions(profile="p40", model=str(tiny_model), data=str(tmp_path / "none")))
+    assert plain.config().trainer.test_freq == -1 and plain.validation_questions is None

@@ -120,7 +120,7 @@ def test_train_log_shows_each_line_while_the_trainer_still_runs(tmp_path):
         "import sys\n"
         "from verl_p40.run.trainer import run_trainer\n"
         "class Plan:\n"
-        "    env, overrides = {}, []\n"
+        "    env, overrides, validation_questions = {}, [], None\n"
         f"    def command(self): return [sys.executable, '-c', {trainer!r}]\n"
         f"sys.exit(run_trainer(Plan(), {str(tmp_path / 'logs')!r}))\n"
     )
@@ -146,7 +146,7 @@ def _stand_in_runner(tmp_path, trainer: str) -> str:
         "import sys\n"
         "from verl_p40.run.trainer import run_trainer\n"
         "class Plan:\n"
-        "    env, overrides = {}, []\n"
+        "    env, overrides, validation_questions = {}, [], None\n"
         f"    def command(self): return [sys.executable, '-c', {trainer!r}]\n"
         f"sys.exit(run_trainer(Plan(), {str(tmp_path / 'logs')!r}))\n"
     )

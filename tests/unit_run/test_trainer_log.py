@@ -31,3 +31,23 @@ def test_nan_and_inf_are_kept_not_dropped():
     )
     assert math.isnan(record["actor/grad_norm"]) and math.isnan(record["critic/grad_norm"])
     assert record["x/max"] == math.inf and record["x/min"] == -math.inf and record["actor/lr"] == 1e-06
+
+
+def test_a_falling_validation_accuracy_is_said_once_in_one_line():
+    from verl_p40.run.trainer_log import VALIDATION_KEY, ValidationWatch
+
+    def line(step, value):
+        return f"(TaskRunner pid=1) step:{step} - {VALIDATION_KEY}:{value} - critic/score/mean:0.2"
+
+    watch = ValidationWatch(256)  # 256 questions at 26 %: one standard error is 2.7 points
+    assert watch.feed("(TaskRunner pid=1) step:1 - critic/score/mean:0.2") is None  # no validation in it
+    assert watch.feed(line(0, 0.266)) is None  # where the run starts
+    assert watch.feed(line(10, 0.23)) is None  # within 2 standard errors: noise
+    said = watch.feed(line(20, 0.20))
+    assert said == (
+        "validation accuracy fell: 26.6% at step 0 -> 20.0% at step 20 (256 questions, more than 2 standard errors); "
+        "the run is unlearning: stop it (the last checkpoint before the fall is kept) and change the recipe"
+    )
+    assert watch.feed(line(30, 0.15)) is None  # said once
+    rising = ValidationWatch(256)
+    assert [rising.feed(line(s, v)) for s, v in ((0, 0.266), (5, 0.305), (10, 0.324))] == [None, None, None]

@@ -276,6 +276,21 @@ EDITS: list[Edit] = [
         "with the next step",
     ),
     Edit(
+        name="worker-settings-reach-every-host",
+        file="trainer/constants_ppo.py",
+        old='            runtime_env["env_vars"].pop(key, None)\n    return runtime_env\n',
+        new='            runtime_env["env_vars"].pop(key, None)\n'
+        "    # verl-p40: what verl_p40.memcap applies in each worker (memory cap, TF32) goes with the job, so it also\n"
+        "    # reaches the workers of a Ray cluster started before the trainer (verl-p40 cluster, the ray-* services)\n"
+        '    runtime_env["env_vars"].update(\n'
+        '        {k: v for k, v in os.environ.items() if k in ("VERL_P40_GPU_MEMORY_CAP_GB", "VERL_P40_WORKER_TF32")}\n'
+        "    )\n"
+        "    return runtime_env\n",
+        why="the trainer's environment reaches verl's workers only when the trainer starts Ray itself; on a cluster "
+        "started first (verl-p40 cluster head/join) the workers inherit the Ray daemon's environment, so the memory "
+        "cap and TF32 of the run's plan did not reach them",
+    ),
+    Edit(
         name="reward-parts-in-training-metrics",
         file="trainer/ppo/ray_trainer.py",
         old="                            batch.non_tensor_batch.update({k: np.array(v) for k, v in reward_extra_infos_dict.items()})\n",

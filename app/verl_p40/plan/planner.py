@@ -42,6 +42,7 @@ class RunPlan:
     env: dict[str, str]  # extra environment for the trainer process
     record: dict = field(default_factory=dict)  # what checkpoints of this run were made with (RUN_RECORD)
     composed: Any = field(default=None, repr=False)  # verl's config for the overrides, composed once by plan()
+    validation_questions: int | None = None  # rows of the file verl validates on (None: not readable here)
 
     def config(self):
         """verl's composed config for this plan (OmegaConf; shared: read it, do not change it)."""
@@ -98,6 +99,9 @@ def layout_overrides(
         out += [Override(key, "false", f"{origin}: sharded {layout.world} ways") for key in keep]
         notes += why
     return out, notes
+
+
+VALIDATION_EVERY = 10  # steps between validations on val.parquet; trainer.test_freq=N (a later value) wins
 
 
 def validation_split(data: Path, notes: list[str]) -> str:
@@ -211,6 +215,8 @@ def plan(options: RunOptions) -> RunPlan:
         Override("data.val_files", hydra_value(str(data / validation_split(data, notes))), mine),
         Override("trainer.default_local_dir", f"{hydra_value(str(checkpoints))}/${{trainer.experiment_name}}", mine),
     ]
+    if (data / "val.parquet").is_file():  # a slice held out to choose settings on: validate on it as the run goes
+        overrides.append(Override("trainer.test_freq", str(VALIDATION_EVERY), "val.parquet (prep --val-size)"))
     hooked = []  # the options verl_p40.memcap applies in every worker
     if options.gpu_memory_cap_gb is not None:
         if options.gpu_memory_cap_gb <= 0:
@@ -265,7 +271,24 @@ def plan(options: RunOptions) -> RunPlan:
             else None
         ),
     }
-    return RunPlan(profile=profile, notes=notes, overrides=hydra_overrides, env=env, record=record, composed=cfg)
+    return RunPlan(
+        profile=profile,
+        notes=notes,
+        overrides=hydra_overrides,
+        env=env,
+        record=record,
+        composed=cfg,
+        validation_questions=_rows(Path(str(cfg.data.val_files))),
+    )
+
+
+def _rows(path: Path) -> int | None:
+    try:
+        import pyarrow.parquet as pq
+
+        return int(pq.ParquetFile(path).metadata.num_rows)
+    except Exception:  # a config made elsewhere: the file is not here (the trainer says so if it is not there either)
+        return None
 
 
 def _plain(value):

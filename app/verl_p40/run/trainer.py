@@ -15,6 +15,7 @@ from pathlib import Path
 from verl_p40.plan.planner import RunPlan
 from verl_p40.plan.verlconfig import hydra_value
 from verl_p40.run.failures import Diagnosis
+from verl_p40.run.trainer_log import ValidationWatch
 
 
 def run_trainer(run: RunPlan, logs: str) -> int:
@@ -65,6 +66,7 @@ def run_trainer(run: RunPlan, logs: str) -> int:
 
         previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
         diagnosis = Diagnosis()
+        watch = ValidationWatch(run.validation_questions)
         try:
             assert child.stdout is not None
             for line in child.stdout:
@@ -72,6 +74,10 @@ def run_trainer(run: RunPlan, logs: str) -> int:
                 sys.stdout.flush()
                 log.write(line)
                 diagnosis.feed(line)
+                fell = watch.feed(line)
+                if fell:
+                    print(f"[verl-p40] {fell}", file=sys.stderr, flush=True)
+                    log.write(f"[verl-p40] {fell}\n")
             code = child.wait()
             said = diagnosis.summary() if code != 0 else None
             if said:  # the one line to end a page of Ray tracebacks with

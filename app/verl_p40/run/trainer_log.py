@@ -46,3 +46,36 @@ def read_steps(path: str | Path) -> list[dict[str, float]]:
             if record is not None:
                 steps[int(record["step"])] = record
     return [steps[k] for k in sorted(steps)]
+
+
+VALIDATION_KEY = "val-core/openai/gsm8k/acc/mean@1"  # verl's validation accuracy with verl_p40.reward's parts
+
+
+class ValidationWatch:
+    """Says so, in one line, when the validation accuracy falls clearly below where the run started: more than two
+    standard errors of the first validation's `questions` answers (a recipe that unlearns, like the learning issue's
+    first one, shows it here before any test-split evaluation)."""
+
+    def __init__(self, questions: int | None):
+        self.questions = questions
+        self.first: tuple[int, float] | None = None
+        self.said = False
+
+    def feed(self, line: str) -> str | None:
+        record = parse_line(line)
+        if record is None or VALIDATION_KEY not in record:
+            return None
+        step, value = int(record["step"]), record[VALIDATION_KEY]
+        if self.first is None:
+            self.first = (step, value)
+            return None
+        start_step, start = self.first
+        error = (max(start * (1 - start), 1e-6) / self.questions) ** 0.5 if self.questions else 0.0
+        if self.said or value >= start - 2 * error:
+            return None
+        self.said = True
+        return (
+            f"validation accuracy fell: {start:.1%} at step {start_step} -> {value:.1%} at step {step}"
+            + (f" ({self.questions} questions, more than 2 standard errors)" if self.questions else "")
+            + "; the run is unlearning: stop it (the last checkpoint before the fall is kept) and change the recipe"
+        )
