@@ -27,9 +27,9 @@ All through the product's CLI:
 - session: `verl-p40 monitor` beside `verl-p40 train --algorithm grpo-gsm8k` (the mode's profile and settings) on
   every GPU; when --budget-s would run out it sends the trainer one SIGTERM, which finishes the step, saves it and
   exits (the product's graceful stop).
-- final: the last checkpoint merged once (verl_p40.checkpoints), then `verl-p40 eval --model BASE --compare MERGED
-  --dtype fp32` on the test split, split over --eval-gpus GPUs (one part each, then the whole split read back from
-  the parts' answers: the report and its paired sign tests cover all 1,319), then `report`.
+- final: the last checkpoint merged once (verl_p40.models.checkpoints), then `verl-p40 eval --model BASE --compare
+  MERGED --dtype fp32` on the test split, split over --eval-gpus GPUs (one part each, then the whole split read back
+  from the parts' answers: the report and its paired sign tests cover all 1,319), then `report`.
 - report (no GPU): learning-<date>.json (commands, accuracies, paired sign tests, rollouts, GPU-minutes, rollouts per
   GPU-minute, peaks, P40 projection) and learning-<date>.png (training reward and its parts, validation accuracy,
   entropy, response length), from the returned work bundle (`report --work DIR`).

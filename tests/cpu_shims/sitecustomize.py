@@ -1,6 +1,6 @@
-"""CPU stand-ins that let verl 0.5.0's real PPO loop run on a machine without a GPU, for the CI smoke test
-(tests/test_trainer_cpu.py). Active only when VERL_P40_CPU_SHIMS=1 and this folder is on PYTHONPATH, so that
-Ray's worker processes get them too. Never part of the shipped code path."""
+"""CPU stand-ins that let verl 0.5.0's real PPO loop run on a machine without a GPU, for the CI smoke tests
+(tests/unit_run/test_trainer_cpu.py, tests/e2e/). Active only when VERL_P40_CPU_SHIMS=1 and this folder is on
+PYTHONPATH, so that Ray's worker processes get them too. Never part of the shipped code path."""
 
 import os
 

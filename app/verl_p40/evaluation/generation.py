@@ -134,7 +134,7 @@ class HfGenerator:
 
 
 class VllmGenerator:
-    """Greedy generation with vLLM (sm_70+, where the image was built with INSTALL_VLLM=1)."""
+    """Greedy generation with vLLM (sm_70+, in the -vllm image variant: docs/image.md)."""
 
     def __init__(self, model_dir: Path, device: str, max_new_tokens: int, dtype: str = "fp32"):
         from transformers import AutoTokenizer
