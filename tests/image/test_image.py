@@ -135,6 +135,8 @@ def test_compose_services_volumes_and_wiring(compose):
     assert trainer["environment"]["VERL_P40_ALGORITHM"] == "ppo" and trainer["environment"]["VERL_P40_LORA_RANK"] == "0"
     monitor = services["gpu-monitor"]
     assert [(p["host_ip"], p["target"]) for p in monitor["ports"]] == [("127.0.0.1", 9400)]
+    # without a driver the monitor exits 3 with its line: a restart policy would repeat it in a loop
+    assert monitor["restart"] == "no"
     assert services["eval"]["profiles"] == ["eval"]
     # a local GSM8K folder reaches data-prep through a read-only bind mount
     (source,) = [v for v in services["data-prep"]["volumes"] if v["target"] == "/source"]
