@@ -106,6 +106,15 @@ def test_no_import_circles():
     assert not circles, "import circles:\n" + "\n".join(circles)
 
 
+def test_the_graph_is_the_package_s_real_one():
+    """The checks above pass on an empty graph: the graph must hold the package's arrows, among them ones known to be
+    there (the CLI plans runs; the planner reads profiles; the trainer process reads the trainer log)."""
+    assert len(MODULES) > 40 and sum(len(targets) for targets in GRAPH.values()) > 80
+    assert "verl_p40.plan.planner" in GRAPH["verl_p40.cli"]
+    assert "verl_p40.plan.profiles" in GRAPH["verl_p40.plan.planner"]
+    assert "verl_p40.run.trainer_log" in GRAPH["verl_p40.run.trainer"]
+
+
 def test_the_reward_stands_alone():
     """verl loads reward.py by file path as a stand-alone module: it imports nothing of the package."""
     assert GRAPH["verl_p40.reward"] == set()

@@ -161,3 +161,16 @@ def test_a_checkpoint_of_another_gpu_count_is_refused_in_one_line(tiny_model, pr
         (actor / f"model_world_size_2_rank_{rank}.pt").rename(actor / f"model_world_size_1_rank_{rank}.pt")
     (actor / "model_world_size_1_rank_1.pt").unlink()
     assert cli(*args).returncode == 0
+
+
+def test_a_recipe_batch_in_prompts_grows_with_the_gpus(monkeypatch, tokenizer_dir):
+    """grpo-gsm8k counts its batch in prompts (32 a step, 16 an update): on two P40s each GPU keeps that work, so a
+    step takes twice the prompts, as a profile's batch does."""
+    _, one = composed(monkeypatch, gpus(P40), tokenizer_dir, profile="p40", algorithm="grpo-gsm8k")
+    _, two = composed(monkeypatch, gpus(P40, P40), tokenizer_dir, profile="p40", algorithm="grpo-gsm8k")
+    assert (one.data.train_batch_size, one.actor_rollout_ref.actor.ppo_mini_batch_size) == (32, 16)
+    assert (two.data.train_batch_size, two.actor_rollout_ref.actor.ppo_mini_batch_size) == (64, 32)
+    assert (
+        one.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu
+        == two.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu
+    )
