@@ -5,48 +5,11 @@ that was there before byte-for-byte as it was."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
-from conftest import cli
-from verl_p40.data import gsm8k as data
+from bad_inputs.conftest import T, check_case
 
-
-def _snapshot(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-@pytest.fixture()
-def world(tmp_path, gsm8k_dir, tokenizer_dir):
-    """A working folder with a small prepared dataset, a GSM8K source, a model folder without weights and a file."""
-    src = tmp_path / "src"
-    src.mkdir()
-    for split in data.SPLITS:
-        lines = (gsm8k_dir / f"{split}.jsonl").read_text().splitlines()[:8]
-        (src / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
-    assert cli("prep", "--source", str(src), "--out", str(tmp_path / "prepared")).returncode == 0
-    (tmp_path / "nomodel").mkdir()
-    for name in ("config.json", "tokenizer_config.json", "vocab.json", "merges.txt"):
-        (tmp_path / "nomodel" / name).write_bytes((tokenizer_dir / name).read_bytes())
-    (tmp_path / "a-file").write_text("keep me")
-    bad_utf8 = tmp_path / "badutf8"
-    bad_utf8.mkdir()
-    (bad_utf8 / "train.jsonl").write_bytes(b'{"question": "caf\xe9?", "answer": "#### 1"}\n')
-    (bad_utf8 / "test.jsonl").write_bytes((src / "test.jsonl").read_bytes())
-    nulls = tmp_path / "nulls"
-    nulls.mkdir()
-    table = pq.read_table(tmp_path / "prepared" / "test.parquet").to_pylist()[:3]
-    for row in table:
-        row["extra_info"] = None
-    pq.write_table(pa.Table.from_pylist(table), nulls / "test.parquet")
-    (tmp_path / "bad.csv").write_text("this,is\nnot,a gpu csv\n")
-    return tmp_path
-
-
-T = "{tmp}"  # replaced by the world folder in each case
 CASES = [
     # prep
     ("prep-missing-source", ["prep", "--source", f"{T}/nope", "--out", f"{T}/o"], {}, "not a folder"),
@@ -341,24 +304,7 @@ CASES = [
 
 @pytest.mark.parametrize("name,args,env,expected", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_gets_one_line_and_changes_nothing(world, name, args, env, expected):
-    before = _snapshot(world)
-    result = cli(*[a.replace(T, str(world)) for a in args], env={**env, "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
-    lines = [
-        ln
-        for ln in result.stderr.splitlines()
-        if ln.strip() and not ln.startswith("[verl-p40]") and not ln.startswith(("PASS ", "FAIL ", "SKIP ", "doctor: "))
-    ]
-    assert result.returncode in (2, 3), (result.returncode, result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr + result.stdout
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("verl-p40") and expected in lines[0], lines[0]
-    after = _snapshot(world)
-    assert {k: v for k, v in after.items() if k in before} == before  # nothing there before was changed or removed
-
-
-def test_the_matrix_is_wide():
-    assert len(CASES) >= 40
-    assert {c[1][0] for c in CASES} >= {"prep", "fetch-model", "config", "train", "eval", "monitor", "doctor"}
+    check_case(world, args, env, expected)
 
 
 @pytest.mark.parametrize("command", ["eval", "export", "bench"])
