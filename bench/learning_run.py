@@ -210,12 +210,46 @@ def parts(data: Path, count: int, limit: int | None) -> list[Path]:
     return paths
 
 
+def validation_accuracy(log: Path) -> dict[int, float]:
+    """Step -> the greedy validation accuracy (val-core/...) the trainer logged at that step."""
+    return {int(s["step"]): float(v) for s in read_steps(log) for k, v in s.items() if k.startswith("val-core/")}
+
+
+def pick_checkpoint(rule: str, log: Path, ckpt: Path) -> dict:
+    """The checkpoint the held-out evaluation scores. `latest`: the last one saved. `best-validation`: among the
+    saved steps that were validated, the one of highest validation accuracy (the later on a tie); validation is
+    train rows (val.parquet), so the test split still decides nothing before it is scored once."""
+    saved = {int(p.name.removeprefix("global_step_")): p / "actor" for p in ckpt.rglob("global_step_*") if p.is_dir()}
+    if not saved:
+        raise SystemExit(f"{ckpt}: no checkpoint was saved")
+    accuracy = validation_accuracy(log)
+    candidates = {step: accuracy[step] for step in saved if step in accuracy and step > 0}
+    if rule == "latest" or not candidates:
+        step = max(saved)
+        why = "the last checkpoint" + ("" if rule == "latest" else " (no saved step was validated)")
+    else:
+        step = max(candidates, key=lambda s: (candidates[s], s))
+        why = f"the highest validation accuracy of the saved steps {sorted(candidates)}"
+    return {
+        "rule": rule,
+        "step": step,
+        "path": str(saved[step]),
+        "validation_accuracy": accuracy.get(step),
+        "why": why,
+        "candidates": {str(s): candidates[s] for s in sorted(candidates)},
+    }
+
+
 def final(args: argparse.Namespace, work: Path, out: Path, state: State) -> dict:
     from verl_p40.models.checkpoints import resolve_model
 
     os.environ.update(mask_env(MODES[state.data.get("mode", args.mode)]["mask"]))
     started = time.time()
-    trained = resolve_model("latest", work / "ckpt")  # merged once, before several processes would all try
+    picked = pick_checkpoint(args.pick, work / "logs" / state.data["train_log"], work / "ckpt")
+    state.data["evaluated_checkpoint"] = picked
+    state.save(out)
+    print(f"[learning_run] evaluating step {picked['step']}: {picked['why']}", flush=True)
+    trained = resolve_model(picked["path"], work / "ckpt")  # merged once, before several processes would all try
     base, data = work / "qwen-real", work / "gsm8k"
     common = [
         "--model",
@@ -308,6 +342,9 @@ def report(work: Path, out: Path, state: State) -> dict:
             "median_step_s": round(statistics.median(step_s), 2) if step_s else None,
             "wall_s": data["wall_s"],
             "checkpoints": data.get("checkpoints"),
+            "evaluated_checkpoint": data.get("evaluated_checkpoint"),
+            "prompts_seen_by_evaluated": (data.get("evaluated_checkpoint") or {}).get("step", len(steps))
+            * int(setting["data.train_batch_size"]),
         },
         "gpu_minutes": {
             "train": round(gpus * train_minutes, 2),
@@ -444,6 +481,12 @@ def main() -> None:
     parser.add_argument("--mode", choices=sorted(MODES), default="p40", help="session: the P40 path or the fast path")
     parser.add_argument("--eval-batch", type=int, default=256)
     parser.add_argument("--eval-gpus", type=int, default=1, help="final: GPUs the held-out evaluation is split over")
+    parser.add_argument(
+        "--pick",
+        choices=("best-validation", "latest"),
+        default="best-validation",
+        help="final: which saved checkpoint the test split scores (validation is train rows, never the test split)",
+    )
     parser.add_argument("--heldout-limit", type=int, help="final: only the first N test questions (a smoke check)")
     args = parser.parse_args()
     work, out = Path(args.work), Path(args.out)

@@ -89,3 +89,25 @@ def test_the_fast_mode_runs_the_same_recipe_unmasked_through_the_cli(tmp_path):
     assert p40[p40.index("--profile") + 1] == "p40" and p40[p40.index("--gpu-memory-cap-gb") + 1] == "24"
     assert learning_run.MODES["fast"]["mask"] is None and learning_run.MODES["p40"]["mask"] == "6.1"
     assert "actor_rollout_ref.actor.fsdp_config.optimizer_offload=false" in fast
+
+
+def test_the_evaluated_checkpoint_is_picked_by_validation_never_by_the_test_split(tmp_path):
+    """best-validation: the saved, validated step of highest validation accuracy (the later on a tie); step 0 (the
+    base model) and steps without a checkpoint never count; latest, or nothing validated: the last saved."""
+    log = tmp_path / "train.log"
+    accuracy = {0: 0.40, 5: 0.30, 10: 0.35, 15: 0.35, 20: 0.50}
+    log.write_text(
+        COMMAND
+        + "".join(f"(TaskRunner pid=1) step:{s} - val-core/openai/gsm8k/acc/mean@1:{a}\n" for s, a in accuracy.items())
+    )
+    ckpt = tmp_path / "ckpt" / "experiment"
+    for step in (5, 10, 15, 18):  # 20 was validated but never saved
+        (ckpt / f"global_step_{step}" / "actor").mkdir(parents=True)
+    picked = learning_run.pick_checkpoint("best-validation", log, tmp_path / "ckpt")
+    assert picked["step"] == 15 and picked["validation_accuracy"] == 0.35
+    assert picked["path"].endswith("global_step_15/actor") and set(picked["candidates"]) == {"5", "10", "15"}
+    assert learning_run.pick_checkpoint("latest", log, tmp_path / "ckpt")["step"] == 18
+    log.write_text(COMMAND)
+    assert learning_run.pick_checkpoint("best-validation", log, tmp_path / "ckpt")["step"] == 18
+    with pytest.raises(SystemExit, match="no checkpoint was saved"):
+        learning_run.pick_checkpoint("latest", log, tmp_path / "nothing")
