@@ -228,9 +228,10 @@ def test_compare_counts_only_discordant_questions():
         "difference": 0.09,
         "trained_only": 10,
         "base_only": 1,
-        "p_value": round(2 * (1 + 11) / 2**11, 6),
+        "p_value": pytest.approx(2 * (1 + 11) / 2**11, rel=1e-3),
     }
-    assert c["format"]["trained_only"] == 100 and c["format"]["p_value"] < 1e-20
+    # a tiny p is kept in significant digits: 100 against 0 is 2 / 2**100, not the 0 six decimal places would give
+    assert c["format"]["trained_only"] == 100 and c["format"]["p_value"] == pytest.approx(2 / 2**100, rel=1e-3)
 
 
 def test_dtype_choice_and_refusals(tiny_models, prepared, tmp_path, monkeypatch):

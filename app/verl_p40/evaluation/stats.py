@@ -24,4 +24,5 @@ def paired(pairs: Iterable[tuple[dict, dict]], kind: str) -> dict:
     for first, second in pairs:
         better += second[kind] > first[kind]
         worse += second[kind] < first[kind]
-    return {"second_higher": better, "first_higher": worse, "p_value": round(sign_test(better, worse), 6)}
+    # four significant digits, not decimal places: a p of 4.5e-07 must not be reported as 0
+    return {"second_higher": better, "first_higher": worse, "p_value": float(f"{sign_test(better, worse):.4g}")}
