@@ -293,6 +293,25 @@ def final(args: argparse.Namespace, work: Path, out: Path, state: State) -> dict
     return result
 
 
+def rescore(work: Path) -> None:
+    """eval-final's report.json and report.md scored again from its answers.jsonl with this checkout's scoring and
+    statistics (no model, no GPU): for a result returned by a device call before a fix to either."""
+    from verl_p40.evaluation import evaluate
+
+    final_dir = work / "eval-final"
+    old = json.loads((final_dir / "report.json").read_text())
+    labels = list(old["models"])
+    records = [r for _, r in sorted(evaluate.read_answers(final_dir / "answers.jsonl").items())]
+    summary = evaluate.summarise(records, labels)
+    comparison = evaluate.paired_differences(records, *labels) if len(labels) == 2 else None
+    paths = {label: old["models"][label]["path"] for label in labels}
+    new = {**old, "models": {label: {"path": paths[label], **summary[label]} for label in labels}}
+    new["comparison"] = comparison
+    (final_dir / "report.json").write_text(json.dumps(new, indent=2) + "\n")
+    markdown = evaluate.markdown(summary, records, labels, 10, paths, bool(old.get("curves")), old["dtype"], comparison)
+    (final_dir / "report.md").write_text(markdown)
+
+
 def report(work: Path, out: Path, state: State) -> dict:
     data = state.data
     evaluation = json.loads((work / "eval-final" / "report.json").read_text())
@@ -464,7 +483,9 @@ def plot(steps: list[dict], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("phase", choices=("prepare", "session", "wait", "stop", "final", "report", "plot-record"))
+    parser.add_argument(
+        "phase", choices=("prepare", "session", "wait", "stop", "final", "rescore", "report", "plot-record")
+    )
     parser.add_argument("--record", type=Path, help="plot-record: a JSON of the per-step rewards a device call printed")
     parser.add_argument("--gguf", default="/tmp/model.gguf")
     parser.add_argument("--tokenizer", default=".gpu-shared/qwen2.5-0.5b-instruct")
@@ -497,6 +518,9 @@ def main() -> None:
         record = json.loads(args.record.read_text())
         steps = [{"step": int(k), "critic/score/mean": v} for k, v in record["training_reward_per_step"].items()]
         plot(steps, args.record.with_suffix(".png"))
+        return
+    if args.phase == "rescore":  # then `report` to redraw the run record from it
+        rescore(work)
         return
     if args.phase == "stop":  # the session sees the file and stops its trainer (nothing else is signalled)
         (work / "stop").touch()
