@@ -17,13 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from generations import mask_env, verl_p40
+from real_weights import real_model
 
-HERE = Path(__file__).parent
 WORK = Path("/tmp/export-check")
 QUESTIONS = 64
 
@@ -86,20 +85,7 @@ def main() -> None:
     WORK.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
     log, env = WORK / "commands.log", mask_env("6.1")
-    if not (args.model / "config.json").is_file():
-        subprocess.run(
-            [
-                sys.executable,
-                str(HERE / "gguf_to_hf.py"),
-                "--gguf",
-                args.gguf,
-                "--tokenizer",
-                args.tokenizer,
-                "--out",
-                str(args.model),
-            ],
-            check=True,
-        )
+    real_model(args.gguf, args.tokenizer, args.model)
     ckpt, exports = WORK / "ckpt", WORK / "exports"
     steps = [
         (

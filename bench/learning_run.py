@@ -46,13 +46,12 @@ import shutil
 import signal
 import statistics
 import subprocess
-import sys
 import tarfile
 import time
 from pathlib import Path
 
 from generations import mask_env
-from real_weights import State, cli, monitor_peaks, ray_stop, run, wait
+from real_weights import State, cli, monitor_peaks, ray_stop, real_model, run, wait
 from verl_p40.run.trainer_log import read_steps
 
 HERE = Path(__file__).resolve().parent
@@ -91,19 +90,7 @@ MODES = {
 
 def prepare(args: argparse.Namespace, work: Path, out: Path, state: State) -> None:
     model, data = work / "qwen-real", work / "gsm8k"
-    if not (model / "config.json").is_file():
-        run(
-            [
-                sys.executable,
-                str(HERE / "gguf_to_hf.py"),
-                "--gguf",
-                args.gguf,
-                "--tokenizer",
-                args.tokenizer,
-                "--out",
-                str(model),
-            ]
-        )
+    real_model(args.gguf, args.tokenizer, model)
     command = cli(
         "prep", "--source", args.gsm8k, "--out", str(data), "--tokenizer", args.tokenizer, "--val-size", str(VAL_SIZE)
     )

@@ -72,6 +72,14 @@ def run(cmd: list[str]) -> None:
     subprocess.run(cmd, check=True)
 
 
+def real_model(gguf: str, tokenizer: str, model: Path) -> None:
+    """The real-weights proxy as a Hugging Face folder at `model` (bench/gguf_to_hf.py), unless it is there."""
+    if not (model / "config.json").is_file():
+        run(
+            [sys.executable, str(HERE / "gguf_to_hf.py"), "--gguf", gguf, "--tokenizer", tokenizer, "--out", str(model)]
+        )
+
+
 class State:
     """The phases' results, kept beside the work files (and copied to --out after every phase)."""
 
@@ -110,19 +118,7 @@ def eval_args(args: argparse.Namespace, work: Path) -> list[str]:
 
 def prepare(args: argparse.Namespace, work: Path, out: Path, state: State) -> None:
     model, data = work / "qwen-real", work / "gsm8k"
-    if not (model / "config.json").is_file():
-        run(
-            [
-                sys.executable,
-                str(HERE / "gguf_to_hf.py"),
-                "--gguf",
-                args.gguf,
-                "--tokenizer",
-                args.tokenizer,
-                "--out",
-                str(model),
-            ]
-        )
+    real_model(args.gguf, args.tokenizer, model)
     run(cli("prep", "--source", args.gsm8k, "--out", str(data), "--tokenizer", args.tokenizer, "--skip-existing"))
     slices(data)
     command = cli(
