@@ -1,15 +1,16 @@
-"""More GPUs, more hosts, on the two-GPU machine (kind nvidia-h200-x2), under the Pascal mask (two P40s, 24 GB cap
-each, audit off), random weights of Qwen2.5-0.5B's shape, real GSM8K, the product's own settings only:
+"""More GPUs, more hosts, on a machine of several GPUs (kinds nvidia-h200-x2 and -x4), under the Pascal mask (P40s,
+24 GB cap each, audit off), random weights of Qwen2.5-0.5B's shape, real GSM8K, the product's own settings only:
 
-- `bench`: `verl-p40 bench --gpus 0` and `--gpus 0,1` (the layout scales the batch and keeps sharded states on the
-  GPU), 3 steps each (2 timed): s/step, prompts/s, the speed-up, peak memory per GPU (NVML, `verl-p40 monitor`'s
-  sampler).
+- `bench --counts 1,2,4`: `verl-p40 bench --gpus 0`, `--gpus 0,1`, `--gpus 0,1,2,3` (the layout scales the batch
+  and keeps sharded states on the GPU), 3 steps each (2 timed): s/step, prompts/s, the speed-up, peak memory per GPU
+  (NVML, `verl-p40 monitor`'s sampler), which states the layout kept on the GPU, and each layout's P40 projection
+  (bench's own, NCCL over PCIe 3.0 as P40s have no NVLink).
 - `cluster`: two Ray hosts on this machine, started as the compose services start them (`verl-p40 cluster head
   --nodes 2 --gpus 0` training 2 steps with a checkpoint, `verl-p40 cluster join --gpus 1`), then that 2-GPU
   checkpoint resumed on 1 GPU (expected: exit 2 and one line) and read by `verl-p40 eval --model latest`.
 
 After `bash .gpu-bundle/install.sh && source bench/gpu_setup.sh`, one device call each:
-    python3 bench/scale_run.py bench --out $OUT
+    python3 bench/scale_run.py bench --counts 1,2,4 --out $OUT     # x4 machine; --counts 1,2 on the x2 one
     python3 bench/scale_run.py cluster --out $OUT
 `report` prints the table: python3 bench/scale_run.py report --dir DIR
 """
@@ -30,8 +31,23 @@ COMMON = ["--profile", "p40", "--gpu-memory-cap-gb", "24", "--data", "/tmp/gsm8k
 CLI = [sys.executable, "-m", "verl_p40.cli"]
 
 
-def bench(out: Path) -> None:
-    for name, gpus in (("one-gpu", "0"), ("two-gpus", "0,1")):
+NAMES = {1: "one-gpu", 2: "two-gpus", 4: "four-gpus", 8: "eight-gpus"}
+TARGET = {2: 1.8, 4: 3.6, 8: 7.2}  # the speed-up a layout must reach on NVLinked H200s (issue 34: 3.6x for four)
+
+
+def layouts(counts: str) -> list[tuple[int, str, str]]:
+    """(GPU count, result name, `--gpus` value) for `--counts 1,2,4`."""
+    out = []
+    for word in counts.split(","):
+        n = int(word)
+        if n not in NAMES:
+            raise SystemExit(f"--counts: {n} GPUs is not one of {sorted(NAMES)}")
+        out.append((n, NAMES[n], ",".join(str(i) for i in range(n))))
+    return out
+
+
+def bench(out: Path, counts: str = "1,2") -> None:
+    for _, name, gpus in layouts(counts):
         started = time.time()
         code = verl_p40(
             "bench",
@@ -186,28 +202,58 @@ def cluster(out: Path) -> None:
     pack_logs(WORK, out / "logs-scale-cluster.tgz")
 
 
+def kept_on_gpu(notes: list[str]) -> str:
+    """The states the layout brought back onto the GPU, from bench's notes ("actor Adam states kept on the GPU")."""
+    kept = [n.split(" kept on the GPU")[0] for n in notes if " kept on the GPU" in n]
+    return ", ".join(kept) or "none (the profile's offloading)"
+
+
+def p40_rate(result: dict) -> tuple[float, float]:
+    """(s/step, prompts/s) of the same layout on P40s, by bench/project.py from the run's own steps: each GPU's share
+    of the work, and FSDP's traffic between the cards over PCIe 3.0 (P40s have no NVLink)."""
+    import project
+    from verl_p40.perf import projection
+
+    shape = projection.Shape.from_config(json.loads((project.SHARED / "config.json").read_text()))
+    row = project.project_run("scale", result["command"], result["steps"], shape, recent=True)
+    step = row["p40_projection"]["step"]
+    return step, row["train_batch_size"] / step
+
+
 def report(folder: Path) -> str:
-    rows, speed = [], {}
-    for name in ("one-gpu", "two-gpus"):
+    rows, results = [], {}
+    for n, name in NAMES.items():
         path = folder / f"scale-{name}.json"
-        if not path.exists() or "seconds_per_step" not in json.loads(path.read_text()):
-            continue
-        r = json.loads(path.read_text())
-        speed[name] = r["prompts_per_s"]
+        if path.exists() and "seconds_per_step" in json.loads(path.read_text()):
+            results[n] = json.loads(path.read_text())
+    base = results.get(1)
+    p40_rates = {n: p40_rate(r) for n, r in results.items()}
+    for n, r in results.items():
         peaks = ", ".join(f"GPU {k}: {v} GB" for k, v in sorted(r["memory"]["nvml_peak_device_gb"].items()))
+        step_s, rate = p40_rates[n]
+        speed = f"{r['prompts_per_s'] / base['prompts_per_s']:.2f}x" if base else "-"
+        p40_speed = f"{rate / p40_rates[1][1]:.2f}x" if base else "-"
         rows.append(
             [
-                name,
+                f"{n} GPU" + ("s" if n > 1 else ""),
                 r["settings"]["train_batch_size"],
                 r["seconds_per_step"],
                 r["prompts_per_s"],
+                speed,
                 peaks,
-                f"{r['torch_max_allocated_gb']:.2f} GB",
+                kept_on_gpu(r.get("notes", [])),
+                f"{step_s} s, {rate:.2f} prompts/s, {p40_speed}",
             ]
         )
-    table = markdown_table(["layout", "batch", "s/step", "prompts/s", "peak per GPU (NVML)", "torch peak"], rows)
-    if len(speed) == 2:
-        table += f"\n\n2 GPUs: {speed['two-gpus'] / speed['one-gpu']:.2f}x the prompts/s of 1.\n"
+    headers = ["layout", "batch", "s/step", "prompts/s", "vs 1 GPU", "peak per GPU (NVML)", "kept on the GPU"]
+    table = markdown_table([*headers, "P40s projected (step, prompts/s, vs 1)"], rows)
+    if base:
+        for n, r in results.items():
+            if n in TARGET:
+                factor = r["prompts_per_s"] / base["prompts_per_s"]
+                verdict = "reached" if factor >= TARGET[n] else "NOT reached"
+                table += f"\n\n{n} GPUs: {factor:.2f}x the prompts/s of 1 (target {TARGET[n]}x: {verdict})."
+        table += "\n"
     return table
 
 
@@ -216,13 +262,14 @@ def main() -> None:
     parser.add_argument("phase", choices=["bench", "cluster", "report"])
     parser.add_argument("--out", type=Path)
     parser.add_argument("--dir", type=Path)
+    parser.add_argument("--counts", default="1,2", help="bench: the GPU counts to run, e.g. 1,2,4 [1,2]")
     args = parser.parse_args()
     if args.phase == "report":
         print(report(args.dir))
         return
     WORK.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    bench(args.out) if args.phase == "bench" else cluster(args.out)
+    bench(args.out, args.counts) if args.phase == "bench" else cluster(args.out)
 
 
 if __name__ == "__main__":
