@@ -11,16 +11,27 @@ import yaml
 
 from verl_p40 import UserError, defaults
 from verl_p40.gpu.nvml import GPUInfo
+from verl_p40.options import FOLDER, path_problem
 
 BASE = "base"
 
 
 def profiles_dir() -> Path:
-    """`$VERL_P40_PROFILES_DIR`, else the profiles shipped with the package (config/profiles in the repo)."""
+    """`$VERL_P40_PROFILES_DIR`, else the profiles shipped with the package (config/profiles in the repo). The variable
+    must name a folder with profile files in it."""
     override = defaults.PROFILES_DIR.get()
-    if override:
-        return Path(override)
-    return Path(str(resources.files("verl_p40.configs"))) / "profiles"
+    if not override:
+        return Path(str(resources.files("verl_p40.configs"))) / "profiles"
+    folder = Path(override).expanduser()
+    problem = path_problem(override, FOLDER, exists=True)
+    if not problem and not any(folder.glob("*.yaml")):
+        problem = "no profile files (NAME.yaml) in it"
+    if problem:
+        raise UserError(
+            f"${defaults.PROFILES_DIR.env} {override}: {problem}; point it at a folder of profile YAML files "
+            "(as config/profiles), or unset it for the shipped ones"
+        )
+    return folder
 
 
 def config_dir() -> Path:
@@ -74,11 +85,25 @@ def available() -> list[str]:
     return sorted(p.stem for p in profiles_dir().glob("*.yaml") if p.stem != BASE and read(p).get("selectable", True))
 
 
+def known(name: str, folder: Path | None = None) -> bool:
+    return name != BASE and ((folder or profiles_dir()) / f"{name}.yaml").is_file()
+
+
+def _unknown(name: str, origin: str) -> UserError:
+    return UserError(f"{origin}: unknown profile {name!r}; available: {', '.join(available())} or auto")
+
+
+def check_name(name: str, origin: str = "--profile") -> None:
+    """`--profile`'s check: auto, or a profile in the profiles folder."""
+    if name != "auto" and not known(name):
+        raise _unknown(name, origin)
+
+
 def _chain(name: str, folder: Path, seen: tuple[str, ...] = ()) -> list[dict]:
     """The profile's YAML and those it extends, base first."""
     path = folder / f"{name}.yaml"
-    if name == BASE or not path.is_file():
-        raise UserError(f"unknown profile {name!r}; available: {', '.join(available())} or auto")
+    if not known(name, folder):
+        raise _unknown(name, "--profile")
     data = read(path)
     parent = data.get("extends", BASE)
     if parent in seen:
