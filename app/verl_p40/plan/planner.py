@@ -241,12 +241,6 @@ def plan(options: RunOptions) -> RunPlan:
     overrides += user
     hydra_overrides = to_hydra(overrides)
     cfg = compose(hydra_overrides)  # raises a clear UserError on anything verl's config rejects
-    method = cfg.custom_reward_function.reward_kwargs.method  # from the options or the algorithm file
-    if method not in reward.METHODS:
-        raise UserError(
-            f"reward method {method!r} (--reward-method or the algorithm file) must be one of "
-            f"{', '.join(reward.METHODS)}"
-        )
     from verl_p40.plan import rules
     from verl_p40.plan.verlconfig import base_config
 
