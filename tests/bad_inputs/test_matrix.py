@@ -135,7 +135,7 @@ CASES = [
         "config-bad-syntax",
         ["config", "--profile", "p40", "--set", "data.train_batch_size=[1"],
         {},
-        "config rejected the overrides",
+        "data.train_batch_size=[1: not a Hydra override",
     ),
     (
         "config-set-no-equals",
