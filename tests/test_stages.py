@@ -14,7 +14,7 @@ PACKAGE = REPO / "app" / "verl_p40"
 # Top first. A stage may import the stages of the levels below its own; never one above it, nor a stage beside it.
 # "base" is what every stage may use, and what verl loads by name or by path (reward.py, memcap.py, patches/).
 STAGES = {
-    "cli": (6, ["cli"]),
+    "cli": (6, ["cli", "cli_options"]),
     "perf": (5, ["perf"]),
     "doctor": (4, ["doctor"]),
     "evaluation": (4, ["evaluation"]),

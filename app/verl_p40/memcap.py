@@ -18,12 +18,19 @@ import os
 
 from verl_p40.defaults import GPU_MEMORY_CAP_ENV as ENV
 from verl_p40.defaults import TF32_ENV
+from verl_p40.options import number_problem
 
 
-def fraction_for(cap_gb: float, total_bytes: int) -> float:
-    if cap_gb <= 0:
-        raise ValueError(f"{ENV} must be positive, got {cap_gb}")
-    return min(1.0, cap_gb * 1e9 / total_bytes)
+def cap_gb(text: str | float) -> float:
+    """The cap `$VERL_P40_GPU_MEMORY_CAP_GB` asks for: a finite number of GB above 0 (NaN would apply no cap)."""
+    value, problem = number_problem(text, float)
+    if problem or value <= 0:
+        raise ValueError(f"${ENV}: {problem or f'{text!r} is not above 0'}; give the cap in GB, e.g. 24")
+    return value
+
+
+def fraction_for(cap: str | float, total_bytes: int) -> float:
+    return min(1.0, cap_gb(cap) * 1e9 / total_bytes)
 
 
 def apply() -> float | None:
@@ -37,9 +44,10 @@ def apply() -> float | None:
         return None
     device = torch.cuda.current_device()
     total = torch.cuda.get_device_properties(device).total_memory
-    fraction = fraction_for(float(value), total)
+    cap = cap_gb(value)
+    fraction = fraction_for(cap, total)
     torch.cuda.set_per_process_memory_fraction(fraction, device)
-    print(f"[verl-p40] pid {os.getpid()}: GPU memory capped at {float(value):g} GB ({fraction:.4f} of cuda:{device})")
+    print(f"[verl-p40] pid {os.getpid()}: GPU memory capped at {cap:g} GB ({fraction:.4f} of cuda:{device})")
     return fraction
 
 

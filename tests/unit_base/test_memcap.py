@@ -1,6 +1,6 @@
 import pytest
 
-from verl_p40.memcap import fraction_for
+from verl_p40.memcap import cap_gb, fraction_for
 
 
 def test_fraction_of_device_memory():
@@ -8,6 +8,15 @@ def test_fraction_of_device_memory():
     assert fraction_for(200, 24_000_000_000) == 1.0
     with pytest.raises(ValueError):
         fraction_for(0, 10)
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "0", "-3", "24GB", ""])
+def test_a_worker_refuses_a_cap_that_is_no_finite_positive_number(text):
+    """min(1.0, nan) is 1.0: a NaN cap would have applied no cap without a word; the worker names the variable."""
+    with pytest.raises(ValueError, match=r"^\$VERL_P40_GPU_MEMORY_CAP_GB: .*; give the cap in GB"):
+        cap_gb(text)
+    with pytest.raises(ValueError):
+        fraction_for(text, 24_000_000_000)
 
 
 def test_apply_sets_the_fraction_on_the_current_device(monkeypatch, capsys):

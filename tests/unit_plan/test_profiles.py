@@ -59,7 +59,7 @@ def test_unknown_key_fails_naming_its_origin(tmp_path, monkeypatch):
 
 def test_bad_value_is_reported_by_verl_config():
     result = cli("config", "--profile", "p40", "--set", "data.train_batch_size=[unclosed")
-    assert result.returncode == 2 and "config rejected the overrides" in result.stderr
+    assert result.returncode == 2 and "data.train_batch_size=[unclosed: not a Hydra override" in result.stderr
 
 
 def test_config_prints_complete_yaml():

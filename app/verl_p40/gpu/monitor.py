@@ -236,29 +236,3 @@ def main(args) -> int:
         )
     log(f"[monitor] wrote {out / 'gpu-summary.json'} and {out / 'gpu.png'}")
     return 0
-
-
-def add_arguments(p) -> None:
-    """`verl-p40 monitor`'s options."""
-    from verl_p40 import defaults
-    from verl_p40.options import number
-
-    p.add_argument("--interval", type=number(float, 0.05), default=1.0, help="seconds between samples [%(default)s]")
-    p.add_argument("--out", default=defaults.LOGS.join("gpu"), help="output folder [%(default)s]")
-    p.add_argument("--port", type=number(int, 1, 65535), default=None, help="serve Prometheus metrics on this port")
-    p.add_argument("--bind", default="127.0.0.1", help="address for the metrics port [%(default)s]")
-    p.add_argument(
-        "--gpus", default="all", help="all, or GPU indices as nvidia-smi numbers them (e.g. 0,1) [%(default)s]"
-    )
-    p.add_argument("--once", action="store_true", help="take one sample, print it, exit")
-    p.add_argument(
-        "--samples", type=number(int, 1), default=None, help="stop after N samples [run until SIGTERM/SIGINT]"
-    )
-    p.add_argument(
-        "--alert-mem-pct", type=number(float, 0, 100), default=None, help="warn when a GPU's memory use crosses N %%"
-    )
-    p.add_argument(
-        "--max-csv-mb", type=number(float, 0.01), default=50, help="rotate gpu.csv at this size [%(default)s]"
-    )
-    p.add_argument("--plot", metavar="CSV", help="only redraw the picture from a gpu.csv")
-    p.add_argument("--plot-out", help="with --plot: where to write the PNG [beside the CSV]")

@@ -71,17 +71,18 @@ def _shutdown(pynvml) -> None:
             pass
 
 
-def parse_gpus(spec: str | None) -> list[int] | None:
-    """`--gpus` of every command: None for all, else the NVML indices `spec` names ("0,1"); raises on anything else."""
+def parse_gpus(spec: str | None, origin: str = "--gpus") -> list[int] | None:
+    """`--gpus` of every command: None for all, else the NVML indices `spec` names ("0,1"); raises on anything else,
+    naming `origin` (the flag, or the environment variable the value came from)."""
     text = (spec or "all").strip().lower()
     if text == "all":
         return None
     try:
         indices = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise UserError(f"--gpus {spec!r}: use all, or GPU indices as nvidia-smi numbers them (e.g. 0,1)") from None
+        raise UserError(f"{origin} {spec!r}: use all, or GPU indices as nvidia-smi numbers them (e.g. 0,1)") from None
     if not indices or len(set(indices)) != len(indices) or min(indices) < 0:
-        raise UserError(f"--gpus {spec!r}: use all, or distinct GPU indices as nvidia-smi numbers them (e.g. 0,1)")
+        raise UserError(f"{origin} {spec!r}: use all, or distinct GPU indices as nvidia-smi numbers them (e.g. 0,1)")
     return indices
 
 

@@ -38,7 +38,15 @@ class Algorithm(Settings):
 
     @property
     def samples_per_prompt(self) -> int:
-        return int(self.verl.get("actor_rollout_ref", {}).get("rollout", {}).get("n", 1))
+        n = self.verl.get("actor_rollout_ref", {}).get("rollout", {}).get("n", 1)
+        return whole(n, f"{self.path}: actor_rollout_ref.rollout.n", "samples per prompt")
+
+
+def whole(value: Any, where: str, what: str) -> int:
+    """`value` when it is a whole number of at least 1 (`what`), else the one line naming `where`."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise UserError(f"{where} must be a whole number of {what}, got {value!r}")
+    return value
 
 
 def load(name: str) -> Algorithm:
@@ -84,9 +92,7 @@ def with_batch(profile_verl: dict[str, Any], algorithm: Algorithm, n: int) -> tu
             parent = parent.get(key) or {}
         if path[-1] not in parent:
             continue
-        prompts = parent.pop(path[-1])
-        if not isinstance(prompts, int) or isinstance(prompts, bool) or prompts < 1:
-            raise UserError(f"{algorithm.path}: {'.'.join(path)} must be a whole number of prompts, got {prompts!r}")
+        prompts = whole(parent.pop(path[-1]), f"{algorithm.path}: {'.'.join(path)}", "prompts")
         target = settings
         for key in path[:-1]:
             target = target.setdefault(key, {})

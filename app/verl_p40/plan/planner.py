@@ -23,6 +23,7 @@ from verl_p40.plan import profiles as profiles_mod
 from verl_p40.plan.run_options import RunOptions
 from verl_p40.plan.verlconfig import (
     Override,
+    check_settings,
     compose,
     hydra_value,
     parse_set,
@@ -132,8 +133,10 @@ def _tensorboard_available() -> bool:
 def plan(options: RunOptions) -> RunPlan:
     layout = layout_mod.choose(detect_gpus(), options.gpus, options.nodes)
     profile, notes, sm = resolve_profile(options.profile, layout.gpus)
+    check_settings(profile.verl, str(profile.path))
     completed, choices = engines.complete(profile.verl, engines.here(sm))
     algorithm = algorithms.load(options.algorithm)
+    check_settings(algorithm.verl, str(algorithm.path))
     n = options.samples_per_prompt or algorithm.samples_per_prompt
     # a recipe that sets its own batch (in prompts) replaces the profile's before the layout scales it
     verl_settings, algorithm = algorithms.with_batch(completed, algorithm, n)
@@ -241,12 +244,6 @@ def plan(options: RunOptions) -> RunPlan:
     overrides += user
     hydra_overrides = to_hydra(overrides)
     cfg = compose(hydra_overrides)  # raises a clear UserError on anything verl's config rejects
-    method = cfg.custom_reward_function.reward_kwargs.method  # from the options or the algorithm file
-    if method not in reward.METHODS:
-        raise UserError(
-            f"reward method {method!r} (--reward-method or the algorithm file) must be one of "
-            f"{', '.join(reward.METHODS)}"
-        )
     from verl_p40.plan import rules
     from verl_p40.plan.verlconfig import base_config
 

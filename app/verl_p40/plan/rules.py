@@ -6,9 +6,10 @@ Every error names where the offending value came from (a profile file or `--set`
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from verl_p40 import VERL_VERSION, UserError
+from verl_p40 import VERL_VERSION, UserError, reward
 
 # Names verl 0.5.0 accepts (verl/trainer/ppo/core_algos.py AdvantageEstimator; the rollout and strategy switches).
 CHOICES = {
@@ -59,6 +60,28 @@ POSITIVE = (
 )
 
 
+# Whole numbers whose verl default is null (unset): a value set must be a whole number, or null.
+WHOLE_OR_NULL = (
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+    "critic.ppo_micro_batch_size_per_gpu",
+    "data.val_batch_size",
+    "trainer.total_training_steps",
+    "trainer.max_actor_ckpt_to_keep",
+    "trainer.max_critic_ckpt_to_keep",
+)
+# What PyTorch's optimizers refuse below zero (when the trainer builds them, minutes in).
+NON_NEGATIVE = (
+    "actor_rollout_ref.actor.optim.lr",
+    "actor_rollout_ref.actor.optim.weight_decay",
+    "critic.optim.lr",
+    "critic.optim.weight_decay",
+)
+REWARD_METHOD = "custom_reward_function.reward_kwargs.method"
+FORMAT_BONUS = "custom_reward_function.reward_kwargs.format_bonus"
+
+
 def _get(cfg: Any, key: str) -> Any:
     from omegaconf import OmegaConf
 
@@ -77,16 +100,27 @@ def _all_where(keys: list[str], origins: dict[str, str]) -> str:
     return ", ".join(sorted(found, key=lambda o: not o.startswith("--set")))
 
 
-def _type_problems(cfg: Any, base: Any, origins: dict[str, str]) -> list[str]:
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def type_problems(cfg: Any, base: Any, origins: dict[str, str]) -> list[str]:
     problems = []
     for key in origins:
         default, value = _get(base, key), _get(cfg, key)
+        if isinstance(value, float) and not math.isfinite(value):
+            problems.append(f"{origins[key]}: {key} must be a finite number, got {value!r}")
+            continue
+        if default is None and key in WHOLE_OR_NULL and value is not None:
+            if not isinstance(value, int) or isinstance(value, bool):
+                problems.append(f"{origins[key]}: {key} must be a whole number or null, got {value!r}")
+            continue
         if default is None or value is None or isinstance(default, (str, list, dict)) or hasattr(default, "keys"):
             continue
         if isinstance(default, bool):
             ok = isinstance(value, bool)
         elif isinstance(default, float) or key in REAL_WITH_INT_DEFAULT:
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            ok = _is_number(value)
         elif isinstance(default, int):
             ok = isinstance(value, int) and not isinstance(value, bool)
         else:
@@ -102,7 +136,7 @@ def _type_problems(cfg: Any, base: Any, origins: dict[str, str]) -> list[str]:
 def check(cfg: Any, base: Any, origins: dict[str, str]) -> None:
     """Raise one UserError listing every problem of composed config `cfg` (verl's defaults: `base`); `origins` maps
     each key that was set to where it was set."""
-    problems = _type_problems(cfg, base, origins)
+    problems = type_problems(cfg, base, origins)
     for key, allowed in CHOICES.items():
         value = _get(cfg, key)
         if value is not None and value not in allowed:
@@ -111,6 +145,11 @@ def check(cfg: Any, base: Any, origins: dict[str, str]) -> None:
         value = _get(cfg, key)
         if isinstance(value, int) and not isinstance(value, bool) and value < 1:
             problems.append(f"{_where(key, origins)}: {key} must be at least 1, got {value}")
+    for key in NON_NEGATIVE:
+        value = _get(cfg, key)
+        if _is_number(value) and value < 0:
+            problems.append(f"{_where(key, origins)}: {key} must be at least 0, got {value}")
+    problems += _reward_problems(cfg, origins)
     if problems:  # the arithmetic below needs sane numbers
         raise UserError("; ".join(problems))
     batch, n = int(_get(cfg, "data.train_batch_size")), int(_get(cfg, "actor_rollout_ref.rollout.n"))
@@ -144,3 +183,18 @@ def check(cfg: Any, base: Any, origins: dict[str, str]) -> None:
             )
     if problems:
         raise UserError("; ".join(problems))
+
+
+def _reward_problems(cfg: Any, origins: dict[str, str]) -> list[str]:
+    """verl-p40's reward settings (custom_reward_function.reward_kwargs), which verl passes on unread."""
+    problems = []
+    method, bonus = _get(cfg, REWARD_METHOD), _get(cfg, FORMAT_BONUS)
+    if method is not None and method not in reward.METHODS:
+        problems.append(
+            f"{_where(REWARD_METHOD, origins)}: reward method {method!r} must be one of {', '.join(reward.METHODS)}"
+        )
+    if bonus is not None and (not _is_number(bonus) or bonus < 0):  # not finite: a type problem
+        problems.append(
+            f"{_where(FORMAT_BONUS, origins)}: {FORMAT_BONUS} must be a finite number of at least 0, got {bonus!r}"
+        )
+    return problems

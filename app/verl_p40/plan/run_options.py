@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from verl_p40 import defaults, reward
-from verl_p40.options import option
-from verl_p40.plan import algorithms
+from verl_p40.gpu.nvml import parse_gpus
+from verl_p40.options import FOLDER, option
+from verl_p40.plan import algorithms, profiles
 
 
 @dataclass
@@ -15,12 +16,15 @@ class RunOptions:
     """What `config`, `train`, `bench` and `doctor` take; each field is also its command-line option."""
 
     profile: str = option(
-        "auto", "hardware profile name, or auto (picked from what NVML reports)", env="VERL_P40_PROFILE"
+        "auto",
+        "hardware profile name, or auto (picked from what NVML reports)",
+        env="VERL_P40_PROFILE",
+        check=profiles.check_name,
     )
-    model: str = option(defaults.MODEL.value, "model folder", env=defaults.MODEL.env)
-    data: str = option(defaults.DATA.value, "folder with train/test.parquet", env=defaults.DATA.env)
-    checkpoints: str = option(defaults.CHECKPOINTS.value, "checkpoint root", env=defaults.CHECKPOINTS.env)
-    logs: str = option(defaults.LOGS.value, "log folder", env=defaults.LOGS.env)
+    model: str = option(defaults.MODEL.value, "model folder", env=defaults.MODEL.env, path=FOLDER)
+    data: str = option(defaults.DATA.value, "folder with train/test.parquet", env=defaults.DATA.env, path=FOLDER)
+    checkpoints: str = option(defaults.CHECKPOINTS.value, "checkpoint root", env=defaults.CHECKPOINTS.env, path=FOLDER)
+    logs: str = option(defaults.LOGS.value, "log folder", env=defaults.LOGS.env, path=FOLDER)
     reward_method: str | None = option(
         None,
         "GSM8K answer extraction: strict '#### N' (verl's) or the last number",
@@ -73,6 +77,7 @@ class RunOptions:
         "this host's GPUs to train on, as nvidia-smi numbers them (all, or e.g. 0,1); the "
         "batch grows with their count, the per-GPU work stays the profile's",
         env="VERL_P40_GPUS",
+        check=parse_gpus,
     )
     nodes: int = option(
         1,

@@ -59,10 +59,11 @@ def hydra_value(value: Any) -> str:
 
 
 def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    """Dotted keys of a nested mapping's values; an empty mapping sets nothing."""
     out: dict[str, Any] = {}
     for key, value in tree.items():
         path = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
+        if isinstance(value, dict):
             out.update(flatten(value, path + "."))
         else:
             out[path] = value
@@ -109,31 +110,108 @@ def base_config():
     return compose([])
 
 
-def known_key(key: str) -> bool:
+def _base_value(key: str) -> Any:
     from omegaconf import OmegaConf
 
-    return OmegaConf.select(base_config(), key, default=_MISSING) is not _MISSING
+    return OmegaConf.select(base_config(), key, default=_MISSING)
+
+
+def known_key(key: str) -> bool:
+    return _base_value(key) is not _MISSING
+
+
+def is_section(key: str) -> bool:
+    """A key that holds a non-empty group of verl's settings (data, trainer, actor_rollout_ref.actor, ...)."""
+    from omegaconf import OmegaConf
+
+    value = _base_value(key)
+    return OmegaConf.is_dict(value) and len(value) > 0
 
 
 def is_extension(key: str) -> bool:
     return any(fnmatch.fnmatchcase(key, pattern) for pattern in EXTENSION_KEYS)
 
 
-def to_hydra(overrides: list[Override]) -> list[str]:
-    """Hydra override strings; a key verl neither declares nor reads is an error naming its origin."""
-    out = []
-    for item in overrides:
-        if item.key.startswith(("+", "~")):  # the user spoke Hydra directly
-            out.append(f"{item.key}={item.value}" if item.key.startswith("+") else item.key)
-        elif known_key(item.key):
-            out.append(item.text(add=False))
-        elif is_extension(item.key):
-            out.append(item.text(add=True))
-        else:
+@functools.lru_cache(maxsize=1)
+def _override_parser():
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create()
+
+
+def _where(item: Override) -> str:
+    """Where an override came from, and the override where that does not say it (a settings file)."""
+    return item.origin if item.origin.startswith("--set ") else f"{item.origin}: {item.key}"
+
+
+def _parsed(text: str, where: str):
+    """Hydra's reading of one override; a line naming it and the fix when Hydra cannot read it."""
+    from hydra.errors import HydraException
+
+    try:
+        parsed = _override_parser().parse_override(text)
+    except HydraException as exc:
+        problem = " ".join(str(exc).split())
+        raise UserError(
+            f"{where}: not a Hydra override ({problem}); write key=value, and quote a value with brackets, braces, "
+            "commas or spaces in it: key='...'"
+        ) from None
+    if parsed.is_sweep_override():
+        raise UserError(
+            f"{where}: several values (a Hydra sweep); a list is key=[a,b], text with commas is quoted: key='a,b'"
+        )
+    return parsed
+
+
+def _checked(item: Override, earlier: set[str]) -> str:
+    """The Hydra override string for one override, or a line naming its origin and the fix. `earlier`: the keys the
+    overrides before it set."""
+    prefix = item.key[: len(item.key) - len(item.key.lstrip("+~"))]
+    key = item.key[len(prefix) :]
+    where = _where(item)
+    parsed = _parsed(item.key if prefix == "~" and not item.value else f"{item.key}={item.value}", where)
+    if prefix not in ("", "+", "++", "~") or not key or parsed.key_or_group != key:
+        raise UserError(f"{where}: expected key=value, +key=value (a new key) or ~key (delete one)")
+    if prefix == "~":
+        if known_key(key):
             raise UserError(
-                f"{item.origin}: verl {VERL_VERSION} has no config key {item.key!r} "
-                "(see verl/trainer/config/ppo_trainer.yaml; prefix with '+' to add a key on purpose)"
+                f"{where}: verl {VERL_VERSION}'s trainer reads {key}, so deleting it breaks the run; "
+                f"set it instead ({key}=VALUE)"
             )
+        if key not in earlier:
+            if not is_extension(key):
+                raise UserError(
+                    f"{where}: verl {VERL_VERSION} has no config key {key!r}, so there is nothing to delete"
+                )
+            raise UserError(f"{where}: nothing sets {key}, so there is nothing to delete")
+        return item.key + (f"={item.value}" if item.value else "")
+    if prefix == "+" and known_key(key):
+        raise UserError(f"{where}: verl {VERL_VERSION} already has {key}; drop the '+' ({key}={item.value})")
+    if is_section(key):
+        raise UserError(
+            f"{where}: {key} is a section of verl's config, not a value; set the keys inside it one by one "
+            f"({key}.KEY=VALUE)"
+        )
+    if prefix:  # a key added on purpose (+, or ++: add or replace)
+        return f"{item.key}={item.value}"
+    if known_key(key):
+        return item.text(add=False)
+    if is_extension(key):
+        return item.text(add=True)
+    raise UserError(
+        f"{item.origin}: verl {VERL_VERSION} has no config key {key!r} "
+        "(see verl/trainer/config/ppo_trainer.yaml; prefix with '+' to add a key on purpose)"
+    )
+
+
+def to_hydra(overrides: list[Override]) -> list[str]:
+    """Hydra override strings; an override Hydra cannot read, a key verl neither declares nor reads, a whole section,
+    `+` on a key verl has and `~` on one it reads are errors naming their origin."""
+    out: list[str] = []
+    earlier: set[str] = set()
+    for item in overrides:
+        out.append(_checked(item, earlier))
+        earlier.add(item.key.lstrip("+~"))
     # A later override of the same key wins, as on Hydra's command line; keep only the last.
     last: dict[str, str] = {}
     for text in out:
@@ -144,9 +222,9 @@ def to_hydra(overrides: list[Override]) -> list[str]:
 def parse_set(items: list[str]) -> list[Override]:
     overrides = []
     for item in items:
-        if "=" not in item and not item.startswith("~"):
+        key, equals, value = item.partition("=")
+        if not (equals or key.startswith("~")) or not key.strip().lstrip("+~"):
             raise UserError(f"--set {item!r}: expected key=value")
-        key, _, value = item.partition("=")
         overrides.append(Override(key.strip(), value, f"--set {item}"))
     return overrides
 
@@ -154,6 +232,20 @@ def parse_set(items: list[str]) -> list[Override]:
 def settings_overrides(tree: dict, origin: str) -> list[Override]:
     """Overrides for a nested mapping of verl values (a profile, an algorithm, LoRA), each naming `origin`."""
     return [Override(key, hydra_value(value), origin) for key, value in flatten(tree).items()]
+
+
+def check_settings(tree: dict, origin: str) -> None:
+    """A settings file's verl values checked before anything reads them: as `to_hydra` checks overrides (a section
+    where a value belongs, a key verl does not have) and typed as verl's defaults are (text where a number belongs)."""
+    from omegaconf import OmegaConf
+
+    from verl_p40.plan import rules
+
+    overrides = settings_overrides(tree, origin)
+    to_hydra(overrides)
+    problems = rules.type_problems(OmegaConf.create(tree), base_config(), {o.key: origin for o in overrides})
+    if problems:
+        raise UserError("; ".join(problems))
 
 
 def profile_overrides(profile: Profile) -> list[Override]:

@@ -15,7 +15,6 @@ Ports (host networking): RAY_PORT (6379) on the head for Ray's GCS, and on every
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import subprocess
@@ -23,9 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-from verl_p40 import UserError, defaults
+from verl_p40 import UserError
 from verl_p40.gpu.nvml import detect_gpus
-from verl_p40.options import number
 from verl_p40.plan import layout as layout_mod
 
 
@@ -125,16 +123,17 @@ def node_problems(address: str, paths: dict[str, str], marker: str) -> list[str]
         ray.shutdown()
 
 
-def cmd_head(args: argparse.Namespace, options, train) -> int:
+def cmd_head(options, train) -> int:
+    """`options`: verl_p40.cli_options.ClusterOptions; `train` runs the trainer against the cluster."""
     layout = _layout(options)
-    port, ip = str(args.port), args.node_ip or None
+    port, ip = str(options.port), options.node_ip or None
     address = f"{ip or '127.0.0.1'}:{port}"
     env = layout_mod.env(layout)  # Ray's workers here see the chosen GPUs only
-    _run(ray_start(["--head", "--port", port, "--include-dashboard", "false"], layout.per_node, ip, args.port), env)
+    _run(ray_start(["--head", "--port", port, "--include-dashboard", "false"], layout.per_node, ip, options.port), env)
     try:
-        wait_for(address, options.nodes, layout.per_node, args.wait_s)
+        wait_for(address, options.nodes, layout.per_node, options.wait_s)
         os.environ["RAY_ADDRESS"] = address
-        if args.no_train:
+        if options.no_train:
             print(f"[verl-p40] cluster ready at {address}; Ctrl-C or SIGTERM stops it", flush=True)
             signal.sigwait({signal.SIGTERM, signal.SIGINT})
             return 0
@@ -143,40 +142,14 @@ def cmd_head(args: argparse.Namespace, options, train) -> int:
         subprocess.run([*ray_command(), "stop"], capture_output=True)
 
 
-def cmd_join(args: argparse.Namespace, options) -> int:
-    if not args.address:
+def cmd_join(options) -> int:
+    if not options.address:
         raise UserError("--address HEAD:PORT (RAY_HEAD) is needed: where `verl-p40 cluster head` runs")
     layout = _layout(options)
     env = layout_mod.env(layout)
-    command = ray_start(["--address", args.address, "--block"], layout.per_node, args.node_ip or None, args.port)
+    command = ray_start(
+        ["--address", options.address, "--block"], layout.per_node, options.node_ip or None, options.port
+    )
     print("$ " + " ".join(command), flush=True)
     os.execvpe(command[0], command, {**os.environ, **env})
     return 0  # not reached
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "role",
-        choices=("head", "join"),
-        help="head: start the cluster here and train; join: lend this host's GPUs to a head",
-    )
-    p.add_argument("--address", default=defaults.RAY_HEAD.get() or None, help="join: the head's HOST:PORT [$RAY_HEAD]")
-    # environment values are strings that argparse converts (and checks) after parsing: a bad one never breaks --help
-    p.add_argument(
-        "--port",
-        type=number(int, 1, 65535, env=defaults.RAY_PORT.env),
-        default=defaults.RAY_PORT.get(),
-        help="head: Ray's port; every host also uses the 102 after it [%(default)s, $RAY_PORT]",
-    )
-    p.add_argument(
-        "--node-ip",
-        default=defaults.RAY_NODE_IP.get() or None,
-        help="this host's address the others reach it at [Ray's guess, $RAY_NODE_IP]",
-    )
-    p.add_argument(
-        "--wait-s",
-        type=number(float, 0, env=defaults.CLUSTER_WAIT_S.env),
-        default=defaults.CLUSTER_WAIT_S.get(),
-        help="head: how long to wait for the other hosts [%(default)s]",
-    )
-    p.add_argument("--no-train", action="store_true", help="head: start the cluster and wait, without training")

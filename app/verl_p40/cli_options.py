@@ -1,0 +1,234 @@
+"""What every command takes, declared once: one dataclass per command, each field its flag, default, environment
+variable, checks and help (`verl_p40.options`). The commands that plan a run (config, train, cluster, bench, doctor)
+share `RunOptions`."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from verl_p40 import VERL_VERSION, defaults
+from verl_p40.doctor.runner import SKIP_ENV, names_help
+from verl_p40.gpu.nvml import parse_gpus
+from verl_p40.options import FILE, FOLDER, option
+from verl_p40.plan.run_options import RunOptions
+
+LATEST = "latest"  # a model given as the newest verl checkpoint under --checkpoints
+MONITOR_INTERVAL_ENV = "VERL_P40_MONITOR_INTERVAL"
+
+
+def _logs(*parts: str) -> str:
+    return os.path.join(defaults.LOGS.value, *parts)
+
+
+def _skip_check():
+    return option(
+        [],
+        f"skip a preflight check by name (also ${SKIP_ENV}); checks: {names_help()}",
+        many=True,
+        metavar="NAME[,NAME]",
+    )
+
+
+def _checkpoints():
+    return option(defaults.CHECKPOINTS.value, "for 'latest'", env=defaults.CHECKPOINTS.env, path=FOLDER)
+
+
+@dataclass
+class PrepOptions:
+    source: str = option(
+        defaults.GSM8K_SOURCE.value,
+        "folder with train/test.jsonl or parquet, or hf:openai/gsm8k",
+        env=defaults.GSM8K_SOURCE.env,
+        path=FOLDER,
+        exists=True,
+        unless=("hf:",),
+    )
+    out: str = option(defaults.DATA.value, "output folder", env=defaults.DATA.env, path=FOLDER)
+    limit: int | None = option(None, "at most N rows per split", kind=int, low=1)
+    skip_invalid: bool = option(False, "skip bad rows (and count them) instead of stopping", switch=True)
+    val_size: int = option(
+        int(defaults.VAL_SIZE.value),
+        "also write val.parquet: N train rows held out for validation, so choosing settings never sees the test split",
+        env=defaults.VAL_SIZE.env,
+        kind=int,
+        low=0,
+    )
+    instruction: str | None = option(None, "text appended to each question", shown="the GSM8K instruction")
+    tokenizer: str | None = option(None, "model/tokenizer folder: also print prompt-token statistics", path=FOLDER)
+    cache_dir: str | None = option(None, "datasets cache for hf: sources", env=defaults.DATASETS_CACHE.env, path=FOLDER)
+    summary_json: str | None = option(None, "also write the summary as JSON here", path=FILE)
+    skip_existing: bool = option(
+        False, "do nothing when the folder holds what this prep would write (its manifest says so)", switch=True
+    )
+
+
+@dataclass
+class FetchModelOptions:
+    repo: str = option(defaults.MODEL_REPO.value, "the model's repository on the hub", env=defaults.MODEL_REPO.env)
+    revision: str | None = option(None, "branch, tag or commit", shown="main")
+    out: str = option(defaults.MODEL.value, "model folder", env=defaults.MODEL.env, path=FOLDER)
+    force: bool = option(False, "download again even when complete", switch=True)
+    from_dir: str | None = option(
+        None,
+        "no hub: copy a complete model folder brought on a disk (air-gapped hosts)",
+        env=defaults.MODEL_FROM.env,
+        flag="--from",
+        metavar="DIR",
+        path=FOLDER,
+        exists=True,
+    )
+
+
+@dataclass
+class VerlRunOptions(RunOptions):
+    """A run's options with the verl config values given on the command line (`sets` is both, --set first)."""
+
+    set: list[str] = option([], "any verl config value (repeatable)", many=True, metavar="KEY=VALUE")
+    overrides: list[str] = option([], "verl config values, as with --set", flag="", many=True, metavar="KEY=VALUE")
+
+    def __post_init__(self) -> None:
+        self.sets = [*self.set, *self.overrides]
+
+
+@dataclass
+class ConfigOptions(VerlRunOptions):
+    overrides_only: bool = option(False, "print the Hydra overrides instead of the config", switch=True)
+
+
+@dataclass
+class TrainOptions(VerlRunOptions):
+    dry_run: bool = option(False, "print the trainer command and exit", switch=True)
+    skip_check: list[str] = _skip_check()
+
+
+@dataclass
+class ClusterOptions(TrainOptions):
+    role: str | None = option(
+        None,
+        "head: start the cluster here and train; join: lend this host's GPUs to a head",
+        flag="",
+        choices=("head", "join"),
+        required=True,
+    )
+    address: str | None = option(None, "join: the head's HOST:PORT", env=defaults.RAY_HEAD.env)
+    port: int = option(
+        int(defaults.RAY_PORT.value),
+        "head: Ray's port; every host also uses the 102 after it",
+        env=defaults.RAY_PORT.env,
+        kind=int,
+        low=1,
+        high=65535,
+    )
+    node_ip: str | None = option(
+        None, "this host's address the others reach it at", env=defaults.RAY_NODE_IP.env, shown="Ray's guess"
+    )
+    wait_s: float = option(
+        float(defaults.CLUSTER_WAIT_S.value),
+        "head: how long to wait for the other hosts, in seconds",
+        env=defaults.CLUSTER_WAIT_S.env,
+        kind=float,
+        low=0,
+    )
+    no_train: bool = option(False, "head: start the cluster and wait, without training", switch=True)
+
+
+@dataclass
+class BenchOptions(VerlRunOptions):
+    skip_check: list[str] = _skip_check()
+    steps: int = option(4, "training steps; the first is warm-up", kind=int, low=2)
+    out: str = option(_logs("bench.json"), "the result", env=defaults.LOGS.env, below="bench.json", path=FILE)
+    keep_model: str | None = option(
+        None, "build the random-weight model here once and reuse it", metavar="DIR", path=FOLDER
+    )
+
+
+@dataclass
+class DoctorOptions(VerlRunOptions):
+    skip_check: list[str] = _skip_check()
+    only: list[str] = option([], "run only these checks", many=True, metavar="NAME[,NAME]")
+    json: bool = option(False, "print the results as JSON", switch=True)
+
+
+@dataclass
+class PatchVerlOptions:
+    verl_dir: str | None = option(
+        None, "verl package folder", flag="", metavar="VERL_DIR", shown="the installed verl", path=FOLDER, exists=True
+    )
+    check: bool = option(False, "report each patch; exit 1 unless all are applied", switch=True)
+    force: bool = option(False, f"patch a verl other than {VERL_VERSION}", switch=True)
+
+
+@dataclass
+class MonitorOptions:
+    interval: float = option(1.0, "seconds between samples", env=MONITOR_INTERVAL_ENV, kind=float, low=0.05)
+    out: str = option(_logs("gpu"), "output folder", env=defaults.LOGS.env, below="gpu", path=FOLDER)
+    port: int | None = option(None, "serve Prometheus metrics on this port", kind=int, low=1, high=65535)
+    bind: str = option("127.0.0.1", "address for the metrics port")
+    gpus: str = option("all", "all, or GPU indices as nvidia-smi numbers them (e.g. 0,1)", check=parse_gpus)
+    once: bool = option(False, "take one sample, print it, exit", switch=True)
+    samples: int | None = option(None, "stop after N samples", kind=int, low=1, shown="run until SIGTERM/SIGINT")
+    alert_mem_pct: float | None = option(None, "warn when a GPU's memory use crosses N %%", kind=float, low=0, high=100)
+    max_csv_mb: float = option(50.0, "rotate gpu.csv at this size", kind=float, low=0.01)
+    plot: str | None = option(None, "only redraw the picture from a gpu.csv", metavar="CSV", path=FILE)
+    plot_out: str | None = option(None, "with --plot: where to write the PNG", shown="beside the CSV", path=FILE)
+
+
+@dataclass
+class EvalOptions:
+    model: str | None = option(
+        None,
+        "Hugging Face folder, verl checkpoint .../global_step_N/actor, or latest",
+        required=True,
+        path=FOLDER,
+        unless=(LATEST,),
+    )
+    compare: str | None = option(None, "a second model, same forms (the trained one)", path=FOLDER, unless=(LATEST,))
+    data: str = option(
+        os.path.join(defaults.DATA.value, "test.parquet"),
+        "a parquet file of verl's RL schema, or the folder verl-p40 prep wrote (its test.parquet)",
+        env=defaults.DATA.env,
+        below="test.parquet",
+    )
+    out: str = option(_logs("eval"), "output folder", env=defaults.LOGS.env, below="eval", path=FOLDER)
+    limit: int | None = option(None, "only the first N questions", kind=int, low=1)
+    batch_size: int = option(32, "questions generated together", kind=int, low=1)
+    max_new_tokens: int = option(512, "longest answer, in tokens", kind=int, low=1)
+    checkpoints: str = _checkpoints()
+    logs: str = option(defaults.LOGS.value, "trainer logs for curves.png", env=defaults.LOGS.env, path=FOLDER)
+    device: str | None = option(None, "cuda, cuda:1 or cpu", shown="cuda when available")
+    examples: int = option(10, "questions shown side by side in report.md", kind=int, low=0)
+    engine: str = option(
+        "auto",
+        "generation engine: auto = vLLM where installed on sm_70+, else HF generate",
+        choices=("auto", "hf", "vllm"),
+    )
+    dtype: str = option(
+        "fp32",
+        "of the weights while generating; bf16 greedy answers do not repeat run to run, so compare models in fp32",
+        choices=("fp32", "bf16", "fp16"),
+    )
+
+
+@dataclass
+class ExportOptions:
+    model: str = option(
+        LATEST,
+        "verl checkpoint .../global_step_N/actor, latest, or a Hugging Face folder",
+        path=FOLDER,
+        unless=(LATEST,),
+    )
+    checkpoints: str = _checkpoints()
+    out: str = option(defaults.EXPORTS.value, "output folder", env=defaults.EXPORTS.env, path=FOLDER)
+    dtype: str = option("fp16", "of the Hugging Face folder", choices=("fp16", "fp32"))
+    lora: str = option(
+        "merged",
+        "a LoRA run: the adapter folded into the weights, or the adapter alone",
+        choices=("merged", "adapter"),
+    )
+    gguf: str = option("", "also write GGUF files for llama.cpp/Ollama", metavar="f16,q8_0")
+
+
+@dataclass
+class ProfilesOptions:
+    """`verl-p40 profiles` takes nothing."""
