@@ -67,8 +67,12 @@ def masked_p40s(options: RunOptions) -> list[GPUInfo]:
 def project_run(name: str, command: str, steps: list[dict], shape: projection.Shape, recent: bool) -> dict:
     """`recent`: run since trim_padding exists, so its config says whether it trimmed; older runs ran at full width."""
     options = options_from(command)
+    detect = train.detect_gpus
     train.detect_gpus = lambda: masked_p40s(options)  # the layout of the machine that ran it, not of this one
-    cfg = plan(options).config()
+    try:
+        cfg = plan(options).config()
+    finally:
+        train.detect_gpus = detect  # a caller in the same process (a test, scale_run's report) sees this machine again
     phases = projection.median_phases(steps)
     generated = statistics.median(s.get("response_length/max", 0.0) for s in steps)
     trimming = recent and bool(cfg.actor_rollout_ref.model.get("trim_padding", False))
