@@ -6,6 +6,7 @@ import shutil
 import pytest
 
 from conftest import cli, make_tiny_qwen
+from model_folders import cut_short, small_model
 from verl_p40 import UserError, reward
 from verl_p40.evaluation import evaluate, generation, stats
 from verl_p40.models import checkpoints
@@ -152,11 +153,11 @@ def test_latest_checkpoint_and_merge_command(tmp_path):
     assert actor == tmp_path / "exp" / "global_step_20" / "actor" and checkpoints.is_fsdp_checkpoint(actor)
     cmd = checkpoints.merge_command(actor, actor / "merged")
     assert cmd[1:5] == ["-m", "verl.model_merger", "merge", "--backend"] and cmd[-1] == str(actor / "merged")
-    merged = actor / checkpoints.MERGED
-    merged.mkdir()
-    shutil.copy(__file__, merged / "config.json")
-    (merged / "model.safetensors").write_bytes(b"x")
+    merged = small_model(actor / checkpoints.MERGED)
     assert checkpoints.resolve_model("latest", tmp_path) == merged  # cached merge is reused
+    cut_short(merged)  # ...when it is whole
+    with pytest.raises(UserError, match="merged_hf_fp32: not a usable model folder: model.safetensors: cut short"):
+        checkpoints.resolve_model("latest", tmp_path)
 
 
 def test_engine_choice_without_vllm():

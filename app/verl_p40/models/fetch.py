@@ -18,8 +18,9 @@ from pathlib import Path
 
 from verl_p40 import UserError
 from verl_p40.atomic import write_text
+from verl_p40.models import verify
+from verl_p40.models.verify import MANIFEST
 
-MANIFEST = ".verl-p40-model.json"
 # What a causal LM folder needs for verl: config, weights, tokenizer. (Not pytorch_model.bin / tokenizer.model:
 # Qwen2.5 ships safetensors and a BPE tokenizer.)
 REQUIRED = (
@@ -43,13 +44,6 @@ class FetchResult:
     note: str = ""
 
 
-def _manifest(folder: Path) -> dict | None:
-    try:
-        return json.loads((folder / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def listing_problems(expected: dict[str, int]) -> list[str]:
     """What a repository's file list lacks for verl (config, tokenizer, safetensors weights)."""
     problems = [f"{name}: not in the repository's file list" for name in REQUIRED if name not in expected]
@@ -58,55 +52,12 @@ def listing_problems(expected: dict[str, int]) -> list[str]:
     return problems
 
 
-def verify(folder: Path, expected: dict[str, int]) -> list[str]:
-    """Problems with `folder` against the expected {file: size}; empty when complete."""
-    problems = listing_problems(expected)
-    for name, size in sorted(expected.items()):
-        path = folder / name
-        if not path.is_file():
-            problems.append(f"{name}: missing")
-        elif size is not None and path.stat().st_size != size:
-            problems.append(f"{name}: {path.stat().st_size} bytes, expected {size}")
-    return problems
-
-
-def local_problems(folder: Path) -> list[str]:
-    """What stops `folder` from being a usable model folder, checked without the network; empty when usable.
-
-    Against the manifest fetch-model wrote when there is one (every file, its size), else the files a Qwen2.5
-    folder needs, weights included (a hand-copied folder)."""
-    folder = Path(folder)
-    if not (folder / "config.json").is_file():
-        return ["no model here (config.json missing)"]
-    manifest = _manifest(folder)
-    if manifest and manifest.get("files"):
-        return verify(folder, manifest["files"])
-    have = lambda name: (folder / name).is_file()  # noqa: E731
-    problems = [f"{name}: missing" for name in ("config.json", "tokenizer_config.json") if not have(name)]
-    if not have("tokenizer.json") and not (have("vocab.json") and have("merges.txt")):
-        problems.append("no tokenizer (tokenizer.json, or vocab.json and merges.txt)")
-    weights = sorted(folder.glob("*.safetensors"))
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            shards = set(json.loads(index.read_text())["weight_map"].values())
-        except (OSError, ValueError, KeyError):
-            return problems + [f"{index.name}: not a safetensors index"]
-        problems += [
-            f"{name}: missing (listed in {index.name})" for name in sorted(shards) if not (folder / name).is_file()
-        ]
-    elif not weights:
-        problems.append("no weights (*.safetensors)")
-    problems += [f"{w.name}: empty" for w in weights if w.stat().st_size == 0]
-    return problems
-
-
 def complete(folder: Path, repo: str) -> dict[str, int] | None:
-    manifest = _manifest(folder)
+    manifest = verify.manifest(folder)
     if not manifest or manifest.get("repo") != repo:
         return None
     files = manifest.get("files", {})
-    return files if not verify(folder, files) else None
+    return files if not verify.problems(folder, files) else None
 
 
 def _wanted(name: str) -> bool:
@@ -149,7 +100,7 @@ def fetch_model(repo: str, out: Path, revision: str | None = None, force: bool =
         if done is not None:
             return FetchResult(out, done, skipped=True)
     if _offline():
-        problems = local_problems(out)
+        problems = verify.problems(out)
         if problems:
             raise UserError(
                 f"{out}: no complete copy of {repo} here ({'; '.join(problems[:3])}) and HF_HUB_OFFLINE is set"
@@ -160,7 +111,7 @@ def fetch_model(repo: str, out: Path, revision: str | None = None, force: bool =
     unusable = listing_problems(files)
     if unusable:  # refused before anything is written
         raise UserError(f"{repo}: not a model verl can train: {'; '.join(unusable)}")
-    if not force and (out / "config.json").is_file() and not verify(out, files):  # copied by hand, and complete
+    if not force and not verify.problems(out, files):  # copied by hand, and complete
         _write_manifest(out, repo, sha, files)
         return FetchResult(out, files, skipped=True, note="copied by hand; matches the hub's file list")
     from huggingface_hub import hf_hub_download, snapshot_download
@@ -186,9 +137,9 @@ def fetch_model(repo: str, out: Path, revision: str | None = None, force: bool =
             f"download of {repo} into {out} failed: {type(exc).__name__}: {str(exc).splitlines()[0]} "
             "(run the same command again to resume)"
         ) from None
-    problems = verify(out, files)
+    problems = verify.problems(out, files)
     if problems:
-        raise UserError(f"{repo}: downloaded files do not match the hub's list: {'; '.join(problems)}")
+        raise UserError(f"{repo}: the downloaded folder is not usable: {'; '.join(problems[:3])}")
     _write_manifest(out, repo, sha, files)
     return FetchResult(out, files, skipped=False)
 
@@ -204,7 +155,7 @@ def copy_model(source: Path, out: Path) -> FetchResult:
     source, out = Path(source), Path(out)
     if not source.is_dir():
         raise UserError(f"--from {source}: not a folder")
-    problems = local_problems(source)
+    problems = verify.problems(source)
     if problems:
         raise UserError(f"--from {source}: not a complete model folder ({'; '.join(problems[:3])}); nothing copied")
     if out.exists() and not out.is_dir():
@@ -212,7 +163,7 @@ def copy_model(source: Path, out: Path) -> FetchResult:
     if out.resolve() == source.resolve():
         raise UserError(f"--out {out} is the --from folder; choose another --out")
     files = {p.name: p.stat().st_size for p in sorted(source.iterdir()) if p.is_file() and _wanted(p.name)}
-    manifest = _manifest(source) or {}
+    manifest = verify.manifest(source) or {}
     copied = []
     try:
         for name, size in files.items():
