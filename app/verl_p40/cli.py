@@ -190,6 +190,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from verl_p40.models import export
 
+    _stop_on_sigterm()
     kinds = [k.strip() for k in (args.gguf or "").split(",") if k.strip()]
     for path in export.run(
         args.model, Path(args.checkpoints), Path(args.out), dtype=args.dtype, gguf_kinds=kinds, lora=args.lora
