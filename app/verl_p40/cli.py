@@ -158,6 +158,7 @@ def cmd_monitor(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from verl_p40.evaluation import evaluate
 
+    _stop_on_sigterm()
     report = evaluate.run(
         model=args.model,
         compare=args.compare,
