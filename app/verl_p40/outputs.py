@@ -3,10 +3,11 @@ it did not write there itself, and each output appears whole or not at all (`ver
 the same folder, renamed at the end, removed on any failure, Ctrl-C and SIGTERM included).
 
 How a command knows a file is its own: the folder's ledger, `.verl-p40-outputs.json`, records every output it wrote
-with the size and modification time of each file in it. A path that is there is replaced only when the ledger lists
-it exactly as it is now (or `adopt` recognises it: what an earlier version wrote, or what a command records in a
-manifest of its own); a user's file of the same name, or one of ours changed since, stops the command with one line
-naming it. A full disk, a read-only folder or a file where the folder belongs ends in one line too.
+there (for a folder, every file in it). A path that is there is replaced only when the ledger lists it (or `adopt`
+recognises it: what an earlier version wrote, or what a command records in a manifest of its own), and a folder only
+when every file in it is one the command wrote; a user's file of an output's name, or one a user put into an output
+folder, stops the command with one line naming it. A full disk, a read-only folder or a file where the folder belongs
+ends in one line too.
 """
 
 from __future__ import annotations
@@ -32,24 +33,22 @@ def os_reason(exc: BaseException) -> str | None:
     """Why the operating system refused a write, from the error a library raised; None when it is not such an error."""
     if isinstance(exc, UserError) or not isinstance(exc, Exception):
         return None
-    if isinstance(exc, OSError):
-        return exc.strerror or str(exc).splitlines()[0]
     text = str(exc)
-    return next((os.strerror(code) for code in WRITE_ERRORS if os.strerror(code) in text), None)
+    known = next((os.strerror(code) for code in WRITE_ERRORS if os.strerror(code) in text), None)
+    if known or not isinstance(exc, OSError):
+        return known
+    return exc.strerror or (text.splitlines() or [type(exc).__name__])[0]
 
 
-def state(path: Path) -> dict[str, list[int]]:
-    """[size, modification time in ns] of `path` (a file), or of every file under it (a folder); links are recorded
-    as links, never followed."""
-    found = os.lstat(path)
+def contents(path: Path) -> list[str] | None:
+    """The files under the folder `path`, relative to it (links as links, never followed); None for a file."""
     if not os.path.isdir(path) or os.path.islink(path):
-        return {".": [found.st_size, found.st_mtime_ns]}
-    out = {}
+        return None
+    out = []
     for root, dirs, files in os.walk(path):
-        for name in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
-            entry = os.lstat(os.path.join(root, name))
-            out[os.path.relpath(os.path.join(root, name), path)] = [entry.st_size, entry.st_mtime_ns]
-    return out
+        links = [d for d in dirs if os.path.islink(os.path.join(root, d))]
+        out += [os.path.relpath(os.path.join(root, name), path) for name in files + links]
+    return sorted(out)
 
 
 class OutputFolder:
@@ -90,25 +89,27 @@ class OutputFolder:
                 f"{path}: a symbolic link; verl-p40 {self.command} writes only inside {self} and never through a "
                 f"link: remove the link, or choose another {self.flag}"
             )
-        if name == LEDGER or not path.exists() or self.owns(name):
+        if name == LEDGER or not path.exists():
             return None
         entry = self._ledger().get(name)
-        if entry:
+        if entry and entry.get("kind") == ("folder" if path.is_dir() else "file"):
+            foreign = sorted(set(contents(path) or []) - set(entry.get("files") or []))
+            if not foreign:
+                return None
             return (
-                f"{path}: changed since verl-p40 {entry.get('by', self.command)} wrote it; move it away (or remove "
-                f"it), or choose another {self.flag}"
+                f"{path / foreign[0]}: not written by verl-p40 {entry.get('by', self.command)}"
+                + (f" (nor {len(foreign) - 1} more files there)" if len(foreign) > 1 else "")
+                + f", and {path.name} would be replaced; move it away, or choose another {self.flag}"
             )
+        if self.adopt and self.adopt(name, path):
+            return None
         return (
             f"{path}: already there and not written by verl-p40 {self.command}; move it away (or remove it), or "
             f"choose another {self.flag}"
         )
 
     def owns(self, name: str) -> bool:
-        path = self.folder / name
-        entry = self._ledger().get(name)
-        if entry and state(path) in entry.get("states", []):
-            return True
-        return bool(self.adopt and self.adopt(name, path))
+        return os.path.lexists(self.folder / name) and self.refusal(name) is None
 
     def _ledger(self) -> dict:
         try:
@@ -129,7 +130,7 @@ class OutputFolder:
             self.folder.mkdir(parents=True, exist_ok=True)
             with staged([self.folder / name for name in names], directory) as temps:
                 yield temps
-                self._record({name: state(temp) for name, temp in zip(names, temps)})
+                self._record(dict(zip(names, temps)))
 
     @contextlib.contextmanager
     def reasons(self, what: str) -> Iterator[None]:
@@ -142,14 +143,15 @@ class OutputFolder:
                 raise
             raise UserError(f"{self}: cannot {what} ({reason})") from None
 
-    def _record(self, written: dict[str, dict]) -> None:
-        """The ledger, before the renames: each name as it will be, and as it is now when it is ours (so that a stop
-        between the renames leaves each path as one of them)."""
+    def _record(self, written: dict[str, Path]) -> None:
+        """The ledger, before the renames: each name with the files it will hold, and those it holds now when they are
+        the command's own (so that a stop between the renames leaves each path the command's, old or new)."""
         ledger = self._ledger()
-        for name, new in written.items():
-            path = self.folder / name
-            states = [new] + ([state(path)] if os.path.lexists(path) and self.owns(name) else [])
-            ledger[name] = {"by": self.command, "states": states}
+        for name, temp in written.items():
+            files = contents(temp)
+            if files is not None and self.owns(name):
+                files = sorted(set(files) | set(contents(self.folder / name) or []))
+            ledger[name] = {"by": self.command, "kind": "file" if files is None else "folder", "files": files or []}
         self._save(ledger)
 
     def _save(self, ledger: dict) -> None:

@@ -18,17 +18,19 @@ def _write(folder: OutputFolder, name: str, text: str) -> None:
 def test_its_own_file_is_replaced_and_a_users_file_is_not(tmp_path):
     out = OutputFolder(tmp_path / "out", "--out", "eval")
     _write(out, "report.json", "one")
-    _write(out, "report.json", "two")  # its own, as it wrote it: replaced
+    _write(out, "report.json", "two")  # its own: replaced
     assert (tmp_path / "out" / "report.json").read_text() == "two"
+    (tmp_path / "out" / "report.json").write_text("damaged")
+    _write(out, "report.json", "three")  # its own still, whatever became of it
+    assert (tmp_path / "out" / "report.json").read_text() == "three"
     (tmp_path / "out" / "notes.txt").write_text("mine")
     with pytest.raises(UserError, match=r"notes.txt: already there and not written by verl-p40 eval; move it away"):
         _write(out, "notes.txt", "x")
-    (tmp_path / "out" / "report.json").write_text("edited by hand")
-    with pytest.raises(UserError, match=r"report.json: changed since verl-p40 eval wrote it"):
-        _write(out, "report.json", "three")
-    assert (tmp_path / "out" / "report.json").read_text() == "edited by hand"
-    assert (tmp_path / "out" / "notes.txt").read_text() == "mine"
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [LEDGER, "notes.txt", "report.json"]
+    (tmp_path / "out" / "report.json").unlink()
+    (tmp_path / "out" / "report.json").mkdir()  # a folder where its file was: not its own
+    with pytest.raises(UserError, match=r"report.json: already there and not written by verl-p40 eval"):
+        _write(out, "report.json", "four")
+    assert (tmp_path / "out" / "notes.txt").read_text() == "mine" and (tmp_path / "out" / "report.json").is_dir()
 
 
 def test_a_link_is_never_written_through_nor_replaced(tmp_path):
@@ -50,8 +52,9 @@ def test_its_own_folder_is_replaced_whole_and_one_with_a_users_file_in_it_is_not
             (temp / text).write_text(text)
     assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["config.json", "new"]
     assert sorted(p.name for p in tmp_path.iterdir()) == [LEDGER, "model"]  # the old one gone, no temporary left
+    (tmp_path / "model" / "config.json").write_text("edited")  # its own file in it, changed: still its own
     (tmp_path / "model" / "notes.txt").write_text("mine")
-    with pytest.raises(UserError, match="model: changed since verl-p40 export wrote it"):
+    with pytest.raises(UserError, match="model/notes.txt: not written by verl-p40 export, and model would be replaced"):
         with out.write(["model"], directory=True) as (temp,):
             (temp / "config.json").write_text("newer")
     assert (tmp_path / "model" / "notes.txt").read_text() == "mine"
@@ -76,7 +79,7 @@ def test_a_stop_between_the_ledger_and_the_renames_leaves_either_state_its_own(t
     with pytest.raises(KeyboardInterrupt):
         with out.write(["train.parquet"]) as (temp,):
             temp.write_text("new")
-            out._record({"train.parquet": {".": [3, 0]}})  # the ledger as written before the renames...
+            out._record({"train.parquet": temp})  # the ledger as written before the renames...
             raise KeyboardInterrupt  # ...and a stop before them
     assert out.owns("train.parquet") and (tmp_path / "train.parquet").read_text() == "old"
 

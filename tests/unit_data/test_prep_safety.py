@@ -146,8 +146,10 @@ def test_prep_onto_a_full_disk_is_one_line_and_leaves_nothing(gsm8k_dir, tmp_pat
         subprocess.run(["umount", str(full)], capture_output=True)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     (line,) = result.stderr.strip().splitlines()
-    assert line.startswith(f"verl-p40 prep: error: --out {full / 'gsm8k'}: cannot write the parquet files (")
-    assert "No space left on device" in line
+    assert line == (
+        f"verl-p40 prep: error: --out {full / 'gsm8k'}: cannot write train.parquet, test.parquet, .verl-p40-data.json "
+        "(No space left on device)"
+    )
     assert left == []  # no partial parquet, no temporary file, no manifest
 
 

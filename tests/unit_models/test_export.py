@@ -131,8 +131,8 @@ def test_exporting_again_replaces_its_own_outputs_and_nothing_else(tiny, tmp_pat
     (out / "tiny-hf-fp16" / "README.md").write_text("my model card")
     edited = _export("--model", tiny, "--out", out, "--dtype", "fp16")
     assert edited.returncode == 2 and edited.stderr.strip().splitlines() == [
-        f"verl-p40 export: error: {out / 'tiny-hf-fp16'}: changed since verl-p40 export wrote it; move it away (or "
-        "remove it), or choose another --out"
+        f"verl-p40 export: error: {out / 'tiny-hf-fp16' / 'README.md'}: not written by verl-p40 export, and "
+        "tiny-hf-fp16 would be replaced; move it away, or choose another --out"
     ]
     assert (out / "tiny-hf-fp16" / "README.md").read_text() == "my model card"
     theirs = tmp_path / "theirs"

@@ -157,6 +157,11 @@ def run(
     name = source.parent.parent.name if source.name == MERGED else source.name  # global_step_N or the folder
     if lora == "adapter" and not (source / ADAPTER).is_dir():
         raise UserError(f"{source}: no LoRA adapter here (the run trained every weight); export without --lora adapter")
+    if lora != "adapter" or gguf_kinds:  # a package that is not installed is said before anything is written
+        import safetensors.torch  # noqa: F401
+        import transformers  # noqa: F401
+    if gguf_kinds:
+        import gguf  # noqa: F401
     first = f"{name}-lora-adapter" if lora == "adapter" else f"{name}-hf-{dtype}"
     names = [first] + [f"{name}-{kind}.gguf" for kind in gguf_kinds or []]
     with folder.write(names, directory=[True] + [False] * len(gguf_kinds or [])) as temps:
