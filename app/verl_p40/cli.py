@@ -33,6 +33,7 @@ def cmd_prep(args: argparse.Namespace) -> int:
 def cmd_fetch_model(args: argparse.Namespace) -> int:
     from verl_p40.models.fetch import fetch_model
 
+    _stop_on_sigterm()
     if args.from_dir:
         from verl_p40.models.fetch import copy_model
 

@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verl_p40 import UserError
-from verl_p40.atomic import write_text
 from verl_p40.models import verify
 from verl_p40.models.verify import MANIFEST
+from verl_p40.outputs import OutputFolder
+
+HUB_RECORDS = Path(".cache/huggingface/download")  # where huggingface_hub records what it downloaded into a folder
 
 # What a causal LM folder needs for verl: config, weights, tokenizer. (Not pytorch_model.bin / tokenizer.model:
 # Qwen2.5 ships safetensors and a BPE tokenizer.)
@@ -63,7 +65,7 @@ def complete(folder: Path, repo: str) -> dict[str, int] | None:
 def _wanted(name: str) -> bool:
     from fnmatch import fnmatch
 
-    return "/" not in name and any(fnmatch(name, pattern) for pattern in WANTED_PATTERNS)
+    return "/" not in name and not name.startswith(".") and any(fnmatch(name, pattern) for pattern in WANTED_PATTERNS)
 
 
 def remote_files(repo: str, revision: str | None) -> tuple[str, dict[str, int]]:
@@ -87,14 +89,40 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False")
 
 
-def _write_manifest(out: Path, repo: str, revision: str, files: dict[str, int]) -> None:
-    write_text(out / MANIFEST, json.dumps({"repo": repo, "revision": revision, "files": files}, indent=2) + "\n")
+def output_folder(out: Path) -> OutputFolder:
+    """fetch-model's --out. Its own files, besides those its ledger lists: the files its manifest lists, and those
+    huggingface_hub downloaded there (its bookkeeping in .cache/huggingface/download/)."""
+
+    def adopt(name: str, path: Path) -> bool:
+        listed = (verify.manifest(out) or {}).get("files") or {}
+        return name == MANIFEST or name in listed or (out / HUB_RECORDS / f"{name}.metadata").is_file()
+
+    return OutputFolder(out, "--out", "fetch-model", adopt=adopt)
+
+
+def _write_manifest(folder: OutputFolder, repo: str, revision: str, files: dict[str, int]) -> None:
+    with folder.write([MANIFEST]) as (temp,):
+        temp.write_text(json.dumps({"repo": repo, "revision": revision, "files": files}, indent=2) + "\n")
+
+
+def _to_download(folder: OutputFolder, files: dict[str, int]) -> list[str]:
+    """The files of `files` to download into the folder: a file of the same name that fetch-model did not write is
+    kept when it is the hub's size (copied by hand), and stops the download otherwise."""
+    names = []
+    for name, size in sorted(files.items()):
+        path = folder.folder / name
+        if os.path.lexists(path) and not folder.owns(name):
+            if path.is_file() and size is not None and path.stat().st_size == size:
+                continue
+            raise UserError(folder.refusal(name))
+        names.append(name)
+    return names
 
 
 def fetch_model(repo: str, out: Path, revision: str | None = None, force: bool = False) -> FetchResult:
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out}: is a file, not a folder")
+    folder = output_folder(out)
+    folder.check()
     if not force:
         done = complete(out, repo)
         if done is not None:
@@ -112,26 +140,28 @@ def fetch_model(repo: str, out: Path, revision: str | None = None, force: bool =
     if unusable:  # refused before anything is written
         raise UserError(f"{repo}: not a model verl can train: {'; '.join(unusable)}")
     if not force and not verify.problems(out, files):  # copied by hand, and complete
-        _write_manifest(out, repo, sha, files)
+        _write_manifest(folder, repo, sha, files)
         return FetchResult(out, files, skipped=True, note="copied by hand; matches the hub's file list")
+    download = _to_download(folder, files)
     from huggingface_hub import hf_hub_download, snapshot_download
 
     # snapshot_download trusts its own bookkeeping for files it fetched before: one whose size is wrong now (cut
     # short, edited) is fetched again on purpose, and replaced only when the new copy is complete
     wrong = [
         name
-        for name, size in files.items()
-        if (out / name).is_file() and size is not None and (out / name).stat().st_size != size
+        for name in download
+        if (out / name).is_file() and files[name] is not None and (out / name).stat().st_size != files[name]
     ]
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        snapshot_download(
-            repo, revision=sha or revision, local_dir=out, allow_patterns=sorted(files), force_download=force
-        )
-        for name in wrong:
-            hf_hub_download(repo, name, revision=sha or revision, local_dir=out, force_download=True)
-    except OSError as exc:
-        raise UserError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
+        with folder.reasons("write there"):
+            out.mkdir(parents=True, exist_ok=True)
+            snapshot_download(
+                repo, revision=sha or revision, local_dir=out, allow_patterns=download, force_download=force
+            )
+            for name in wrong:
+                hf_hub_download(repo, name, revision=sha or revision, local_dir=out, force_download=True)
+    except UserError:
+        raise
     except Exception as exc:  # network, auth, the hub's own errors: all end the same way for the user
         raise UserError(
             f"download of {repo} into {out} failed: {type(exc).__name__}: {str(exc).splitlines()[0]} "
@@ -140,17 +170,16 @@ def fetch_model(repo: str, out: Path, revision: str | None = None, force: bool =
     problems = verify.problems(out, files)
     if problems:
         raise UserError(f"{repo}: the downloaded folder is not usable: {'; '.join(problems[:3])}")
-    _write_manifest(out, repo, sha, files)
+    _write_manifest(folder, repo, sha, files)
     return FetchResult(out, files, skipped=False)
 
 
 def copy_model(source: Path, out: Path) -> FetchResult:
     """`fetch-model --from DIR`: the air-gapped path. A model folder brought on a disk (made by `fetch-model --out` on
     a connected host, or copied from the hub by hand) is checked as doctor checks it, then copied into `out` file by
-    file (each appears whole or not at all); nothing in `out` is deleted, and files already equal are kept."""
+    file (each appears whole or not at all); nothing in `out` is deleted, files already equal are kept, and a file of
+    the same name that fetch-model did not write stops the copy before it starts."""
     import shutil
-
-    from verl_p40.atomic import staged
 
     source, out = Path(source), Path(out)
     if not source.is_dir():
@@ -158,24 +187,22 @@ def copy_model(source: Path, out: Path) -> FetchResult:
     problems = verify.problems(source)
     if problems:
         raise UserError(f"--from {source}: not a complete model folder ({'; '.join(problems[:3])}); nothing copied")
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out}: is a file, not a folder")
+    folder = output_folder(out)
+    folder.check()
     if out.resolve() == source.resolve():
         raise UserError(f"--out {out} is the --from folder; choose another --out")
     files = {p.name: p.stat().st_size for p in sorted(source.iterdir()) if p.is_file() and _wanted(p.name)}
     manifest = verify.manifest(source) or {}
-    copied = []
-    try:
-        for name, size in files.items():
-            target = out / name
-            if target.is_file() and target.stat().st_size == size and _same(source / name, target):
-                continue
-            with staged([target]) as (temp,):
-                shutil.copyfile(source / name, temp)
-            copied.append(name)
-        _write_manifest(out, manifest.get("repo") or f"local:{source.resolve()}", manifest.get("revision", ""), files)
-    except OSError as exc:
-        raise UserError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
+    copied = [
+        name
+        for name, size in files.items()
+        if not ((out / name).is_file() and (out / name).stat().st_size == size and _same(source / name, out / name))
+    ]
+    folder.check([*copied, MANIFEST])  # a user's file of a model file's name: said before anything is copied
+    for name in copied:
+        with folder.write([name]) as (temp,):
+            shutil.copyfile(source / name, temp)
+    _write_manifest(folder, manifest.get("repo") or f"local:{source.resolve()}", manifest.get("revision", ""), files)
     note = f"copied {len(copied)} of {len(files)} files from {source}" if copied else f"already equal to {source}"
     return FetchResult(out, files, skipped=not copied, note=note)
 
