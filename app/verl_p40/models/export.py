@@ -157,13 +157,14 @@ def run(
     name = source.parent.parent.name if source.name == MERGED else source.name  # global_step_N or the folder
     if lora == "adapter" and not (source / ADAPTER).is_dir():
         raise UserError(f"{source}: no LoRA adapter here (the run trained every weight); export without --lora adapter")
-    if lora != "adapter" or gguf_kinds:  # a package that is not installed is said before anything is written
+    first = f"{name}-lora-adapter" if lora == "adapter" else f"{name}-hf-{dtype}"
+    names = [first] + [f"{name}-{kind}.gguf" for kind in gguf_kinds or []]
+    folder.check(names)  # a user's file of an output's name: said before the model is loaded
+    if lora != "adapter" or gguf_kinds:  # and a package that is not installed, before anything is written
         import safetensors.torch  # noqa: F401
         import transformers  # noqa: F401
     if gguf_kinds:
         import gguf  # noqa: F401
-    first = f"{name}-lora-adapter" if lora == "adapter" else f"{name}-hf-{dtype}"
-    names = [first] + [f"{name}-{kind}.gguf" for kind in gguf_kinds or []]
     with folder.write(names, directory=[True] + [False] * len(gguf_kinds or [])) as temps:
         if lora == "adapter":
             adapter_folder(source, temps[0])
