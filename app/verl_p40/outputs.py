@@ -129,19 +129,32 @@ class OutputFolder:
         with self.reasons("write " + ", ".join(names)):
             self.folder.mkdir(parents=True, exist_ok=True)
             with staged([self.folder / name for name in names], directory) as temps:
-                yield temps
+                try:
+                    yield temps
+                except BaseException:
+                    self._was_full = self._full()  # seen before the temporaries are removed
+                    raise
                 self._record(dict(zip(names, temps)))
 
     @contextlib.contextmanager
     def reasons(self, what: str) -> Iterator[None]:
         """A refused write inside the block (disk full, read-only) as the one line naming the folder."""
+        self._was_full = False
         try:
             yield
         except BaseException as exc:
             reason = os_reason(exc)
             if reason is None:
                 raise
+            if reason not in map(os.strerror, WRITE_ERRORS) and (self._was_full or self._full()):
+                reason = os.strerror(errno.ENOSPC)  # a short write (numpy's "N requested and M written") on a full disk
             raise UserError(f"{self}: cannot {what} ({reason})") from None
+
+    def _full(self) -> bool:
+        try:
+            return os.statvfs(self.folder).f_bavail == 0
+        except OSError:
+            return False
 
     def _record(self, written: dict[str, Path]) -> None:
         """The ledger, before the renames: each name with the files it will hold, and those it holds now when they are

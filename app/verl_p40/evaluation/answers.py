@@ -96,6 +96,7 @@ class Appender:
         self.path = path
 
     def __enter__(self):
+        self.created = not os.path.lexists(self.path)
         self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o666)
         with open(self.path, "rb") as handle:
             text = handle.read()
@@ -123,4 +124,7 @@ class Appender:
             raise
 
     def __exit__(self, *exc) -> None:
+        empty = os.fstat(self.fd).st_size == 0
         os.close(self.fd)
+        if self.created and empty:  # not one answer written: no file either
+            self.path.unlink(missing_ok=True)
