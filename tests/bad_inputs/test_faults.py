@@ -25,7 +25,7 @@ import pytest
 
 from bad_inputs.conftest import snapshot
 from conftest import REPO, cli
-from verl_p40.data import gsm8k
+from gsm8k_sources import small_source
 from verl_p40.data.manifest import MANIFEST
 from verl_p40.outputs import LEDGER
 
@@ -103,12 +103,7 @@ def left(out: Path) -> list[str]:
 
 @pytest.fixture()
 def source(gsm8k_dir, tmp_path) -> Path:
-    folder = tmp_path / "source"
-    folder.mkdir()
-    for split in gsm8k.SPLITS:
-        lines = (gsm8k_dir / f"{split}.jsonl").read_text().splitlines()[:60]
-        (folder / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
-    return folder
+    return small_source(gsm8k_dir, tmp_path / "source")
 
 
 # ---------------------------------------------------------------------------------------------- a full disk
