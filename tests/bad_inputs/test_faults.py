@@ -320,3 +320,15 @@ def test_sigterm_before_prep_renames_leaves_its_previous_output_trusted(source, 
     interrupted(tmp_path, [*argv, "--limit", "10"], out, "rename")
     assert snapshot(out) == before and left(out) == sorted([LEDGER, MANIFEST, "test.parquet", "train.parquet"])
     assert "are what this prep would write" in cli(*argv, "--skip-existing").stdout
+
+
+def test_the_faults_page_names_tests_that_exist():
+    """docs/faults.md backs each line with `tests/FILE::test` (and `::test` for another of the same file)."""
+    text = (REPO / "docs" / "faults.md").read_text(encoding="utf-8")
+    named, current = [], None
+    for path, name in re.findall(r"`(tests/[\w/]+\.py)?::(test_\w+)`", text):
+        current = path or current
+        named.append((current, name))
+    assert len(named) >= 20
+    missing = [f"{path}::{name}" for path, name in named if f"def {name}(" not in (REPO / path).read_text()]
+    assert not missing, missing
