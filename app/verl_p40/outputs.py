@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import json
 import os
 import shutil
@@ -57,6 +58,7 @@ class OutputFolder:
 
     def __init__(self, folder: Path, flag: str, command: str, adopt: Callable[[str, Path], bool] | None = None) -> None:
         self.folder, self.flag, self.command, self.adopt = Path(folder), flag, command, adopt
+        self._was_full = False  # whether the disk was full when a write failed, before its temporaries went
 
     def __str__(self) -> str:
         return f"{self.flag} {self.folder}"
@@ -186,8 +188,10 @@ class OutputFolder:
         return True
 
     def remove_stale_temps(self, names: Iterable[str]) -> list[Path]:
-        """The temporary paths of `names` a killed run left (`.NAME.*.tmp`): nothing trusts them; removed."""
-        stale = [p for name in names for p in self.folder.glob(f".{name}.*.tmp")] if self.folder.is_dir() else []
+        """The temporary paths of `names` (and of the ledger) a killed run left (`.NAME.*.tmp`): nothing trusts them;
+        removed."""
+        found = [self.folder.glob(f".{glob.escape(name)}.*.tmp") for name in [*names, LEDGER]]
+        stale = [p for paths in found for p in paths] if self.folder.is_dir() else []
         for path in stale:
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else path.unlink()
         return stale

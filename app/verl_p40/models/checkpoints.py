@@ -77,7 +77,7 @@ def resolve_model(spec: str, checkpoints: Path) -> Path:
             print(f"[eval] {fold(merged, path, out)}", flush=True)
         else:
             shutil.copytree(merged, out, dirs_exist_ok=True)
-    return target
+    return verified(target, f"; verl's model merger wrote it from {path}")
 
 
 ADAPTER = "lora_adapter"
