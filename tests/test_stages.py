@@ -23,7 +23,7 @@ STAGES = {
     "data": (1, ["data"]),
     "models": (1, ["models"]),
     "gpu": (1, ["gpu"]),
-    "base": (0, ["__init__", "defaults", "options", "atomic", "child", "reward", "memcap", "patches"]),
+    "base": (0, ["__init__", "defaults", "options", "atomic", "outputs", "child", "reward", "memcap", "patches"]),
 }
 STAGE_OF = {part: stage for stage, (_, parts) in STAGES.items() for part in parts}
 

@@ -18,18 +18,22 @@ def _umask() -> int:
 
 
 @contextlib.contextmanager
-def staged(targets: list[Path], directory: bool = False, mode: int | None = None) -> Iterator[list[Path]]:
-    """Yield temporary paths beside `targets` (empty folders with `directory`); rename all of them onto the targets
-    only if the block succeeds. `mode`: the permissions to give (else the umask's, as open() and mkdir() would).
+def staged(targets: list[Path], directory: bool | list[bool] = False, mode: int | None = None) -> Iterator[list[Path]]:
+    """Yield temporary paths beside `targets` (empty folders where `directory` says so: one flag for all, or one per
+    target); rename all of them onto the targets only if the block succeeds. `mode`: the permissions to give (else the
+    umask's, as open() and mkdir() would).
 
-    On any exception every temporary path is removed and the targets are left as they were.
+    On any exception every temporary path is removed and the targets are left as they were. A folder that is there
+    already is replaced as a whole: moved aside, the new one renamed into its place, the old one removed (whoever
+    calls this has made sure it may be replaced).
     """
+    kinds = directory if isinstance(directory, list) else [directory] * len(targets)
     temps: list[Path] = []
     try:
-        for target in targets:
+        for target, is_dir in zip(targets, kinds):
             target.parent.mkdir(parents=True, exist_ok=True)
             prefix, where = f".{target.name}.", target.parent
-            if directory:
+            if is_dir:
                 name = tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=where)
                 default = 0o777
             else:
@@ -41,14 +45,28 @@ def staged(targets: list[Path], directory: bool = False, mode: int | None = None
             os.chmod(name, mode if mode is not None else default & ~_umask())
             temps.append(Path(name))
         yield temps
-        for temp, target in zip(temps, targets):
-            os.replace(temp, target)
+        for temp, target in zip(list(temps), targets):
+            _replace(temp, target, temps)
     finally:
         for temp in temps:
-            if temp.is_dir():
+            if temp.is_dir() and not temp.is_symlink():
                 shutil.rmtree(temp, ignore_errors=True)
             else:
                 temp.unlink(missing_ok=True)
+
+
+def _replace(temp: Path, target: Path, temps: list[Path]) -> None:
+    if not (temp.is_dir() and target.is_dir() and not target.is_symlink()):
+        os.replace(temp, target)
+        return
+    aside = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old.tmp", dir=target.parent))
+    temps.append(aside)  # removed with what it holds once the new folder is in place
+    os.replace(target, aside)
+    try:
+        os.replace(temp, target)
+    except BaseException:
+        os.replace(aside, target)
+        raise
 
 
 def write_text(path: Path, text: str, mode: int | None = None) -> None:

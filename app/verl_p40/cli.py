@@ -39,6 +39,7 @@ def cmd_prep(options: o.PrepOptions) -> int:
 def cmd_fetch_model(options: o.FetchModelOptions) -> int:
     from verl_p40.models.fetch import fetch_model
 
+    _stop_on_sigterm()
     if options.from_dir:
         from verl_p40.models.fetch import copy_model
 
@@ -152,6 +153,7 @@ def cmd_monitor(options: o.MonitorOptions) -> int:
 def cmd_eval(options: o.EvalOptions) -> int:
     from verl_p40.evaluation import evaluate
 
+    _stop_on_sigterm()
     report = evaluate.run(
         model=options.model,
         compare=options.compare,
@@ -184,6 +186,7 @@ def cmd_eval(options: o.EvalOptions) -> int:
 def cmd_export(options: o.ExportOptions) -> int:
     from verl_p40.models import export
 
+    _stop_on_sigterm()
     kinds = [k.strip() for k in options.gguf.split(",") if k.strip()]
     for path in export.run(
         options.model,

@@ -72,7 +72,17 @@ def test_parquet_loads_with_verl_rlhf_dataset(prepared, tokenizer_dir):
         ),
         (json.dumps({"question": "q?", "answer": "#### seven"}), "answer has no numeric final answer"),
         (json.dumps(["a", "list"]), "expected a JSON object"),
+        # rows no GSM8K file holds: named, never a crash (the first two were a RecursionError and a UnicodeEncodeError)
+        ("[" * 100_000 + "]" * 100_000, "not valid JSON for a row (nested too deeply)"),
+        (
+            '{"question": "caf\\ud800?", "answer": "#### 1"}',
+            "field 'question' holds an invalid Unicode escape (a lone surrogate \\ud800 at character 4)",
+        ),
+        ('{"question": "a", "answer": "#### 1", "question": "b"}', "key 'question' is given twice"),
+        (json.dumps({"question": "x" * 2**21, "answer": "#### 1"}), "a line of 2097189 bytes, not a GSM8K row"),
+        ("\ufeff" + json.dumps(_good()), "not valid JSON (Unexpected UTF-8 BOM"),  # a BOM is a BOM only at the start
     ],
+    ids=lambda value: value[:24],  # the rows themselves can be megabytes
 )
 def test_malformed_row_stops_with_file_line_and_leaves_nothing(tmp_path, bad_line, reason):
     src, out = tmp_path / "src", tmp_path / "out"
@@ -84,6 +94,24 @@ def test_malformed_row_stops_with_file_line_and_leaves_nothing(tmp_path, bad_lin
     assert f"{src / 'train.jsonl'}:4: {reason}" in result.stderr
     assert "Traceback" not in result.stderr
     assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_a_byte_order_mark_is_read_past_and_utf16_is_named(tmp_path):
+    """Windows editors save UTF-8 with a byte-order mark: the file reads as without; UTF-16 is said to be UTF-16."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    src.mkdir()
+    _jsonl(src / "train.jsonl", [_good(0), _good(1)], newline="\r\n")
+    (src / "train.jsonl").write_bytes(b"\xef\xbb\xbf" + (src / "train.jsonl").read_bytes())
+    _jsonl(src / "test.jsonl", [_good(2)])
+    result = cli("prep", "--source", str(src), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert pq.read_table(out / "train.parquet").to_pylist()[0]["extra_info"]["question"] == "What is 0?"
+    (src / "test.jsonl").write_bytes(json.dumps(_good(2)).encode("utf-16"))
+    utf16 = cli("prep", "--source", str(src), "--out", str(tmp_path / "other"))
+    assert utf16.returncode == 2 and utf16.stderr.strip().splitlines() == [
+        f"verl-p40 prep: error: {src / 'test.jsonl'}:1: UTF-16 text (it starts with a UTF-16 byte-order mark); "
+        "save the file as UTF-8"
+    ]
 
 
 def test_failure_in_test_split_leaves_no_train_parquet_either(tmp_path):

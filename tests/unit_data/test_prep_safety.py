@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import gsm8k_sources
 from conftest import REPO, cli
 from verl_p40.data import gsm8k as data
 from verl_p40.data.manifest import MANIFEST, manifest_problems, request
@@ -20,12 +21,7 @@ from verl_p40.data.manifest import MANIFEST, manifest_problems, request
 
 @pytest.fixture()
 def small_source(gsm8k_dir, tmp_path):
-    source = tmp_path / "source"
-    source.mkdir()
-    for split in data.SPLITS:
-        lines = (gsm8k_dir / f"{split}.jsonl").read_text().splitlines()[:40]
-        (source / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
-    return source
+    return gsm8k_sources.small_source(gsm8k_dir, tmp_path / "source")
 
 
 def _prep(source, out, *extra):
@@ -146,8 +142,10 @@ def test_prep_onto_a_full_disk_is_one_line_and_leaves_nothing(gsm8k_dir, tmp_pat
         subprocess.run(["umount", str(full)], capture_output=True)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     (line,) = result.stderr.strip().splitlines()
-    assert line.startswith(f"verl-p40 prep: error: --out {full / 'gsm8k'}: cannot write the parquet files (")
-    assert "No space left on device" in line
+    assert line == (
+        f"verl-p40 prep: error: --out {full / 'gsm8k'}: cannot write train.parquet, test.parquet, .verl-p40-data.json "
+        "(No space left on device)"
+    )
     assert left == []  # no partial parquet, no temporary file, no manifest
 
 

@@ -6,6 +6,7 @@ import shutil
 import pytest
 
 from conftest import cli, make_tiny_qwen
+from model_folders import cut_short, small_model
 from verl_p40 import UserError, reward
 from verl_p40.evaluation import evaluate, generation, stats
 from verl_p40.models import checkpoints
@@ -152,11 +153,11 @@ def test_latest_checkpoint_and_merge_command(tmp_path):
     assert actor == tmp_path / "exp" / "global_step_20" / "actor" and checkpoints.is_fsdp_checkpoint(actor)
     cmd = checkpoints.merge_command(actor, actor / "merged")
     assert cmd[1:5] == ["-m", "verl.model_merger", "merge", "--backend"] and cmd[-1] == str(actor / "merged")
-    merged = actor / checkpoints.MERGED
-    merged.mkdir()
-    shutil.copy(__file__, merged / "config.json")
-    (merged / "model.safetensors").write_bytes(b"x")
+    merged = small_model(actor / checkpoints.MERGED)
     assert checkpoints.resolve_model("latest", tmp_path) == merged  # cached merge is reused
+    cut_short(merged)  # ...when it is whole
+    with pytest.raises(UserError, match="merged_hf_fp32: not a usable model folder: model.safetensors: cut short"):
+        checkpoints.resolve_model("latest", tmp_path)
 
 
 def test_engine_choice_without_vllm():
@@ -321,3 +322,59 @@ def test_a_folder_without_test_split_or_rows_of_one_index_twice_are_refused_and_
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"verl-p40 eval: error: {line}")
         assert "Traceback" not in result.stderr and not out.exists()
+
+
+def _one(model, data, out, *extra):
+    return cli(
+        "eval", "--model", str(model), "--data", str(data), "--out", str(out), "--device", "cpu", "--limit", "2",
+        "--max-new-tokens", "4", *extra,
+    )  # fmt: skip
+
+
+def test_answers_are_continued_only_for_the_same_questions_model_and_settings(tiny_models, prepared, tmp_path):
+    """The same --out across evaluations: answers of other data, another model at the same label, or other settings
+    are refused in one line (they were silently reported as this run's), and the file is left as it was."""
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "out"
+    assert _one(tiny_models[0], prepared / "test.parquet", out).returncode == 0
+    before = (out / "answers.jsonl").read_bytes()
+    other_data = tmp_path / "other.parquet"  # other questions under the same indexes
+    pq.write_table(pq.read_table(prepared / "train.parquet").slice(0, 4), other_data)
+    answers = out / "answers.jsonl"
+    for args, line in (
+        (
+            (tiny_models[0], other_data, out),
+            f"{answers}:1: the answer to question 0 is for another question (other --data?); use another --out or "
+            "remove it",
+        ),
+        (
+            (tiny_models[1], prepared / "test.parquet", out),
+            f"{answers}:1: answers of another base model ({tiny_models[0]}), or its weights changed since",
+        ),
+        (
+            (tiny_models[0], prepared / "test.parquet", out, "--max-new-tokens", "8"),
+            f"{answers}:1: answers of at most 4 new tokens, this run asks for 8; use another --out or remove it",
+        ),
+    ):
+        result = _one(*args)
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        assert result.stderr.strip().splitlines()[-1].startswith(f"verl-p40 eval: error: {line}")
+        assert answers.read_bytes() == before
+    assert _one(tiny_models[0], prepared / "test.parquet", out, "--limit", "3").returncode == 0  # the same: continued
+    assert answers.read_bytes().startswith(before) and len(answers.read_text().splitlines()) == 3
+
+
+def test_a_last_line_cut_short_by_a_kill_is_dropped_and_answered_again(tiny_models, prepared, tmp_path):
+    out = tmp_path / "out"
+    assert _one(tiny_models[0], prepared / "test.parquet", out).returncode == 0
+    lines = (out / "answers.jsonl").read_text().splitlines()
+    (out / "answers.jsonl").write_text(lines[0] + "\n" + lines[1][: len(lines[1]) // 2])  # killed mid-line
+    result = _one(tiny_models[0], prepared / "test.parquet", out)
+    assert result.returncode == 0, result.stderr
+    again = (out / "answers.jsonl").read_text().splitlines()
+    assert again[0] == lines[0] and len(again) == 2  # the cut line is gone, and question 1 answered again
+    assert json.loads(again[1])["models"]["base"]["answer"] == json.loads(lines[1])["models"]["base"]["answer"]
+    (out / "answers.jsonl").write_text("not json\n" + lines[1] + "\n")
+    broken = _one(tiny_models[0], prepared / "test.parquet", out)
+    assert broken.returncode == 2 and f"{out / 'answers.jsonl'}:1: not valid JSON" in broken.stderr

@@ -10,6 +10,7 @@ import torch
 
 from conftest import REPO, make_tiny_qwen
 from verl_p40.models import export
+from verl_p40.outputs import LEDGER
 
 PROMPT = [
     [151644, 872, 198, 3838, 374, 220, 17, 10, 17, 30, 151645, 198, 151644, 77091, 198]
@@ -90,7 +91,7 @@ def test_export_command_and_its_errors(tiny, tmp_path):
         cwd=REPO,
     )
     assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["tiny-hf-fp16", "tiny-q8_0.gguf"]
+    assert sorted(p.name for p in out.iterdir()) == [LEDGER, "tiny-hf-fp16", "tiny-q8_0.gguf"]
     bad = subprocess.run(
         [sys.executable, "-m", "verl_p40.cli", "export", "--model", str(tiny), "--out", str(out), "--gguf", "q4_k"],
         capture_output=True,
@@ -107,4 +108,37 @@ def test_export_command_and_its_errors(tiny, tmp_path):
         cwd=REPO,
     )
     assert adapter.returncode == 2 and "no LoRA adapter here" in adapter.stderr and "Traceback" not in adapter.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["tiny-hf-fp16", "tiny-q8_0.gguf"]  # nothing half-written
+    assert sorted(p.name for p in out.iterdir()) == [LEDGER, "tiny-hf-fp16", "tiny-q8_0.gguf"]  # nothing half-written
+
+
+def _export(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "verl_p40.cli", "export", *map(str, args)], capture_output=True, text=True, cwd=REPO
+    )
+
+
+def test_exporting_again_replaces_its_own_outputs_and_nothing_else(tiny, tmp_path):
+    """The normal case: export into the folder of the last export. Its own outputs are replaced whole; a user's file
+    beside them stays; an output a user changed since, or a user's folder of an output's name, stops it first."""
+    out = tmp_path / "exports"
+    assert _export("--model", tiny, "--out", out, "--gguf", "f16").returncode == 0
+    (out / "notes.txt").write_text("mine")
+    first = (out / "tiny-f16.gguf").stat().st_mtime_ns
+    again = _export("--model", tiny, "--out", out, "--gguf", "f16")
+    assert again.returncode == 0, again.stderr
+    assert (out / "tiny-f16.gguf").stat().st_mtime_ns != first and (out / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in out.iterdir()) == [LEDGER, "notes.txt", "tiny-f16.gguf", "tiny-hf-fp16"]
+    (out / "tiny-hf-fp16" / "README.md").write_text("my model card")
+    edited = _export("--model", tiny, "--out", out, "--dtype", "fp16")
+    assert edited.returncode == 2 and edited.stderr.strip().splitlines() == [
+        f"verl-p40 export: error: {out / 'tiny-hf-fp16' / 'README.md'}: not written by verl-p40 export, and "
+        "tiny-hf-fp16 would be replaced; move it away, or choose another --out"
+    ]
+    assert (out / "tiny-hf-fp16" / "README.md").read_text() == "my model card"
+    theirs = tmp_path / "theirs"
+    (theirs / "tiny-hf-fp32").mkdir(parents=True)
+    (theirs / "tiny-hf-fp32" / "model.safetensors").write_bytes(b"someone else's")
+    refused = _export("--model", tiny, "--out", theirs, "--dtype", "fp32")
+    assert refused.returncode == 2
+    assert "tiny-hf-fp32: already there and not written by verl-p40 export" in refused.stderr
+    assert [p.name for p in theirs.iterdir()] == ["tiny-hf-fp32"]

@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 
@@ -34,6 +35,7 @@ def fetch(out, endpoint, *extra, offline="0"):
         "HF_HUB_DISABLE_XET": "1",
         "HF_HOME": str(out.parent / "hf-home"),
         "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),  # the package under test, where it is not installed
     }
     return subprocess.run(
         [sys.executable, "-m", "verl_p40.cli", "fetch-model", "--out", str(out), *extra],
@@ -176,3 +178,58 @@ def test_air_gapped_copy_refuses_an_incomplete_folder_and_writes_nothing(model_r
         "nothing copied"
     ]
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
+
+
+def test_a_users_file_of_a_model_files_name_is_never_overwritten(model_repo, tmp_path):
+    """A file fetch-model did not write, under a name it would download: kept when it is the hub's size (copied by
+    hand), and the download stops in one line otherwise; the same for --from."""
+    out = tmp_path / "work"
+    out.mkdir()
+    (out / "config.json").write_text('{"model_type": "llama"}')  # another model's
+    with HubMirror(REPO_ID, model_repo) as hub:
+        result = fetch(out, hub.endpoint)
+        assert not hub.requests or all(not path.endswith("model.safetensors") for _, path in hub.requests)
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        f"verl-p40 fetch-model: error: {out / 'config.json'}: already there and not written by verl-p40 fetch-model; "
+        "move it away (or remove it), or choose another --out"
+    ]
+    assert [p.name for p in out.iterdir()] == ["config.json"] and "llama" in (out / "config.json").read_text()
+    (out / "config.json").write_bytes((model_repo / "config.json").read_bytes())  # copied by hand: kept as it is
+    os.utime(out / "config.json", ns=(1, 1))
+    with HubMirror(REPO_ID, model_repo) as hub:
+        kept = fetch(out, hub.endpoint)
+        assert not any(path.endswith("/config.json") for _, path in hub.requests if "resolve" in path)
+    assert kept.returncode == 0, kept.stderr
+    assert (out / "config.json").stat().st_mtime_ns == 1
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    for item in model_repo.iterdir():
+        (bundle / item.name).write_bytes(item.read_bytes())
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "merges.txt").write_text("my merges")
+    copied = fetch(other, "http://127.0.0.1:9", "--from", str(bundle), offline="1")
+    assert copied.returncode == 2 and f"{other / 'merges.txt'}: already there and not written" in copied.stderr
+    assert [p.name for p in other.iterdir()] == ["merges.txt"]
+
+
+def test_a_download_that_is_not_a_usable_model_is_not_certified(model_repo, tmp_path):
+    """The hub's list and sizes are not enough: a weights file whose header needs more bytes than it has (served cut
+    short, the listing agreeing) is refused and no manifest is written, so no later run trusts the folder."""
+    broken = tmp_path / "broken-repo"
+    broken.mkdir()
+    for item in model_repo.iterdir():
+        (broken / item.name).write_bytes(item.read_bytes())
+    (broken / "model.safetensors").write_bytes((model_repo / "model.safetensors").read_bytes()[:-10])
+    out = tmp_path / "m"
+    with HubMirror(REPO_ID, broken) as hub:
+        result = fetch(out, hub.endpoint)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"verl-p40 fetch-model: error: {REPO_ID}: the downloaded folder is not usable: model.safetensors: cut short"
+        )
+    )
+    assert not (out / MANIFEST).exists()

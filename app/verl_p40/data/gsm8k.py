@@ -6,8 +6,9 @@ A source is one of
   `train-00000-of-00001.parquet` or `main/train-00000-of-00001.parquet` (and the same for `test`);
 - `hf:openai/gsm8k` (or `hf:<repo>`), loaded with `datasets`, which honours `HF_ENDPOINT` and `HF_HUB_OFFLINE`.
 
-Every row is validated; a bad row stops the run with `FILE:LINE: reason` (or is skipped with `skip_invalid`),
-and the two parquet files appear only when both are complete.
+Every row is validated; a bad row stops the run with `FILE:LINE: reason` (or is skipped with `skip_invalid`), also
+a row no GSM8K file holds (JSON nested thousands deep, a lone surrogate escape such as "\ud800", a key given twice, a
+line of megabytes), and the parquet files appear only when all are complete, with the manifest after them.
 """
 
 from __future__ import annotations
@@ -20,14 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from verl_p40 import UserError
-from verl_p40.atomic import staged
-from verl_p40.data.manifest import MANIFEST, changed_outputs
+from verl_p40.data.manifest import MANIFEST, changed_outputs, manifest_text, output_folder, request
 from verl_p40.reward import ANSWER_RE
 
 DATA_SOURCE = "openai/gsm8k"
 ABILITY = "math"
 DEFAULT_INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
 SPLITS = ("train", "test")
+MAX_LINE_BYTES = 2**20  # a GSM8K row is under 2 KB; a line of megabytes is not a row (a file that is not JSONL)
 
 
 class InvalidRow(UserError):
@@ -76,32 +77,72 @@ def _validate(record: Any) -> tuple[str, str]:
             raise InvalidRow(f"missing field {key!r}")
         if not isinstance(record[key], str) or not record[key].strip():
             raise InvalidRow(f"field {key!r} must be a non-empty string")
+        try:
+            record[key].encode("utf-8")
+        except UnicodeEncodeError as exc:  # JSON's "\ud800": a half of a surrogate pair, which no text holds
+            raise InvalidRow(
+                f"field {key!r} holds an invalid Unicode escape (a lone surrogate \\u{ord(record[key][exc.start]):04x}"
+                f" at character {exc.start + 1})"
+            ) from None
     return record["question"], record["answer"]
 
 
 # ---------------------------------------------------------------------------------------------- readers
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict:
+    """A JSON object whose keys are all different: with a key given twice, which value is meant is anyone's guess."""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _DuplicateKey(key)
+        seen.add(key)
+    return dict(pairs)
+
+
+def _parse(raw: bytes, first: bool) -> Any:
+    """One JSONL line as its object, or the InvalidRow that says why it is none."""
+    if first and raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark (Windows editors write one): skipped
+        raw = raw[3:]
+    if first and raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return InvalidRow("UTF-16 text (it starts with a UTF-16 byte-order mark); save the file as UTF-8")
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return InvalidRow(f"not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})")
+    if not line.strip():
+        return None
+    try:
+        return json.loads(line, object_pairs_hook=_object)
+    except json.JSONDecodeError as exc:
+        return InvalidRow(f"not valid JSON ({exc.msg} at column {exc.colno})")
+    except RecursionError:
+        return InvalidRow("not valid JSON for a row (nested too deeply)")
+    except _DuplicateKey as exc:
+        return InvalidRow(f"key {exc.args[0]!r} is given twice")
+
+
 def _read_jsonl(path: Path) -> Iterator[RawRow]:
-    # Bytes, decoded line by line: a line that is not UTF-8 is one invalid row (named), not a crash of the whole file.
-    # CRLF files read like LF files.
+    # Bytes, read line by line: a line that is not UTF-8 is one invalid row (named), not a crash of the whole file; a
+    # line longer than MAX_LINE_BYTES is one invalid row, read past without holding it. CRLF files read like LF files.
     with open(path, "rb") as handle:
-        for lineno, raw in enumerate(handle, start=1):
-            record: Any
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                yield RawRow(
-                    f"{path}:{lineno}", InvalidRow(f"not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})")
-                )
-                continue
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                record = InvalidRow(f"not valid JSON ({exc.msg} at column {exc.colno})")
-            yield RawRow(f"{path}:{lineno}", record)
+        lineno = 0
+        while raw := handle.readline(MAX_LINE_BYTES + 1):
+            lineno += 1
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                size = len(raw)
+                while raw and not raw.endswith(b"\n"):
+                    raw = handle.readline(MAX_LINE_BYTES)
+                    size += len(raw)
+                record: Any = InvalidRow(f"a line of {size} bytes, not a GSM8K row (is this a JSONL file?)")
+            else:
+                record = _parse(raw, lineno == 1)
+            if record is not None:
+                yield RawRow(f"{path}:{lineno}", record)
 
 
 def _read_parquet(paths: list[Path]) -> Iterator[RawRow]:
@@ -232,16 +273,11 @@ def _arrow_schema():
     )
 
 
-def write_parquets(results: dict[str, SplitResult], out_dir: Path) -> dict[str, Path]:
-    """Write `<split>.parquet` for every split; all files appear together or none does."""
+def write_table(result: SplitResult, path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    targets = {split: out_dir / f"{split}.parquet" for split in results}
-    with staged(list(targets.values())) as temps:
-        for result, temp in zip(results.values(), temps):
-            pq.write_table(pa.Table.from_pylist(result.rows, schema=_arrow_schema()), temp)
-    return targets
+    pq.write_table(pa.Table.from_pylist(result.rows, schema=_arrow_schema()), path)
 
 
 REQUIRED_COLUMNS = ("data_source", "prompt", "ability", "reward_model", "extra_info")
@@ -317,10 +353,13 @@ def prepare(
     if limit is not None and limit < 1:
         raise UserError("--limit must be a positive number of rows per split")
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out}: is a file, not a folder")
     if not source.startswith("hf:") and Path(source).is_dir() and out.resolve() == Path(source).resolve():
         raise UserError(f"--out {out} is the --source folder: prep would overwrite its input; choose another --out")
+    folder = output_folder(out)
+    splits = written_splits(val_size)
+    names = [f"{split}.parquet" for split in splits] + [MANIFEST]
+    folder.check(names + ([] if val_size else ["val.parquet"]))  # before any work: what is there, and may it go
+    wanted = request(source, limit, skip_invalid, instruction, val_size)
     raw = open_source(source, cache_dir)
     results = {}
     for split in SPLITS:
@@ -330,14 +369,11 @@ def prepare(
             raise UserError(f"{source}: split {split!r} has no valid rows")
     if val_size:
         results["train"], results["val"] = carve_validation(results["train"], val_size)
-        results = {split: results[split] for split in written_splits(val_size)}
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / MANIFEST).unlink(missing_ok=True)  # the old outputs stop being trusted before they are replaced
-        paths = write_parquets(results, out)
-        if "val" not in results and (out / "val.parquet").is_file():
-            (out / "val.parquet").unlink()  # an earlier prep's slice: its rows are back in train.parquet now
-            print(f"removed {out / 'val.parquet'} (an earlier prep's validation slice; this one has none)")
-    except OSError as exc:
-        raise UserError(f"--out {out}: cannot write the parquet files ({exc.strerror or exc})") from None
-    return results, paths
+    results = {split: results[split] for split in splits}
+    with folder.write(names) as temps:  # the manifest is renamed into place last, once every parquet file is
+        for split, temp in zip(splits, temps):
+            write_table(results[split], temp)
+        temps[-1].write_text(manifest_text(wanted, results, dict(zip(splits, temps))), encoding="utf-8")
+    if not val_size and folder.remove("val.parquet"):  # an earlier prep's slice: its rows are back in train.parquet
+        print(f"removed {out / 'val.parquet'} (an earlier prep's validation slice; this one has none)")
+    return results, {split: out / f"{split}.parquet" for split in splits}

@@ -1,6 +1,6 @@
 """The prep folder's manifest (`.verl-p40-data.json` beside the parquet files): what the output was made from and
-what was written. `prep` writes it; the converter deletes it before it replaces the files; the doctor's data check
-reads it (`changed_outputs`). Below both, it imports neither."""
+what was written. The converter writes it with the parquet files, renamed into place after them; `prep
+--skip-existing` and the doctor's data check (`changed_outputs`) read it. Below both, it imports neither."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_p40 import __version__
-from verl_p40.atomic import write_text
+from verl_p40.outputs import OutputFolder
 
 MANIFEST = ".verl-p40-data.json"
 SCHEMA_VERSION = 1
@@ -75,7 +75,7 @@ def manifest_problems(out_dir: Path, wanted: dict[str, Any], splits: Iterable[st
     return problems
 
 
-def write_manifest(out_dir: Path, wanted: dict[str, Any], results: dict, paths: dict[str, Path]) -> None:
+def manifest_text(wanted: dict[str, Any], results: dict, paths: dict[str, Path]) -> str:
     """The manifest of what prep wrote: `results` maps each split to its `gsm8k.SplitResult`, `paths` to its file."""
     outputs = {
         split: {
@@ -86,9 +86,24 @@ def write_manifest(out_dir: Path, wanted: dict[str, Any], results: dict, paths: 
         }
         for split in paths
     }
-    write_text(
-        Path(out_dir) / MANIFEST, json.dumps({**wanted, "verl_p40": __version__, "outputs": outputs}, indent=2) + "\n"
-    )
+    return json.dumps({**wanted, "verl_p40": __version__, "outputs": outputs}, indent=2) + "\n"
+
+
+def output_folder(out_dir: Path) -> OutputFolder:
+    """prep's --out. Besides the files its ledger lists, prep's own are what an earlier version wrote: a manifest, and
+    the parquet files it lists as they were written."""
+
+    def adopt(name: str, path: Path) -> bool:
+        try:
+            manifest = json.loads((Path(out_dir) / MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        if name == MANIFEST:
+            return isinstance(manifest, dict) and "schema_version" in manifest
+        entry = (manifest.get("outputs") or {}).get(name.removesuffix(".parquet")) or {}
+        return path.is_file() and path.stat().st_size == entry.get("bytes") and _sha256(path) == entry.get("sha256")
+
+    return OutputFolder(out_dir, "--out", "prep", adopt=adopt)
 
 
 def changed_outputs(folder: Path) -> list[str]:

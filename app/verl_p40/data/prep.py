@@ -9,32 +9,22 @@ import sys
 import time
 from pathlib import Path
 
-from verl_p40 import UserError
-from verl_p40.atomic import write_text
 from verl_p40.data import gsm8k
-from verl_p40.data.manifest import MANIFEST, manifest_problems, request, write_manifest
-
-
-def remove_stale_temps(out_dir: Path) -> list[Path]:
-    """prep's own temporary files left by a killed run (`.train.parquet.*.tmp`, ...)."""
-    stale = [
-        p
-        for name in (*(f"{s}.parquet" for s in gsm8k.written_splits(1)), MANIFEST)
-        for p in Path(out_dir).glob(f".{name}.*.tmp")
-    ]
-    for path in stale:
-        path.unlink(missing_ok=True)
-    return stale
+from verl_p40.data.manifest import MANIFEST, manifest_problems, output_folder, request
+from verl_p40.outputs import OutputFolder
 
 
 def main(args) -> int:
     """CLI body of `verl-p40 prep` (argparse namespace from verl_p40.cli)."""
     out = Path(args.out)
-    if out.is_dir():
-        for stale in remove_stale_temps(out):
-            print(f"removed {stale} (left by an interrupted prep)", file=sys.stderr)
-    wanted = request(args.source, args.limit, args.skip_invalid, args.instruction, args.val_size)
+    names = [*(f"{s}.parquet" for s in gsm8k.written_splits(1)), MANIFEST]
+    for stale in output_folder(out).remove_stale_temps(names):
+        print(f"removed {stale} (left by an interrupted prep)", file=sys.stderr)
+    summary_json = Path(args.summary_json) if args.summary_json else None
+    if summary_json:  # checked before any work
+        OutputFolder(summary_json.parent, "--summary-json", "prep").check([summary_json.name])
     if args.skip_existing:
+        wanted = request(args.source, args.limit, args.skip_invalid, args.instruction, args.val_size)
         problems = manifest_problems(out, wanted, gsm8k.written_splits(args.val_size))
         if not problems:
             written = " and ".join(f"{split}.parquet" for split in gsm8k.written_splits(args.val_size))
@@ -53,7 +43,6 @@ def main(args) -> int:
         progress=None if sys.stderr.isatty() else False,
         val_size=args.val_size,
     )
-    write_manifest(out, wanted, results, paths)
     elapsed = time.perf_counter() - started
     summary: dict = {"source": args.source, "seconds": round(elapsed, 2), "splits": {}}
     for split, result in results.items():
@@ -73,9 +62,7 @@ def main(args) -> int:
         for reason in result.skipped[:5]:
             print(f"  skipped {reason}", file=sys.stderr)
     print(f"done in {elapsed:.2f} s")
-    if args.summary_json:
-        try:
-            write_text(Path(args.summary_json), json.dumps(summary, indent=2) + "\n")
-        except OSError as exc:
-            raise UserError(f"--summary-json {args.summary_json}: cannot write it ({exc.strerror or exc})") from None
+    if summary_json:
+        with OutputFolder(summary_json.parent, "--summary-json", "prep").write([summary_json.name]) as (temp,):
+            temp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return 0

@@ -14,13 +14,13 @@ MIN_SHM_BYTES = 2 * 10**9
 
 
 def check_model(ctx: Context) -> str:
-    from verl_p40.models.fetch import local_problems
+    from verl_p40.models import verify
 
     folder = Path(ctx.options.model).expanduser()
-    problems = local_problems(folder)
+    problems = verify.problems(folder)
     if problems:
         raise CheckFailed(f"{folder}: {'; '.join(problems[:3])}", "verl-p40 fetch-model --out " + str(folder))
-    return f"{folder}: complete, {budget.model_parameters(folder) / 1e6:.0f}M parameters"
+    return f"{folder}: complete, {verify.parameters(folder) / 1e6:.0f}M parameters"
 
 
 def check_data(ctx: Context) -> str:
@@ -67,7 +67,7 @@ def _needs(ctx: Context) -> budget.Needs:
     run = ctx.plan()
     try:
         parameters = budget.model_parameters(Path(ctx.options.model).expanduser())
-    except (OSError, KeyError, ValueError):
+    except (OSError, KeyError, ValueError, TypeError):  # a config.json the model check refuses
         raise CheckSkipped("needs the model's config.json (see the model check)") from None
     return budget.needs(run.config(), parameters)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from verl_p40.gpu.csv_log import read_gpu_csv
-from verl_p40.gpu.plots import pyplot, save
+from verl_p40.gpu.plots import pyplot
 from verl_p40.run.trainer_log import read_steps
 
 CURVES = [
@@ -21,16 +21,16 @@ CURVES = [
 ]
 
 
-def training_curves(logs: Path, out: Path) -> bool:
-    """Training curves from the trainer's console logs (logs/train-*.log) and the monitor's gpu.csv (eval's
-    curves.png); False when there is nothing to draw."""
+def figure(logs: Path):
+    """Training curves from the trainer's console logs (logs/train-*.log) and the monitor's gpu.csv (eval saves them as
+    curves.png, with `verl_p40.gpu.plots.save`); None when there is nothing to draw."""
     steps: dict[int, dict] = {}
     for log in sorted(Path(logs).glob("train-*.log")):
         for record in read_steps(log):
             steps[int(record["step"])] = record
     gpu_csv = Path(logs) / "gpu" / "gpu.csv"
     if not steps and not gpu_csv.exists():
-        return False
+        return None
     plt = pyplot()
     panels = [(key, title) for key, title in CURVES if any(key in s for s in steps.values())]
     count = len(panels) + (1 if gpu_csv.exists() else 0)
@@ -56,5 +56,4 @@ def training_curves(logs: Path, out: Path) -> bool:
         ax.set_title(f"GPU memory used (gpu-monitor), peak {peak:.2f} GB", fontsize=9)
         ax.set_xlabel("minutes", fontsize=8)
     fig.tight_layout()
-    save(fig, out, dpi=100)
-    return True
+    return fig

@@ -5,7 +5,9 @@ dtype the answers were generated in (fp32 unless --dtype says otherwise).
 
 A model is a Hugging Face folder, a verl FSDP checkpoint folder (`.../global_step_N/actor`) or `latest`
 (`verl_p40.models.checkpoints` merges those); answers come from `verl_p40.evaluation.generation`. answers.jsonl is
-appended per batch, so a rerun continues where one stopped.
+appended per batch, so a rerun continues where one stopped (`verl_p40.evaluation.answers`: only with the same
+questions, models and settings). The reports are written together, replacing eval's own earlier ones and nothing else
+(`verl_p40.outputs`).
 """
 
 from __future__ import annotations
@@ -16,11 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from verl_p40 import UserError, reward
-from verl_p40.atomic import write_text
-from verl_p40.evaluation import stats
-from verl_p40.evaluation.curves import training_curves
+from verl_p40.evaluation import answers, stats
+from verl_p40.evaluation.curves import figure
 from verl_p40.evaluation.generation import (
-    HfGenerator,
     Question,
     VllmGenerator,
     heldout_file,
@@ -28,7 +28,11 @@ from verl_p40.evaluation.generation import (
     pick_engine,
     torch_dtype,
 )
+from verl_p40.gpu.plots import save
 from verl_p40.models.checkpoints import resolve_model
+from verl_p40.outputs import OutputFolder
+
+REPORTS = ("report.json", "report.md", "curves.png")
 
 # ------------------------------------------------------------------------------------------------ answers
 
@@ -42,80 +46,64 @@ def _batches(items: list, size: int) -> Iterator[list]:
         yield items[start : start + size]
 
 
-def read_answers(path: Path) -> dict[int, dict]:
-    done: dict[int, dict] = {}
-    if path.exists():
-        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                raise UserError(f"{path}:{lineno}: not valid JSON; remove the line or the file to start over") from None
-            done[int(record["index"])] = record
-    return done
-
-
 def generate_answers(
     models: dict[str, Path],
     questions: list[Question],
-    out: Path,
+    folder: OutputFolder,
+    done: dict[int, dict],
     batch_size: int,
     device: str,
     max_new_tokens: int,
-    engine: type = HfGenerator,
-    dtype: str = "fp32",
+    engine: type,
+    settings: dict,
 ) -> dict[int, dict]:
     """Append one line per question (every model's answer and scores) to answers.jsonl, skipping done questions."""
     from tqdm import tqdm
 
-    path = out / "answers.jsonl"
-    done = read_answers(path)
-    if done and any(set(r["models"]) != set(models) for r in done.values()):
-        raise UserError(
-            f"{path}: written for other models ({sorted(next(iter(done.values()))['models'])}); "
-            "use another --out or remove it"
-        )
-    other = next((r.get("dtype") for r in done.values() if r.get("dtype") != dtype), dtype)
-    if other != dtype:
-        raise UserError(
-            f"{path}: answers generated in {other or 'an unrecorded dtype'}, this run asks for {dtype}; "
-            "use another --out or remove it"
-        )
     pending = [q for q in questions if q.index not in done]
     if not pending:
         return done
+    dtype = settings["dtype"]
     generators = {label: engine(path_, device, max_new_tokens, dtype) for label, path_ in models.items()}
-    with open(path, "a", encoding="utf-8") as handle, tqdm(total=len(pending), desc="eval", unit="q") as bar:
-        for batch in _batches(pending, batch_size):
-            per_model = {}
-            for label, generate in generators.items():
-                started = time.perf_counter()
-                answers = generate([q.prompt for q in batch])
-                seconds = (time.perf_counter() - started) / len(batch)
-                per_model[label] = (answers, seconds)
-            for i, q in enumerate(batch):
-                record = {
-                    "index": q.index,
-                    "question": q.question,
-                    "prompt": q.prompt[-1]["content"],
-                    "ground_truth": q.ground_truth,
-                    "dtype": dtype,
-                    "models": {},
-                }
-                for label, (answers, seconds) in per_model.items():
-                    text, tokens = answers[i]
-                    record["models"][label] = {
-                        "answer": text,
-                        "response_tokens": tokens,
-                        "seconds": round(seconds, 4),
-                        **score(text, q.ground_truth),
-                    }
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-                done[q.index] = record
-            handle.flush()
-            bar.update(len(batch))
+    with folder.reasons(f"write {answers.ANSWERS}"):
+        folder.folder.mkdir(parents=True, exist_ok=True)
+        with (
+            answers.Appender(folder.folder / answers.ANSWERS) as add,
+            tqdm(total=len(pending), desc="eval", unit="q") as bar,
+        ):
+            for batch in _batches(pending, batch_size):
+                per_model = {}
+                for label, generate in generators.items():
+                    started = time.perf_counter()
+                    answered = generate([q.prompt for q in batch])
+                    seconds = (time.perf_counter() - started) / len(batch)
+                    per_model[label] = (answered, seconds)
+                records = [_record(q, i, per_model, settings) for i, q in enumerate(batch)]
+                add([json.dumps(record, ensure_ascii=False) + "\n" for record in records])
+                done.update((record["index"], record) for record in records)
+                bar.update(len(batch))
     return done
+
+
+def _record(q: Question, i: int, per_model: dict, settings: dict) -> dict:
+    record = {
+        "index": q.index,
+        "question": q.question,
+        "prompt": q.prompt[-1]["content"],
+        "ground_truth": q.ground_truth,
+        "dtype": settings["dtype"],
+        "settings": settings,
+        "models": {},
+    }
+    for label, (answered, seconds) in per_model.items():
+        text, tokens = answered[i]
+        record["models"][label] = {
+            "answer": text,
+            "response_tokens": tokens,
+            "seconds": round(seconds, 4),
+            **score(text, q.ground_truth),
+        }
+    return record
 
 
 # ------------------------------------------------------------------------------------------------ report
@@ -245,32 +233,42 @@ def run(
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     data = heldout_file(data)
     questions = load_questions(data, limit)  # before anything is merged or written: a bad file changes nothing
+    folder = OutputFolder(out, "--out", "eval", adopt=lambda name, _: name == answers.ANSWERS)  # its lines vouch
+    folder.check([answers.ANSWERS, *REPORTS[: 3 if logs else 2]])
+    found = answers.read(out / answers.ANSWERS)
     specs = {"base": model} if compare is None else {"base": model, "trained": compare}
     models = {label: resolve_model(spec, checkpoints) for label, spec in specs.items()}
-    out.mkdir(parents=True, exist_ok=True)
     generator = pick_engine(engine, device)
     torch_dtype(dtype, device)  # refuses a dtype the device has not before any model is read
-    done = generate_answers(models, questions, out, batch_size, device, max_new_tokens, generator, dtype)
+    settings = answers.settings(models, dtype, max_new_tokens, "vllm" if generator is VllmGenerator else "hf")
+    problem = answers.mismatch(out / answers.ANSWERS, found, questions, settings)
+    if problem:
+        raise UserError(problem)
+    done = {index: record for index, (_, record) in found.items()}
+    done = generate_answers(models, questions, folder, done, batch_size, device, max_new_tokens, generator, settings)
     wanted = {q.index for q in questions}
     records = [done[i] for i in sorted(done) if i in wanted]
     labels = list(models)
     summary = summarise(records, labels)
     comparison = paired_differences(records, *labels) if len(labels) == 2 else None
-    curves = training_curves(logs, out / "curves.png") if logs else False
+    curves = figure(logs) if logs else None
     report = {
         "data": str(data),
         "questions": len(records),
         "device": device,
         "dtype": dtype,
         "max_new_tokens": max_new_tokens,
-        "engine": "vllm" if generator is VllmGenerator else "hf",
+        "engine": settings["engine"],
         "models": {label: {"path": str(models[label]), **summary[label]} for label in labels},
         "comparison": comparison,
         "curves": "curves.png" if curves else None,
     }
-    write_text(out / "report.json", json.dumps(report, indent=2) + "\n")
-    write_text(
-        out / "report.md",
-        markdown(summary, records, labels, examples, {k: str(v) for k, v in models.items()}, curves, dtype, comparison),
+    text = markdown(
+        summary, records, labels, examples, {k: str(v) for k, v in models.items()}, bool(curves), dtype, comparison
     )
+    with folder.write(list(REPORTS[: 3 if curves else 2])) as temps:
+        temps[0].write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        temps[1].write_text(text, encoding="utf-8")
+        if curves:
+            save(curves, temps[2], dpi=100)
     return report

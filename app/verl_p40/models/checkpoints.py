@@ -60,17 +60,12 @@ def resolve_model(spec: str, checkpoints: Path) -> Path:
     """A Hugging Face model folder for `spec`, merging a verl FSDP checkpoint first when needed."""
     path = latest_checkpoint(checkpoints) if spec == "latest" else Path(spec)
     if (path / "config.json").is_file() and not is_fsdp_checkpoint(path):
-        from verl_p40.models.fetch import local_problems
-
-        problems = local_problems(path)
-        if problems:
-            raise UserError(f"{path}: not a complete model folder: {'; '.join(problems[:3])}")
-        return path
+        return verified(path)
     if not is_fsdp_checkpoint(path):
         raise UserError(f"{path}: neither a Hugging Face model folder (config.json) nor a verl FSDP checkpoint")
     target = path / MERGED
-    if (target / "config.json").is_file() and any(target.glob("*.safetensors")):
-        return target
+    if target.exists():  # merged before: the cache is used when it is whole
+        return verified(target, f"; remove {target} to merge the checkpoint again")
     print(f"[eval] merging {path} with verl's model merger into {target} (fp32)", flush=True)
     with staged([target], directory=True) as (out,), tempfile.TemporaryDirectory(dir=path) as scratch:
         merged = Path(scratch) / "merged"
@@ -82,10 +77,20 @@ def resolve_model(spec: str, checkpoints: Path) -> Path:
             print(f"[eval] {fold(merged, path, out)}", flush=True)
         else:
             shutil.copytree(merged, out, dirs_exist_ok=True)
-    return target
+    return verified(target, f"; verl's model merger wrote it from {path}")
 
 
 ADAPTER = "lora_adapter"
+
+
+def verified(folder: Path, fix: str = "") -> Path:
+    """`folder`, once `verl_p40.models.verify` finds it usable; else the one line of what is wrong with it."""
+    from verl_p40.models import verify
+
+    problems = verify.problems(folder)
+    if problems:
+        raise UserError(f"{folder}: not a usable model folder: {'; '.join(problems[:3])}{fix}")
+    return folder
 
 
 def run_record(actor: Path) -> dict:

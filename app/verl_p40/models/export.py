@@ -5,7 +5,10 @@ Hugging Face folder:
 - GGUF files for llama.cpp and Ollama (`--gguf f16,q8_0`), written with the `gguf` package's writer and its Qwen2
   tensor-name map. Metadata as llama.cpp's converter writes it for Qwen2 (read there, written here): the model's
   shape, rope base and norm epsilon, the GPT-2 BPE vocabulary with its merges, special tokens and chat template.
-Every output appears whole or not at all.
+Every output appears whole or not at all, and all of them together: they are written under temporary names in the
+output folder and renamed when the last is complete. Exporting again into the same folder is the normal case: what
+export wrote there before is replaced (`verl_p40.outputs` knows its own files); anything else there is left alone,
+and a user's file or folder of an output's name stops the export before any work.
 """
 
 from __future__ import annotations
@@ -15,35 +18,31 @@ import shutil
 from pathlib import Path
 
 from verl_p40 import UserError
-from verl_p40.atomic import staged
+from verl_p40.outputs import OutputFolder
 
 GGUF_KINDS = ("f16", "q8_0")
 DTYPES = ("fp16", "fp32")
 
 
 def hf_folder(source: Path, target: Path, dtype: str) -> Path:
-    """`source` (a complete HF folder, fp32) saved in `dtype` with its tokenizer into `target`."""
+    """`source` (a complete HF folder, fp32) saved in `dtype` with its tokenizer into the folder `target`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(source, torch_dtype=torch.float32)
     if dtype == "fp16":
         model = model.half()
-    with staged([target], directory=True) as (temp,):
-        model.save_pretrained(temp)
-        AutoTokenizer.from_pretrained(source).save_pretrained(temp)
+    model.save_pretrained(target)
+    AutoTokenizer.from_pretrained(source).save_pretrained(target)
     return target
 
 
 def adapter_folder(source: Path, target: Path) -> Path:
-    """The LoRA adapter `verl_p40.models.checkpoints` kept beside the merged model (with the run's alpha)."""
+    """The LoRA adapter `verl_p40.models.checkpoints` kept beside the merged model (with the run's alpha), copied into
+    the folder `target`."""
     from verl_p40.models.checkpoints import ADAPTER
 
-    adapter = source / ADAPTER
-    if not adapter.is_dir():
-        raise UserError(f"{source}: no LoRA adapter here (the run trained every weight); export without --lora adapter")
-    with staged([target], directory=True) as (temp,):
-        shutil.copytree(adapter, temp, dirs_exist_ok=True)
+    shutil.copytree(source / ADAPTER, target, dirs_exist_ok=True)
     return target
 
 
@@ -81,54 +80,60 @@ def _weights(source: Path) -> dict:
 
 
 def gguf_file(source: Path, target: Path, kind: str) -> Path:
-    """A GGUF file of the Qwen2 model in `source`: `f16` (norms and biases in f32, as llama.cpp) or `q8_0` (2-D weights
-    whose rows are whole 32-value blocks; the rest as for f16)."""
-    import gguf
-    import numpy as np
-
+    """A GGUF file of the Qwen2 model in `source`, written to `target`: `f16` (norms and biases in f32, as llama.cpp)
+    or `q8_0` (2-D weights whose rows are whole 32-value blocks; the rest as for f16)."""
     config = json.loads((source / "config.json").read_text(encoding="utf-8"))
     if config.get("model_type") != "qwen2":
         raise UserError(f"{source}: GGUF export knows Qwen2 models, this is {config.get('model_type')!r}")
+    try:
+        return _gguf_file(source, config, target, kind)
+    except KeyError as exc:
+        raise UserError(f"{source / 'config.json'}: no {exc.args[0]}, which a GGUF file records") from None
+
+
+def _gguf_file(source: Path, config: dict, target: Path, kind: str) -> Path:
+    import gguf
+    import numpy as np
+
     layers = int(config["num_hidden_layers"])
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN2, layers)
     file_type = gguf.LlamaFileType.MOSTLY_F16 if kind == "f16" else gguf.LlamaFileType.MOSTLY_Q8_0
     tied = bool(config.get("tie_word_embeddings", False))
-    with staged([target]) as (temp,):
-        writer = gguf.GGUFWriter(str(temp), gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.QWEN2])
-        writer.add_name(source.name)
-        writer.add_context_length(int(config["max_position_embeddings"]))
-        writer.add_embedding_length(int(config["hidden_size"]))
-        writer.add_block_count(layers)
-        writer.add_feed_forward_length(int(config["intermediate_size"]))
-        writer.add_head_count(int(config["num_attention_heads"]))
-        writer.add_head_count_kv(int(config.get("num_key_value_heads", config["num_attention_heads"])))
-        writer.add_rope_freq_base(float(config.get("rope_theta", 10000.0)))
-        writer.add_layer_norm_rms_eps(float(config["rms_norm_eps"]))
-        writer.add_file_type(file_type)
-        tokens, types = _vocabulary(source, int(config["vocab_size"]))
-        writer.add_tokenizer_model("gpt2")
-        writer.add_tokenizer_pre("qwen2")
-        writer.add_token_list(tokens)
-        writer.add_token_types(types)
-        gguf.SpecialVocab(source, load_merges=True, n_vocab=len(tokens)).add_to_gguf(writer)
-        for name, tensor in _weights(source).items():
-            if name == "lm_head.weight" and tied:
-                continue  # llama.cpp reads the output projection from token_embd when there is none
-            new = names.get_name(name, try_suffixes=(".weight", ".bias"))
-            if new is None:
-                raise UserError(f"{source}: tensor {name} has no GGUF name for Qwen2")
-            data = tensor.float().numpy()
-            if data.ndim == 1:
-                writer.add_tensor(new, data.astype(np.float32))
-            elif kind == "q8_0" and data.shape[-1] % 32 == 0:
-                quantized = gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0)
-                writer.add_tensor(new, quantized, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
-            else:
-                writer.add_tensor(new, data.astype(np.float16))
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
+    writer = gguf.GGUFWriter(str(target), gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.QWEN2])
+    writer.add_name(source.name)
+    writer.add_context_length(int(config["max_position_embeddings"]))
+    writer.add_embedding_length(int(config["hidden_size"]))
+    writer.add_block_count(layers)
+    writer.add_feed_forward_length(int(config["intermediate_size"]))
+    writer.add_head_count(int(config["num_attention_heads"]))
+    writer.add_head_count_kv(int(config.get("num_key_value_heads", config["num_attention_heads"])))
+    writer.add_rope_freq_base(float(config.get("rope_theta", 10000.0)))
+    writer.add_layer_norm_rms_eps(float(config["rms_norm_eps"]))
+    writer.add_file_type(file_type)
+    tokens, types = _vocabulary(source, int(config["vocab_size"]))
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("qwen2")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    gguf.SpecialVocab(source, load_merges=True, n_vocab=len(tokens)).add_to_gguf(writer)
+    for name, tensor in _weights(source).items():
+        if name == "lm_head.weight" and tied:
+            continue  # llama.cpp reads the output projection from token_embd when there is none
+        new = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        if new is None:
+            raise UserError(f"{source}: tensor {name} has no GGUF name for Qwen2")
+        data = tensor.float().numpy()
+        if data.ndim == 1:
+            writer.add_tensor(new, data.astype(np.float32))
+        elif kind == "q8_0" and data.shape[-1] % 32 == 0:
+            quantized = gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0)
+            writer.add_tensor(new, quantized, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        else:
+            writer.add_tensor(new, data.astype(np.float16))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
     return target
 
 
@@ -141,20 +146,30 @@ def run(
     lora: str = "merged",
 ) -> list[Path]:
     """Export `model` (a checkpoint, `latest` or an HF folder) into `out`; the paths written."""
-    from verl_p40.models.checkpoints import MERGED, resolve_model
+    from verl_p40.models.checkpoints import ADAPTER, MERGED, resolve_model
 
     unknown = [k for k in gguf_kinds or [] if k not in GGUF_KINDS]
     if unknown:
         raise UserError(f"--gguf {','.join(unknown)}: not one of {', '.join(GGUF_KINDS)}")
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out}: is a file, not a folder")
+    folder = OutputFolder(out, "--out", "export")
+    folder.check()  # a file where the folder belongs, or a read-only disk: said before a checkpoint is merged
     source = resolve_model(model, checkpoints)  # a checkpoint is merged (fp32, LoRA folded in) once, and cached
     name = source.parent.parent.name if source.name == MERGED else source.name  # global_step_N or the folder
-    written = []
-    if lora == "adapter":
-        written.append(adapter_folder(source, out / f"{name}-lora-adapter"))
-    else:
-        written.append(hf_folder(source, out / f"{name}-hf-{dtype}", dtype))
-    for kind in gguf_kinds or []:
-        written.append(gguf_file(source, out / f"{name}-{kind}.gguf", kind))
-    return written
+    if lora == "adapter" and not (source / ADAPTER).is_dir():
+        raise UserError(f"{source}: no LoRA adapter here (the run trained every weight); export without --lora adapter")
+    first = f"{name}-lora-adapter" if lora == "adapter" else f"{name}-hf-{dtype}"
+    names = [first] + [f"{name}-{kind}.gguf" for kind in gguf_kinds or []]
+    folder.check(names)  # a user's file of an output's name: said before the model is loaded
+    if lora != "adapter" or gguf_kinds:  # and a package that is not installed, before anything is written
+        import safetensors.torch  # noqa: F401
+        import transformers  # noqa: F401
+    if gguf_kinds:
+        import gguf  # noqa: F401
+    with folder.write(names, directory=[True] + [False] * len(gguf_kinds or [])) as temps:
+        if lora == "adapter":
+            adapter_folder(source, temps[0])
+        else:
+            hf_folder(source, temps[0], dtype)
+        for kind, temp in zip(gguf_kinds or [], temps[1:]):
+            gguf_file(source, temp, kind)
+    return [out / n for n in names]

@@ -17,9 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verl_p40 import UserError
-from verl_p40.atomic import write_text
+from verl_p40.models import verify
+from verl_p40.models.verify import MANIFEST
+from verl_p40.outputs import OutputFolder
 
-MANIFEST = ".verl-p40-model.json"
+HUB_RECORDS = Path(".cache/huggingface/download")  # where huggingface_hub records what it downloaded into a folder
+
 # What a causal LM folder needs for verl: config, weights, tokenizer. (Not pytorch_model.bin / tokenizer.model:
 # Qwen2.5 ships safetensors and a BPE tokenizer.)
 REQUIRED = (
@@ -43,13 +46,6 @@ class FetchResult:
     note: str = ""
 
 
-def _manifest(folder: Path) -> dict | None:
-    try:
-        return json.loads((folder / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def listing_problems(expected: dict[str, int]) -> list[str]:
     """What a repository's file list lacks for verl (config, tokenizer, safetensors weights)."""
     problems = [f"{name}: not in the repository's file list" for name in REQUIRED if name not in expected]
@@ -58,61 +54,18 @@ def listing_problems(expected: dict[str, int]) -> list[str]:
     return problems
 
 
-def verify(folder: Path, expected: dict[str, int]) -> list[str]:
-    """Problems with `folder` against the expected {file: size}; empty when complete."""
-    problems = listing_problems(expected)
-    for name, size in sorted(expected.items()):
-        path = folder / name
-        if not path.is_file():
-            problems.append(f"{name}: missing")
-        elif size is not None and path.stat().st_size != size:
-            problems.append(f"{name}: {path.stat().st_size} bytes, expected {size}")
-    return problems
-
-
-def local_problems(folder: Path) -> list[str]:
-    """What stops `folder` from being a usable model folder, checked without the network; empty when usable.
-
-    Against the manifest fetch-model wrote when there is one (every file, its size), else the files a Qwen2.5
-    folder needs, weights included (a hand-copied folder)."""
-    folder = Path(folder)
-    if not (folder / "config.json").is_file():
-        return ["no model here (config.json missing)"]
-    manifest = _manifest(folder)
-    if manifest and manifest.get("files"):
-        return verify(folder, manifest["files"])
-    have = lambda name: (folder / name).is_file()  # noqa: E731
-    problems = [f"{name}: missing" for name in ("config.json", "tokenizer_config.json") if not have(name)]
-    if not have("tokenizer.json") and not (have("vocab.json") and have("merges.txt")):
-        problems.append("no tokenizer (tokenizer.json, or vocab.json and merges.txt)")
-    weights = sorted(folder.glob("*.safetensors"))
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            shards = set(json.loads(index.read_text())["weight_map"].values())
-        except (OSError, ValueError, KeyError):
-            return problems + [f"{index.name}: not a safetensors index"]
-        problems += [
-            f"{name}: missing (listed in {index.name})" for name in sorted(shards) if not (folder / name).is_file()
-        ]
-    elif not weights:
-        problems.append("no weights (*.safetensors)")
-    problems += [f"{w.name}: empty" for w in weights if w.stat().st_size == 0]
-    return problems
-
-
 def complete(folder: Path, repo: str) -> dict[str, int] | None:
-    manifest = _manifest(folder)
+    manifest = verify.manifest(folder)
     if not manifest or manifest.get("repo") != repo:
         return None
     files = manifest.get("files", {})
-    return files if not verify(folder, files) else None
+    return files if not verify.problems(folder, files) else None
 
 
 def _wanted(name: str) -> bool:
     from fnmatch import fnmatch
 
-    return "/" not in name and any(fnmatch(name, pattern) for pattern in WANTED_PATTERNS)
+    return "/" not in name and not name.startswith(".") and any(fnmatch(name, pattern) for pattern in WANTED_PATTERNS)
 
 
 def remote_files(repo: str, revision: str | None) -> tuple[str, dict[str, int]]:
@@ -136,20 +89,46 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False")
 
 
-def _write_manifest(out: Path, repo: str, revision: str, files: dict[str, int]) -> None:
-    write_text(out / MANIFEST, json.dumps({"repo": repo, "revision": revision, "files": files}, indent=2) + "\n")
+def output_folder(out: Path) -> OutputFolder:
+    """fetch-model's --out. Its own files, besides those its ledger lists: the files its manifest lists, and those
+    huggingface_hub downloaded there (its bookkeeping in .cache/huggingface/download/)."""
+
+    def adopt(name: str, path: Path) -> bool:
+        listed = (verify.manifest(out) or {}).get("files") or {}
+        return name == MANIFEST or name in listed or (out / HUB_RECORDS / f"{name}.metadata").is_file()
+
+    return OutputFolder(out, "--out", "fetch-model", adopt=adopt)
+
+
+def _write_manifest(folder: OutputFolder, repo: str, revision: str, files: dict[str, int]) -> None:
+    with folder.write([MANIFEST]) as (temp,):
+        temp.write_text(json.dumps({"repo": repo, "revision": revision, "files": files}, indent=2) + "\n")
+
+
+def _to_download(folder: OutputFolder, files: dict[str, int]) -> list[str]:
+    """The files of `files` to download into the folder: a file of the same name that fetch-model did not write is
+    kept when it is the hub's size (copied by hand), and stops the download otherwise."""
+    names = []
+    for name, size in sorted(files.items()):
+        path = folder.folder / name
+        if os.path.lexists(path) and not folder.owns(name):
+            if path.is_file() and size is not None and path.stat().st_size == size:
+                continue
+            raise UserError(folder.refusal(name))
+        names.append(name)
+    return names
 
 
 def fetch_model(repo: str, out: Path, revision: str | None = None, force: bool = False) -> FetchResult:
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out}: is a file, not a folder")
+    folder = output_folder(out)
+    folder.check()
     if not force:
         done = complete(out, repo)
         if done is not None:
             return FetchResult(out, done, skipped=True)
     if _offline():
-        problems = local_problems(out)
+        problems = verify.problems(out)
         if problems:
             raise UserError(
                 f"{out}: no complete copy of {repo} here ({'; '.join(problems[:3])}) and HF_HUB_OFFLINE is set"
@@ -160,71 +139,70 @@ def fetch_model(repo: str, out: Path, revision: str | None = None, force: bool =
     unusable = listing_problems(files)
     if unusable:  # refused before anything is written
         raise UserError(f"{repo}: not a model verl can train: {'; '.join(unusable)}")
-    if not force and (out / "config.json").is_file() and not verify(out, files):  # copied by hand, and complete
-        _write_manifest(out, repo, sha, files)
+    if not force and not verify.problems(out, files):  # copied by hand, and complete
+        _write_manifest(folder, repo, sha, files)
         return FetchResult(out, files, skipped=True, note="copied by hand; matches the hub's file list")
+    download = _to_download(folder, files)
     from huggingface_hub import hf_hub_download, snapshot_download
 
     # snapshot_download trusts its own bookkeeping for files it fetched before: one whose size is wrong now (cut
     # short, edited) is fetched again on purpose, and replaced only when the new copy is complete
     wrong = [
         name
-        for name, size in files.items()
-        if (out / name).is_file() and size is not None and (out / name).stat().st_size != size
+        for name in download
+        if (out / name).is_file() and files[name] is not None and (out / name).stat().st_size != files[name]
     ]
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        snapshot_download(
-            repo, revision=sha or revision, local_dir=out, allow_patterns=sorted(files), force_download=force
-        )
-        for name in wrong:
-            hf_hub_download(repo, name, revision=sha or revision, local_dir=out, force_download=True)
-    except OSError as exc:
-        raise UserError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
+        with folder.reasons("write there"):
+            out.mkdir(parents=True, exist_ok=True)
+            snapshot_download(
+                repo, revision=sha or revision, local_dir=out, allow_patterns=download, force_download=force
+            )
+            for name in wrong:
+                hf_hub_download(repo, name, revision=sha or revision, local_dir=out, force_download=True)
+    except UserError:
+        raise
     except Exception as exc:  # network, auth, the hub's own errors: all end the same way for the user
         raise UserError(
             f"download of {repo} into {out} failed: {type(exc).__name__}: {str(exc).splitlines()[0]} "
             "(run the same command again to resume)"
         ) from None
-    problems = verify(out, files)
+    problems = verify.problems(out, files)
     if problems:
-        raise UserError(f"{repo}: downloaded files do not match the hub's list: {'; '.join(problems)}")
-    _write_manifest(out, repo, sha, files)
+        raise UserError(f"{repo}: the downloaded folder is not usable: {'; '.join(problems[:3])}")
+    _write_manifest(folder, repo, sha, files)
     return FetchResult(out, files, skipped=False)
 
 
 def copy_model(source: Path, out: Path) -> FetchResult:
     """`fetch-model --from DIR`: the air-gapped path. A model folder brought on a disk (made by `fetch-model --out` on
     a connected host, or copied from the hub by hand) is checked as doctor checks it, then copied into `out` file by
-    file (each appears whole or not at all); nothing in `out` is deleted, and files already equal are kept."""
+    file (each appears whole or not at all); nothing in `out` is deleted, files already equal are kept, and a file of
+    the same name that fetch-model did not write stops the copy before it starts."""
     import shutil
-
-    from verl_p40.atomic import staged
 
     source, out = Path(source), Path(out)
     if not source.is_dir():
         raise UserError(f"--from {source}: not a folder")
-    problems = local_problems(source)
+    problems = verify.problems(source)
     if problems:
         raise UserError(f"--from {source}: not a complete model folder ({'; '.join(problems[:3])}); nothing copied")
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out}: is a file, not a folder")
+    folder = output_folder(out)
+    folder.check()
     if out.resolve() == source.resolve():
         raise UserError(f"--out {out} is the --from folder; choose another --out")
     files = {p.name: p.stat().st_size for p in sorted(source.iterdir()) if p.is_file() and _wanted(p.name)}
-    manifest = _manifest(source) or {}
-    copied = []
-    try:
-        for name, size in files.items():
-            target = out / name
-            if target.is_file() and target.stat().st_size == size and _same(source / name, target):
-                continue
-            with staged([target]) as (temp,):
-                shutil.copyfile(source / name, temp)
-            copied.append(name)
-        _write_manifest(out, manifest.get("repo") or f"local:{source.resolve()}", manifest.get("revision", ""), files)
-    except OSError as exc:
-        raise UserError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
+    manifest = verify.manifest(source) or {}
+    copied = [
+        name
+        for name, size in files.items()
+        if not ((out / name).is_file() and (out / name).stat().st_size == size and _same(source / name, out / name))
+    ]
+    folder.check([*copied, MANIFEST])  # a user's file of a model file's name: said before anything is copied
+    for name in copied:
+        with folder.write([name]) as (temp,):
+            shutil.copyfile(source / name, temp)
+    _write_manifest(folder, manifest.get("repo") or f"local:{source.resolve()}", manifest.get("revision", ""), files)
     note = f"copied {len(copied)} of {len(files)} files from {source}" if copied else f"already equal to {source}"
     return FetchResult(out, files, skipped=not copied, note=note)
 

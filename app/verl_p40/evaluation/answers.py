@@ -1,0 +1,130 @@
+"""eval's answers.jsonl: one line per question with every model's answer, its scores and the settings it was
+generated with (each model's fingerprint, the dtype, max_new_tokens, the engine). It is appended per batch, so that a
+rerun with the same --out continues where one stopped; a rerun continues only the answers of the same questions,
+models and settings, and refuses any other (mixing them would report answers of one model as another's).
+
+A batch is appended whole or not at all: a write the disk refuses, or a stop, takes the batch's lines back out, and a
+last line cut short by a kill is dropped before the next run appends."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from verl_p40 import UserError
+
+ANSWERS = "answers.jsonl"
+FIX = "use another --out or remove it"
+PHRASES = {
+    "dtype": "answers generated in {old}, this run asks for {new}",
+    "max_new_tokens": "answers of at most {old} new tokens, this run asks for {new}",
+    "engine": "answers generated with the {old} engine, this run uses {new}",
+}
+
+
+def settings(models: dict[str, Path], dtype: str, max_new_tokens: int, engine: str) -> dict:
+    """What decides the answers besides the questions."""
+    from verl_p40.models.verify import fingerprint
+
+    return {
+        "models": {label: {"path": str(path), "fingerprint": fingerprint(path)} for label, path in models.items()},
+        "dtype": dtype,
+        "max_new_tokens": max_new_tokens,
+        "engine": engine,
+    }
+
+
+def read(path: Path) -> dict[int, tuple[int, dict]]:
+    """{question index: (line number, record)} of the answers file at `path` (none when there is none). A line that is
+    not a record eval writes is named; a last line cut short (no newline, not JSON) is a write a kill interrupted,
+    and is left out."""
+    done: dict[int, tuple[int, dict]] = {}
+    if not path.is_file():
+        return done
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
+            if lineno == len(lines):  # no newline after it: cut short
+                continue
+            raise UserError(f"{path}:{lineno}: not valid JSON; remove the line or the file to start over") from None
+        if not isinstance(record, dict) or not isinstance(record.get("index"), int) or "models" not in record:
+            raise UserError(f"{path}:{lineno}: not an answer verl-p40 eval writes; {FIX}")
+        done[record["index"]] = (lineno, record)
+    return done
+
+
+def mismatch(path: Path, done: dict[int, tuple[int, dict]], questions: list, wanted: dict) -> str | None:
+    """Why the answers at `path` are not answers of these questions with these settings; None when they are."""
+    by_index = {q.index: q for q in questions}
+    for lineno, record in done.values():
+        where = f"{path}:{lineno}"
+        if set(record["models"]) != set(wanted["models"]):
+            return f"{where}: written for other models ({sorted(record['models'])}); {FIX}"
+        had = record.get("settings")
+        if not isinstance(had, dict):
+            return f"{where}: written by an older verl-p40 eval, which did not record its settings; {FIX}"
+        for key, phrase in PHRASES.items():
+            if had.get(key) != wanted[key]:
+                return f"{where}: {phrase.format(old=had.get(key), new=wanted[key])}; {FIX}"
+        for label, model in wanted["models"].items():
+            old = (had.get("models") or {}).get(label) or {}
+            if old.get("fingerprint") != model["fingerprint"]:
+                return (
+                    f"{where}: answers of another {label} model ({old.get('path')}), or its weights changed since; "
+                    f"{FIX}"
+                )
+        question = by_index.get(record["index"])
+        if question is not None and (
+            record.get("question") != question.question
+            or record.get("ground_truth") != question.ground_truth
+            or record.get("prompt") != question.prompt[-1]["content"]
+        ):
+            return f"{where}: the answer to question {record['index']} is for another question (other --data?); {FIX}"
+    return None
+
+
+class Appender:
+    """answers.jsonl opened to append whole batches (`with Appender(path) as add: add(lines)`)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __enter__(self):
+        self.created = not os.path.lexists(self.path)
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        with open(self.path, "rb") as handle:
+            text = handle.read()
+        if text and not text.endswith(b"\n"):  # a last line without its newline
+            last = text.rsplit(b"\n", 1)[-1]
+            try:
+                json.loads(last)  # complete (a newline lost to an editor): kept
+                self._write(b"\n", len(text))
+            except (ValueError, RecursionError):  # cut short by a kill (read() left it out): dropped
+                os.ftruncate(self.fd, len(text) - len(last))
+        return self.add
+
+    def add(self, lines: list[str]) -> None:
+        self._write("".join(lines).encode("utf-8"), os.lseek(self.fd, 0, os.SEEK_END))
+
+    def _write(self, data: bytes, start: int) -> None:
+        """`data` at the end, all of it or none: a refused or interrupted write is taken back."""
+        os.lseek(self.fd, start, os.SEEK_SET)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self.fd, view) :]
+        except BaseException:
+            os.ftruncate(self.fd, start)
+            raise
+
+    def __exit__(self, *exc) -> None:
+        empty = os.fstat(self.fd).st_size == 0
+        os.close(self.fd)
+        if self.created and empty:  # not one answer written: no file either
+            self.path.unlink(missing_ok=True)

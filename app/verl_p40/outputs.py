@@ -1,0 +1,197 @@
+"""A command's output folder: it writes only inside it, never through a symbolic link, never over (or removes) a file
+it did not write there itself, and each output appears whole or not at all (`verl_p40.atomic`: a temporary name in
+the same folder, renamed at the end, removed on any failure, Ctrl-C and SIGTERM included).
+
+How a command knows a file is its own: the folder's ledger, `.verl-p40-outputs.json`, records every output it wrote
+there (for a folder, every file in it). A path that is there is replaced only when the ledger lists it (or `adopt`
+recognises it: what an earlier version wrote, or what a command records in a manifest of its own), and a folder only
+when every file in it is one the command wrote; a user's file of an output's name, or one a user put into an output
+folder, stops the command with one line naming it. A full disk, a read-only folder or a file where the folder belongs
+ends in one line too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import glob
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+from verl_p40 import UserError
+from verl_p40.atomic import staged, write_text
+
+LEDGER = ".verl-p40-outputs.json"
+# What a library written in another language reports when the operating system refused a write (safetensors' Rust,
+# pyarrow's C++): its text holds the system's own words
+WRITE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EFBIG)
+
+
+def os_reason(exc: BaseException) -> str | None:
+    """Why the operating system refused a write, from the error a library raised; None when it is not such an error."""
+    if isinstance(exc, UserError) or not isinstance(exc, Exception):
+        return None
+    text = str(exc)
+    known = next((os.strerror(code) for code in WRITE_ERRORS if os.strerror(code) in text), None)
+    if known or not isinstance(exc, OSError):
+        return known
+    return exc.strerror or (text.splitlines() or [type(exc).__name__])[0]
+
+
+def contents(path: Path) -> list[str] | None:
+    """The files under the folder `path`, relative to it (links as links, never followed); None for a file."""
+    if not os.path.isdir(path) or os.path.islink(path):
+        return None
+    out = []
+    for root, dirs, files in os.walk(path):
+        links = [d for d in dirs if os.path.islink(os.path.join(root, d))]
+        out += [os.path.relpath(os.path.join(root, name), path) for name in files + links]
+    return sorted(out)
+
+
+class OutputFolder:
+    """The folder `flag` names, into which `verl-p40 command` writes. `adopt(name, path)`: whether an existing path
+    not in the ledger is the command's own all the same."""
+
+    def __init__(self, folder: Path, flag: str, command: str, adopt: Callable[[str, Path], bool] | None = None) -> None:
+        self.folder, self.flag, self.command, self.adopt = Path(folder), flag, command, adopt
+        self._was_full = False  # whether the disk was full when a write failed, before its temporaries went
+
+    def __str__(self) -> str:
+        return f"{self.flag} {self.folder}"
+
+    # ------------------------------------------------------------------------------------------ checks
+
+    def check(self, names: Iterable[str] = ()) -> None:
+        """Before any work: the folder can be written (no file in its place or above it, not read-only), and each of
+        `names` is free or the command's own. Raises UserError naming what is in the way."""
+        existing = self.folder
+        while not os.path.lexists(existing) and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            what = "is a file, not a folder" if existing.is_file() else "is not a folder"
+            raise UserError(f"{self}: {what}" if existing == self.folder else f"{self}: {existing} {what}")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            if os.statvfs(existing).f_flag & os.ST_RDONLY:
+                raise UserError(f"{self}: cannot write there ({existing} is on a read-only file system)")
+            raise UserError(f"{self}: cannot write there (uid {os.getuid()} has no write permission in {existing})")
+        for name in [*names, LEDGER]:
+            problem = self.refusal(name)
+            if problem:
+                raise UserError(problem)
+
+    def refusal(self, name: str) -> str | None:
+        """Why `name` may not be written over, or None."""
+        path = self.folder / name
+        if path.is_symlink():
+            return (
+                f"{path}: a symbolic link; verl-p40 {self.command} writes only inside {self} and never through a "
+                f"link: remove the link, or choose another {self.flag}"
+            )
+        if name == LEDGER or not path.exists():
+            return None
+        entry = self._ledger().get(name)
+        if entry and entry.get("kind") == ("folder" if path.is_dir() else "file"):
+            foreign = sorted(set(contents(path) or []) - set(entry.get("files") or []))
+            if not foreign:
+                return None
+            return (
+                f"{path / foreign[0]}: not written by verl-p40 {entry.get('by', self.command)}"
+                + (f" (nor {len(foreign) - 1} more files there)" if len(foreign) > 1 else "")
+                + f", and {path.name} would be replaced; move it away, or choose another {self.flag}"
+            )
+        if self.adopt and self.adopt(name, path):
+            return None
+        return (
+            f"{path}: already there and not written by verl-p40 {self.command}; move it away (or remove it), or "
+            f"choose another {self.flag}"
+        )
+
+    def owns(self, name: str) -> bool:
+        return os.path.lexists(self.folder / name) and self.refusal(name) is None
+
+    def _ledger(self) -> dict:
+        try:
+            found = json.loads((self.folder / LEDGER).read_text(encoding="utf-8")).get("outputs")
+        except (OSError, ValueError, AttributeError):
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    # ------------------------------------------------------------------------------------------ writing
+
+    @contextlib.contextmanager
+    def write(self, names: list[str], directory: bool | list[bool] = False) -> Iterator[list[Path]]:
+        """Temporary paths for `names` (folders where `directory` says so), renamed onto them when the block ends
+        well and recorded in the ledger; on any failure nothing of them is left, and what was there stays."""
+        self.check(names)
+        self.remove_stale_temps(names)
+        with self.reasons("write " + ", ".join(names)):
+            self.folder.mkdir(parents=True, exist_ok=True)
+            with staged([self.folder / name for name in names], directory) as temps:
+                try:
+                    yield temps
+                except BaseException:
+                    self._was_full = self._full()  # seen before the temporaries are removed
+                    raise
+                self._record(dict(zip(names, temps)))
+
+    @contextlib.contextmanager
+    def reasons(self, what: str) -> Iterator[None]:
+        """A refused write inside the block (disk full, read-only) as the one line naming the folder."""
+        self._was_full = False
+        try:
+            yield
+        except BaseException as exc:
+            reason = os_reason(exc)
+            if reason is None:
+                raise
+            if reason not in map(os.strerror, WRITE_ERRORS) and (self._was_full or self._full()):
+                reason = os.strerror(errno.ENOSPC)  # a short write (numpy's "N requested and M written") on a full disk
+            raise UserError(f"{self}: cannot {what} ({reason})") from None
+
+    def _full(self) -> bool:
+        try:
+            return os.statvfs(self.folder).f_bavail == 0
+        except OSError:
+            return False
+
+    def _record(self, written: dict[str, Path]) -> None:
+        """The ledger, before the renames: each name with the files it will hold, and those it holds now when they are
+        the command's own (so that a stop between the renames leaves each path the command's, old or new)."""
+        ledger = self._ledger()
+        for name, temp in written.items():
+            files = contents(temp)
+            if files is not None and self.owns(name):
+                files = sorted(set(files) | set(contents(self.folder / name) or []))
+            ledger[name] = {"by": self.command, "kind": "file" if files is None else "folder", "files": files or []}
+        self._save(ledger)
+
+    def _save(self, ledger: dict) -> None:
+        write_text(self.folder / LEDGER, json.dumps({"outputs": ledger}, indent=1) + "\n")
+
+    def remove(self, name: str) -> bool:
+        """Remove `name` when it is the command's own (checked first, with `check`); whether there was one."""
+        path = self.folder / name
+        if not os.path.lexists(path):
+            return False
+        problem = self.refusal(name)
+        if problem:
+            raise UserError(problem)
+        with self.reasons(f"remove {name}"):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+            ledger = self._ledger()
+            if ledger.pop(name, None) is not None:
+                self._save(ledger)
+        return True
+
+    def remove_stale_temps(self, names: Iterable[str]) -> list[Path]:
+        """The temporary paths of `names` (and of the ledger) a killed run left (`.NAME.*.tmp`): nothing trusts them;
+        removed."""
+        found = [self.folder.glob(f".{glob.escape(name)}.*.tmp") for name in [*names, LEDGER]]
+        stale = [p for paths in found for p in paths] if self.folder.is_dir() else []
+        for path in stale:
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else path.unlink()
+        return stale

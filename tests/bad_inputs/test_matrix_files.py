@@ -1,0 +1,292 @@
+"""Bad files, model folders and output folders across fetch-model, the doctor (through train's preflight), eval,
+export and prep, as test_matrix.py checks its cases: exit code 2, exactly one line naming the file (and the key, line
+or value), no traceback, and every file that was there before byte-for-byte as it was.
+
+The `files` fixture adds to the world: small model folders, each broken one way (`model_folders`), output folders
+holding a user's file, a link or another run's answers where a command would write, and GSM8K sources with rows no
+real file holds."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+
+from bad_inputs.conftest import T, check_case
+from model_folders import CONFIG, copy_of, cut_short, small_model, tensors
+
+OFFLINE = {"HF_HUB_OFFLINE": "1"}
+M = f"{T}/models"
+DOCTOR = ["train", "--profile", "p40", "--dry-run", "--data", f"{T}/prepared"]
+
+
+def from_(model: str, out: str = f"{T}/m") -> list[str]:
+    return ["fetch-model", "--from", f"{M}/{model}", "--out", out]
+
+
+def eval_(out: str, model: str = "good", *extra: str) -> list[str]:
+    return ["eval", "--model", f"{M}/{model}", *extra, "--data", f"{T}/prepared/test.parquet", "--device", "cpu",
+            "--out", f"{T}/{out}"]  # fmt: skip
+
+
+def export(out: str, model: str = "good", *extra: str) -> list[str]:
+    return ["export", "--model", f"{M}/{model}", "--out", f"{T}/{out}", *extra]
+
+
+def prep(source: str, out: str = "p", *extra: str) -> list[str]:
+    return ["prep", "--source", f"{T}/{source}", "--out", f"{T}/{out}", *extra]
+
+
+def _config(folder: Path, **change) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **change}, indent=2))
+
+
+def _raw_header(folder: Path, header: bytes, data: bytes = b"") -> None:
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + data)
+
+
+def _models(root: Path) -> None:
+    """One small model folder per way a folder goes wrong, beside a good one."""
+    good = small_model(root / "good")
+    small_model(root / "other")  # another model of the same shape, written at another time
+    broken = {name: copy_of(good, root / name) for name in (
+        "cut", "badjson", "hidden", "vocab", "layers", "inter", "untied", "textnum", "list", "headerlen",
+        "headerjson", "offsets", "trailing", "tokcfg",
+    )}  # fmt: skip
+    cut_short(broken["cut"])
+    (broken["badjson"] / "config.json").write_text('{\n  "model_type": "qwen2",\n  "hidden_size": 8,,\n}\n')
+    _config(broken["hidden"], hidden_size=896)
+    _config(broken["vocab"], vocab_size=151936)
+    _config(broken["layers"], num_hidden_layers=24)
+    _config(broken["inter"], intermediate_size=4864)
+    _config(broken["untied"], tie_word_embeddings=False)
+    _config(broken["textnum"], hidden_size="8")
+    (broken["list"] / "config.json").write_text(json.dumps([CONFIG]))
+    (broken["headerlen"] / "model.safetensors").write_bytes(struct.pack("<Q", 2**40) + b"{}")
+    _raw_header(broken["headerjson"], b'{"model.norm.weight": {"dtype": "F32", "shape": [8], "data_offsets": [0, 3')
+    _raw_header(broken["offsets"], json.dumps({"x": {"dtype": "F16", "shape": [8], "data_offsets": [0, 8]}}).encode())
+    (broken["trailing"] / "model.safetensors").write_bytes((good / "model.safetensors").read_bytes() + b"\0" * 7)
+    (broken["tokcfg"] / "tokenizer_config.json").write_text('{"model_max_length": 32768\n')
+    sharded = small_model(root / "shard-missing", shards=2)
+    (sharded / "model-00002-of-00002.safetensors").unlink()
+    for name, weight_map in (
+        ("index-broken", None),
+        ("index-elsewhere", {"model.norm.weight": "model-00001-of-00002.safetensors"}),
+        ("index-outside", {"model.norm.weight": "../good/model.safetensors"}),
+    ):
+        folder = small_model(root / name, shards=2)
+        index = folder / "model.safetensors.index.json"
+        if weight_map is None:
+            index.write_text('{"metadata": {},\n "weight_map": {\n')
+        else:
+            listed = json.loads(index.read_text())["weight_map"]
+            index.write_text(json.dumps({"weight_map": {**listed, **weight_map}}))
+
+
+def _answers(out: Path, models: dict[str, Path], question: dict, **settings) -> None:
+    """answers.jsonl as eval writes it, answering `question` as question 0."""
+    from verl_p40.evaluation import answers
+
+    wanted = {**answers.settings(models, "fp32", 512, "hf"), **settings}
+    record = {**question, "index": 0, "dtype": wanted["dtype"], "settings": wanted}
+    record["models"] = {label: {"answer": "#### 1", "strict": 0.0, "flexible": 0.0, "format": 1.0} for label in models}
+    out.mkdir()
+    (out / answers.ANSWERS).write_text(json.dumps(record) + "\n")
+
+
+def _outputs(world: Path) -> None:
+    """Output folders holding what a command must not write over."""
+    import pyarrow.parquet as pq
+
+    from verl_p40.outputs import OutputFolder
+
+    good = world / "models" / "good"
+    (world / "outside").mkdir()
+    (world / "outside" / "theirs.txt").write_text("not verl-p40's")
+    (world / "o-users").mkdir()
+    (world / "o-users" / "config.json").write_text('{"model_type": "llama"}')  # another model's, copied by a user
+    (world / "o-link").mkdir()
+    (world / "o-link" / "config.json").symlink_to(world / "a-file")
+    (world / "e-report").mkdir()
+    (world / "e-report" / "report.json").write_text('{"my": "own report"}')
+    (world / "e-link").mkdir()
+    (world / "e-link" / "answers.jsonl").symlink_to(world / "a-file")
+    row = pq.read_table(world / "prepared" / "test.parquet").to_pylist()[0]
+    question = {
+        "question": row["extra_info"]["question"],
+        "prompt": row["prompt"][-1]["content"],
+        "ground_truth": row["reward_model"]["ground_truth"],
+    }
+    other = {"question": "How many legs has a spider?", "prompt": "How many legs?", "ground_truth": "8"}
+    _answers(world / "e-other-data", {"base": good}, other)
+    _answers(world / "e-other-model", {"base": world / "models" / "other"}, question)
+    _answers(world / "e-other-tokens", {"base": good}, question, max_new_tokens=24)
+    (world / "e-old").mkdir()
+    (world / "e-old" / "answers.jsonl").write_text(json.dumps({"index": 0, "dtype": "fp32", "models": {"base": {}}}))
+    (world / "e-not-answers").mkdir()
+    (world / "e-not-answers" / "answers.jsonl").write_text('{"id": 1, "text": "my notes"}\n')
+    for name in ("x-users-folder", "x-users-file", "x-link", "x-gguf"):
+        (world / name).mkdir()
+    (world / "x-users-folder" / "good-hf-fp16").mkdir()
+    (world / "x-users-folder" / "good-hf-fp16" / "model.safetensors").write_bytes(b"a user's model")
+    (world / "x-users-file" / "good-hf-fp16").write_text("a file where export's folder goes")
+    (world / "x-link" / "good-hf-fp16").symlink_to(world / "outside")
+    (world / "x-gguf" / "good-f16.gguf").write_bytes(b"GGUF a user's own")
+    with OutputFolder(world / "x-own", "--out", "export").write(["good-hf-fp16"], directory=True) as (temp,):
+        (temp / "config.json").write_text("{}")  # an earlier export...
+    (world / "x-own" / "good-hf-fp16" / "README.md").write_text("my model card")  # ...and a user's file put in it
+    (world / "p-users").mkdir()
+    shutil.copy(world / "prepared" / "train.parquet", world / "p-users" / "train.parquet")  # not written there by prep
+    (world / "p-link").mkdir()
+    (world / "p-link" / "test.parquet").symlink_to(world / "a-file")
+    shutil.copytree(world / "prepared", world / "p-val")  # prep's own output, moved as a whole...
+    shutil.copy(world / "prepared" / "test.parquet", world / "p-val" / "val.parquet")  # ...and a user's val.parquet
+
+
+def _sources(world: Path) -> None:
+    """GSM8K sources whose train.jsonl holds, at line 2, a row no real file holds."""
+    good = json.dumps({"question": "What is 1?", "answer": "#### 1"})
+    rows = {
+        "s-deep": "[" * 100_000 + "]" * 100_000,
+        "s-surrogate": '{"question": "caf\\ud800?", "answer": "#### 1"}',
+        "s-duplicate": '{"question": "a?", "answer": "#### 1", "answer": "#### 2"}',
+        "s-huge": json.dumps({"question": "x" * 3 * 2**20, "answer": "#### 1"}),
+    }
+    for name, row in rows.items():
+        (world / name).mkdir()
+        (world / name / "train.jsonl").write_text(f"{good}\n{row}\n", encoding="utf-8")
+        shutil.copy(world / "src" / "test.jsonl", world / name / "test.jsonl")
+    (world / "s-utf16").mkdir()
+    (world / "s-utf16" / "train.jsonl").write_bytes((good + "\n").encode("utf-16"))
+    shutil.copy(world / "src" / "test.jsonl", world / "s-utf16" / "test.jsonl")
+
+
+@pytest.fixture()
+def files(world):
+    _models(world / "models")
+    _outputs(world)
+    _sources(world)
+    return world
+
+
+def group(prefix: str, argv, env: dict, rows: list[tuple[str, str, str]]) -> list[tuple]:
+    """Cases of one kind: each row (name, what varies, expected words), `argv(what varies)` its command line."""
+    return [(f"file-{prefix}-{name}", argv(arg), env, expected) for name, arg, expected in rows]
+
+
+CASES = [
+    # fetch-model --from: the folder brought on a disk is verified by reading it, nothing is copied when it is broken
+    *group("from", from_, OFFLINE, [
+        ("cut-short", "cut", "cut short (4332 bytes"),
+        (
+            "config-broken", "badjson",
+            "config.json:3: not valid JSON (Expecting property name enclosed in double quotes, column 20)",
+        ),
+        ("hidden-size", "hidden", "config.json: hidden_size is 896, the weights' is 8 (model.embed_tokens.weight is"),
+        ("header-length", "headerlen", "not a safetensors file or cut short (its header says 1099511627776 bytes"),
+        ("header-not-json", "headerjson", "model.safetensors: its safetensors header is not JSON"),
+        ("offsets-against-shape", "offsets", "tensor x (F16 [8]) needs 16 bytes, its data offsets give 8"),
+        ("trailing-bytes", "trailing", "model.safetensors: 7 bytes more than its header describes"),
+        ("shard-missing", "shard-missing", "model-00002-of-00002.safetensors: missing (listed in model.safetensors"),
+        ("index-broken", "index-broken", "model.safetensors.index.json:3: not valid JSON"),
+        ("index-elsewhere", "index-elsewhere", "model-00001-of-00002.safetensors: has no tensor model.norm.weight"),
+        ("index-outside", "index-outside", "shard '../good/model.safetensors' is not a file of this folder"),
+    ]),
+    # fetch-model's --out: a user's file of a model file's name, a link, a file above the folder
+    *group("from-out", lambda out: from_("good", f"{T}/{out}"), OFFLINE, [
+        ("users-config", "o-users", "o-users/config.json: already there and not written by verl-p40 fetch-model"),
+        ("link", "o-link", "o-link/config.json: a symbolic link; verl-p40 fetch-model writes only inside --out"),
+        ("under-a-file", "a-file/m", "a-file is a file, not a folder"),
+    ]),
+    ("file-fetch-offline-config-a-list", ["fetch-model", "--out", f"{M}/list"], OFFLINE, "not a JSON object (a list)"),
+    # the doctor's model check, as train's preflight runs it
+    *group("doctor", lambda model: [*DOCTOR, "--model", f"{M}/{model}"], {}, [
+        ("config-broken", "badjson", "/models/badjson: config.json:3: not valid JSON"),
+        ("layers", "layers", "config.json: num_hidden_layers is 24, the weights have layers 0 to 1"),
+        ("untied-no-head", "untied", "tie_word_embeddings is false, and the weights have no lm_head.weight"),
+        ("text-number", "textnum", "config.json: hidden_size is '8', not a whole number"),
+        ("tokenizer-config-broken", "tokcfg", "tokenizer_config.json:2: not valid JSON"),
+    ]),
+    # eval: both models verified before any is loaded
+    *group("eval", lambda model: eval_("e", model), {}, [
+        ("cut-short", "cut", "cut: not a usable model folder: model.safetensors: cut short"),
+        ("vocab", "vocab", "config.json: vocab_size is 151936, the weights' is 64"),
+        ("intermediate", "inter", "intermediate_size is 4864, the weights' is 16 (model.layers.0.mlp.gate_proj.weight"),
+    ]),
+    (
+        "file-eval-compare-broken",
+        eval_("e", "good", "--compare", f"{M}/headerjson"),
+        {},
+        "headerjson: not a usable model folder: model.safetensors: its safetensors header is not JSON",
+    ),
+    # eval's --out: a file in its place, a user's report, a link, answers of other data, another model, other settings
+    *group("eval", eval_, {}, [
+        ("out-is-a-file", "a-file", "is a file, not a folder"),
+        ("out-under-a-file", "a-file/e", "a-file is a file, not a folder"),
+        ("users-report", "e-report", "e-report/report.json: already there and not written by verl-p40 eval"),
+        ("answers-link", "e-link", "e-link/answers.jsonl: a symbolic link; verl-p40 eval writes only inside --out"),
+        ("answers-other-data", "e-other-data", "answers.jsonl:1: the answer to question 0 is for another question"),
+        ("answers-other-model", "e-other-model", "/models/other), or its weights changed since; use another --out"),
+        ("answers-other-tokens", "e-other-tokens", "answers.jsonl:1: answers of at most 24 new tokens, this run asks"),
+        ("answers-old-version", "e-old", "answers.jsonl:1: written by an older verl-p40 eval, which did not record"),
+        ("answers-not-eval-s", "e-not-answers", "answers.jsonl:1: not an answer verl-p40 eval writes"),
+    ]),
+    # export: the source verified
+    *group("export", lambda model: export("x", model), {}, [
+        ("cut-short", "cut", "not a usable model folder: model.safetensors: cut short"),
+        ("config-broken", "badjson", "badjson: not a usable model folder: config.json:3: not valid JSON"),
+        ("untied-no-head", "untied", "tie_word_embeddings is false, and the weights have no lm_head.weight"),
+    ]),
+    # export's --out: what is not export's own is never replaced
+    *group("export", export, {}, [
+        ("out-under-a-file", "a-file/x", "a-file is a file, not a folder"),
+        ("users-folder", "x-users-folder", "x-users-folder/good-hf-fp16: already there and not written by verl-p40"),
+        ("users-file", "x-users-file", "x-users-file/good-hf-fp16: already there and not written by verl-p40 export"),
+        ("link-out", "x-link", "x-link/good-hf-fp16: a symbolic link; verl-p40 export writes only inside --out"),
+        ("users-file-in-its-folder", "x-own", "x-own/good-hf-fp16/README.md: not written by verl-p40 export, and"),
+    ]),
+    (
+        "file-export-users-gguf",
+        export("x-gguf", "good", "--gguf", "f16"),
+        {},
+        "x-gguf/good-f16.gguf: already there and not written by verl-p40 export",
+    ),
+    # prep: rows no GSM8K file holds, named FILE:LINE
+    *group("prep", prep, {}, [
+        ("deep-nesting", "s-deep", "train.jsonl:2: not valid JSON for a row (nested too deeply)"),
+        ("lone-surrogate", "s-surrogate", "train.jsonl:2: field 'question' holds an invalid Unicode escape (a lone"),
+        ("duplicate-key", "s-duplicate", "train.jsonl:2: key 'answer' is given twice"),
+        ("huge-line", "s-huge", "train.jsonl:2: a line of 3145765 bytes, not a GSM8K row"),
+        ("utf16", "s-utf16", "train.jsonl:1: UTF-16 text (it starts with a UTF-16 byte-order mark); save the file as"),
+    ]),
+    # prep's --out: what is not prep's own is never replaced nor removed
+    *group("prep", lambda out: prep("src", out), {}, [
+        ("users-train", "p-users", "p-users/train.parquet: already there and not written by verl-p40 prep"),
+        ("link", "p-link", "p-link/test.parquet: a symbolic link; verl-p40 prep writes only inside --out"),
+        ("users-val", "p-val", "p-val/val.parquet: already there and not written by verl-p40 prep"),
+    ]),
+    (
+        "file-prep-summary-users-file",
+        prep("src", "p", "--summary-json", f"{T}/a-file"),
+        {},
+        "a-file: already there and not written by verl-p40 prep; move it away (or remove it), or choose another "
+        "--summary-json",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name,args,env,expected", CASES, ids=[c[0] for c in CASES])
+def test_bad_file_gets_one_line_and_changes_nothing(files, name, args, env, expected):
+    check_case(files, args, env, expected)
+
+
+def test_the_good_model_folder_passes_where_the_broken_ones_fail(files):
+    """The cases above fail for the one defect each folder has: the folder they were copied from passes."""
+    from verl_p40.models import verify
+
+    assert verify.problems(files / "models" / "good") == [] and verify.problems(files / "models" / "other") == []
+    assert verify.parameters(files / "models" / "good") == sum(t.size for t in tensors(CONFIG).values())

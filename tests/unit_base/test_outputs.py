@@ -1,0 +1,135 @@
+"""An output folder is written only inside, never through a link, never over a file the command did not write there,
+and each output whole or not at all; the ledger is how a command knows its own files."""
+
+import json
+import os
+
+import pytest
+
+from verl_p40 import UserError
+from verl_p40.outputs import LEDGER, OutputFolder, os_reason
+
+
+def _write(folder: OutputFolder, name: str, text: str) -> None:
+    with folder.write([name]) as (temp,):
+        temp.write_text(text)
+
+
+def test_its_own_file_is_replaced_and_a_users_file_is_not(tmp_path):
+    out = OutputFolder(tmp_path / "out", "--out", "eval")
+    _write(out, "report.json", "one")
+    _write(out, "report.json", "two")  # its own: replaced
+    assert (tmp_path / "out" / "report.json").read_text() == "two"
+    (tmp_path / "out" / "report.json").write_text("damaged")
+    _write(out, "report.json", "three")  # its own still, whatever became of it
+    assert (tmp_path / "out" / "report.json").read_text() == "three"
+    (tmp_path / "out" / "notes.txt").write_text("mine")
+    with pytest.raises(UserError, match=r"notes.txt: already there and not written by verl-p40 eval; move it away"):
+        _write(out, "notes.txt", "x")
+    (tmp_path / "out" / "report.json").unlink()
+    (tmp_path / "out" / "report.json").mkdir()  # a folder where its file was: not its own
+    with pytest.raises(UserError, match=r"report.json: already there and not written by verl-p40 eval"):
+        _write(out, "report.json", "four")
+    assert (tmp_path / "out" / "notes.txt").read_text() == "mine" and (tmp_path / "out" / "report.json").is_dir()
+
+
+def test_a_link_is_never_written_through_nor_replaced(tmp_path):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep")
+    out = OutputFolder(tmp_path / "out", "--out", "eval")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "report.json").symlink_to(outside)
+    with pytest.raises(UserError, match="report.json: a symbolic link; verl-p40 eval writes only inside --out"):
+        _write(out, "report.json", "x")
+    assert outside.read_text() == "keep" and (tmp_path / "out" / "report.json").is_symlink()
+
+
+def test_its_own_folder_is_replaced_whole_and_one_with_a_users_file_in_it_is_not(tmp_path):
+    out = OutputFolder(tmp_path, "--out", "export")
+    for text in ("old", "new"):
+        with out.write(["model"], directory=True) as (temp,):
+            (temp / "config.json").write_text(text)
+            (temp / text).write_text(text)
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["config.json", "new"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [LEDGER, "model"]  # the old one gone, no temporary left
+    (tmp_path / "model" / "config.json").write_text("edited")  # its own file in it, changed: still its own
+    (tmp_path / "model" / "notes.txt").write_text("mine")
+    with pytest.raises(UserError, match="model/notes.txt: not written by verl-p40 export, and model would be replaced"):
+        with out.write(["model"], directory=True) as (temp,):
+            (temp / "config.json").write_text("newer")
+    assert (tmp_path / "model" / "notes.txt").read_text() == "mine"
+
+
+def test_a_failed_block_leaves_what_was_there_and_no_temporary(tmp_path):
+    out = OutputFolder(tmp_path, "--out", "export")
+    _write(out, "a.gguf", "old")
+    with pytest.raises(RuntimeError):
+        with out.write(["a.gguf", "b"], directory=[False, True]) as (a, b):
+            a.write_text("half")
+            raise RuntimeError("the writer failed")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [LEDGER, "a.gguf"]
+    assert (tmp_path / "a.gguf").read_text() == "old"
+    _write(out, "a.gguf", "again")  # and it is still its own
+    assert (tmp_path / "a.gguf").read_text() == "again"
+
+
+def test_a_stop_between_the_ledger_and_the_renames_leaves_either_state_its_own(tmp_path):
+    out = OutputFolder(tmp_path, "--out", "prep")
+    _write(out, "train.parquet", "old")
+    with pytest.raises(KeyboardInterrupt):
+        with out.write(["train.parquet"]) as (temp,):
+            temp.write_text("new")
+            out._record({"train.parquet": temp})  # the ledger as written before the renames...
+            raise KeyboardInterrupt  # ...and a stop before them
+    assert out.owns("train.parquet") and (tmp_path / "train.parquet").read_text() == "old"
+
+
+def test_adopt_recognises_what_an_earlier_version_wrote(tmp_path):
+    (tmp_path / "old.json").write_text('{"written by": "verl-p40 0.0.9"}')
+    out = OutputFolder(tmp_path, "--out", "prep", adopt=lambda name, path: "verl-p40" in path.read_text())
+    _write(out, "old.json", "{}")
+    assert json.loads((tmp_path / LEDGER).read_text())["outputs"]["old.json"]["by"] == "prep"
+
+
+def test_remove_takes_only_its_own(tmp_path):
+    out = OutputFolder(tmp_path, "--out", "prep")
+    _write(out, "val.parquet", "v")
+    assert out.remove("val.parquet") and not (tmp_path / "val.parquet").exists()
+    assert "val.parquet" not in json.loads((tmp_path / LEDGER).read_text())["outputs"]
+    (tmp_path / "val.parquet").write_text("mine")
+    with pytest.raises(UserError, match="val.parquet: already there and not written by verl-p40 prep"):
+        out.remove("val.parquet")
+    assert (tmp_path / "val.parquet").read_text() == "mine" and not out.remove("nothing")
+
+
+def test_a_file_in_place_of_the_folder_or_above_it(tmp_path):
+    (tmp_path / "a-file").write_text("keep")
+    with pytest.raises(UserError, match=r"^--out .*a-file: is a file, not a folder$"):
+        OutputFolder(tmp_path / "a-file", "--out", "eval").check()
+    with pytest.raises(UserError, match=r"^--out .*a-file/x/y: .*a-file is a file, not a folder$"):
+        OutputFolder(tmp_path / "a-file" / "x" / "y", "--out", "eval").check()
+
+
+def test_stale_temporaries_of_its_names_are_removed(tmp_path):
+    (tmp_path / ".report.json.abc.tmp").write_text("half")
+    (tmp_path / ".model.xyz.tmp").mkdir()
+    (tmp_path / ".other.abc.tmp").write_text("not ours to judge")
+    _write(OutputFolder(tmp_path, "--out", "eval"), "report.json", "{}")
+    OutputFolder(tmp_path, "--out", "eval").remove_stale_temps(["model"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.abc.tmp", LEDGER, "report.json"]
+
+
+def test_a_refused_write_is_one_line_whatever_the_library(tmp_path):
+    class RustError(Exception):  # as safetensors reports a failed write
+        pass
+
+    assert os_reason(RustError('IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })')) == (
+        os.strerror(28)
+    )
+    assert os_reason(OSError(30, "Read-only file system")) == "Read-only file system"
+    assert os_reason(RustError("a tensor has no name")) is None and os_reason(KeyboardInterrupt()) is None
+    out = OutputFolder(tmp_path, "--out", "export")
+    with pytest.raises(UserError, match=r"^--out .*: cannot write x.gguf \(No space left on device\)$"):
+        with out.write(["x.gguf"]):
+            raise RustError("Error while serializing: IoError(No space left on device)")
+    assert [p.name for p in tmp_path.iterdir()] == []
