@@ -6,13 +6,15 @@ traceback; every file that was there before byte-for-byte as it was). Each test_
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import cli
+from conftest import REPO, cli
 from verl_p40.data import gsm8k as data
 
 T = "{tmp}"  # replaced by the world folder in each case
@@ -49,10 +51,26 @@ def world(tmp_path, gsm8k_dir, tokenizer_dir):
     return tmp_path
 
 
-def check_case(world: Path, args: list[str], env: dict[str, str], expected: str) -> None:
-    """Run one case and assert the promise."""
+def entrypoint(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run a compose service's entrypoint as its container does (`entrypoints/<service>.sh ARGS`, which execs the
+    installed `verl-p40`), the environment standing for what compose passes from `.env`."""
+    script, *rest = args
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # the venv's verl-p40 console script
+    return subprocess.run(
+        ["sh", str(REPO / "entrypoints" / script), *rest],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {}), "PATH": path},
+        cwd=REPO,
+        timeout=600,
+    )
+
+
+def check_case(world: Path, args: list[str], env: dict[str, str], expected: str, run=cli) -> None:
+    """Run one case (through the CLI, or `run=entrypoint`) and assert the promise."""
     before = snapshot(world)
-    result = cli(*[a.replace(T, str(world)) for a in args], env={**env, "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+    env = {key: value.replace(T, str(world)) for key, value in env.items()}
+    result = run(*[a.replace(T, str(world)) for a in args], env={**env, "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
     lines = [
         ln
         for ln in result.stderr.splitlines()

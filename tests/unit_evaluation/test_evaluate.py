@@ -244,18 +244,16 @@ def test_dtype_choice_and_refusals(tiny_models, prepared, tmp_path, monkeypatch)
     with pytest.raises(UserError, match="sm_61 and has no bf16"):
         generation.torch_dtype("bf16", "cuda:0")
     assert generation.torch_dtype("fp32", "cuda:0") is torch.float32
-    # answers generated in one dtype are not continued in another: the file is left as it was
+    # answers generated in one dtype are not continued in another: that file is kept aside, the run starts over
     out = tmp_path / "out"
     assert _eval(*tiny_models, prepared, out, "--limit", "1").returncode == 0
     before = (out / "answers.jsonl").read_bytes()
     result = _eval(*tiny_models, prepared, out, "--limit", "2", "--dtype", "bf16")
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert (
-        result.stderr.strip()
-        .splitlines()[-1]
-        .endswith("answers generated in fp32, this run asks for bf16; use another --out or remove it")
-    )
-    assert (out / "answers.jsonl").read_bytes() == before
+    assert result.returncode == 0 and "Traceback" not in result.stderr
+    assert "answers generated in fp32, this run asks for bf16: kept as answers-until-" in result.stderr
+    (kept,) = out.glob("answers-until-*.jsonl")
+    assert kept.read_bytes() == before
+    assert all(json.loads(line)["settings"]["dtype"] == "bf16" for line in (out / "answers.jsonl").open())
 
 
 def test_data_may_be_the_prep_folder_and_means_its_test_split(tiny_models, prepared, tmp_path):
@@ -332,37 +330,38 @@ def _one(model, data, out, *extra):
 
 
 def test_answers_are_continued_only_for_the_same_questions_model_and_settings(tiny_models, prepared, tmp_path):
-    """The same --out across evaluations: answers of other data, another model at the same label, or other settings
-    are refused in one line (they were silently reported as this run's), and the file is left as it was."""
+    """The same --out across evaluations (compose's eval always writes /logs/eval): answers of other data, another
+    model at the same label (more training since: `--compare latest` is another model) or other settings are never
+    reported as this run's (they were, silently): that file is kept under a new name, byte for byte, one line says
+    so, and the evaluation starts over. Answers of the same run are continued."""
     import pyarrow.parquet as pq
 
     out = tmp_path / "out"
-    assert _one(tiny_models[0], prepared / "test.parquet", out).returncode == 0
-    before = (out / "answers.jsonl").read_bytes()
+    answers = out / "answers.jsonl"
     other_data = tmp_path / "other.parquet"  # other questions under the same indexes
     pq.write_table(pq.read_table(prepared / "train.parquet").slice(0, 4), other_data)
-    answers = out / "answers.jsonl"
+    assert _one(tiny_models[0], prepared / "test.parquet", out).returncode == 0
+    first = answers.read_bytes()
+    assert _one(tiny_models[0], prepared / "test.parquet", out, "--limit", "3").returncode == 0  # the same: continued
+    assert answers.read_bytes().startswith(first) and len(answers.read_text().splitlines()) == 3
+    kept: list[bytes] = []
     for args, line in (
-        (
-            (tiny_models[0], other_data, out),
-            f"{answers}:1: the answer to question 0 is for another question (other --data?); use another --out or "
-            "remove it",
-        ),
+        ((tiny_models[0], other_data, out), "the answer to question 0 is for another question (other --data?)"),
         (
             (tiny_models[1], prepared / "test.parquet", out),
-            f"{answers}:1: answers of another base model ({tiny_models[0]}), or its weights changed since",
+            f"answers of another base model ({tiny_models[0]}), or its weights changed since",
         ),
         (
-            (tiny_models[0], prepared / "test.parquet", out, "--max-new-tokens", "8"),
-            f"{answers}:1: answers of at most 4 new tokens, this run asks for 8; use another --out or remove it",
+            (tiny_models[1], prepared / "test.parquet", out, "--max-new-tokens", "8"),
+            "answers of at most 4 new tokens, this run asks for 8",
         ),
     ):
+        kept.append(answers.read_bytes())
         result = _one(*args)
-        assert result.returncode == 2 and "Traceback" not in result.stderr
-        assert result.stderr.strip().splitlines()[-1].startswith(f"verl-p40 eval: error: {line}")
-        assert answers.read_bytes() == before
-    assert _one(tiny_models[0], prepared / "test.parquet", out, "--limit", "3").returncode == 0  # the same: continued
-    assert answers.read_bytes().startswith(before) and len(answers.read_text().splitlines()) == 3
+        assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+        assert f"[eval] {answers}:1: {line}: kept as answers-until-" in result.stderr
+        assert sorted(p.read_bytes() for p in out.glob("answers-until-*.jsonl")) == sorted(kept)
+    assert json.loads(answers.read_text().splitlines()[0])["settings"]["max_new_tokens"] == 8
 
 
 def test_a_last_line_cut_short_by_a_kill_is_dropped_and_answered_again(tiny_models, prepared, tmp_path):

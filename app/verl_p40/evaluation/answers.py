@@ -1,7 +1,9 @@
 """eval's answers.jsonl: one line per question with every model's answer, its scores and the settings it was
 generated with (each model's fingerprint, the dtype, max_new_tokens, the engine). It is appended per batch, so that a
 rerun with the same --out continues where one stopped; a rerun continues only the answers of the same questions,
-models and settings, and refuses any other (mixing them would report answers of one model as another's).
+models and settings. Answers of another run (after more training `--compare latest` is another model) are never
+mixed in, which would report one model's answers as another's: that file is kept under a new name and the
+evaluation starts over.
 
 A batch is appended whole or not at all: a write the disk refuses, or a stop, takes the batch's lines back out, and a
 last line cut short by a kill is dropped before the next run appends."""
@@ -61,6 +63,29 @@ def read(path: Path) -> dict[int, tuple[int, dict]]:
 
 def mismatch(path: Path, done: dict[int, tuple[int, dict]], questions: list, wanted: dict) -> str | None:
     """Why the answers at `path` are not answers of these questions with these settings; None when they are."""
+    problem = _mismatch(path, done, questions, wanted)
+    return problem.removesuffix(f"; {FIX}") if problem else None
+
+
+def set_aside(path: Path) -> Path:
+    """`path` renamed beside itself to a name no file has (answers-until-<its mtime>[-N].jsonl); the new name."""
+    import time
+
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(path.stat().st_mtime))
+    for n in range(1, 1000):
+        target = path.with_name(f"{path.stem}-until-{stamp}{'' if n == 1 else f'-{n}'}{path.suffix}")
+        if not target.exists() and not target.is_symlink():
+            try:
+                path.rename(target)
+            except OSError as exc:
+                raise UserError(
+                    f"{path}: answers of another run, and it cannot be renamed ({exc.strerror}); {FIX}"
+                ) from None
+            return target
+    raise UserError(f"{path}: answers of another run, and no free name beside it; {FIX}")
+
+
+def _mismatch(path: Path, done: dict[int, tuple[int, dict]], questions: list, wanted: dict) -> str | None:
     by_index = {q.index: q for q in questions}
     for lineno, record in done.values():
         where = f"{path}:{lineno}"

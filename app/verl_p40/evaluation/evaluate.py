@@ -13,11 +13,12 @@ questions, models and settings). The reports are written together, replacing eva
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from verl_p40 import UserError, reward
+from verl_p40 import reward
 from verl_p40.evaluation import answers, stats
 from verl_p40.evaluation.curves import figure
 from verl_p40.evaluation.generation import (
@@ -242,8 +243,10 @@ def run(
     torch_dtype(dtype, device)  # refuses a dtype the device has not before any model is read
     settings = answers.settings(models, dtype, max_new_tokens, "vllm" if generator is VllmGenerator else "hf")
     problem = answers.mismatch(out / answers.ANSWERS, found, questions, settings)
-    if problem:
-        raise UserError(problem)
+    if problem:  # another run's answers (more training since, other --data or settings): kept, never mixed in
+        kept = answers.set_aside(out / answers.ANSWERS)
+        print(f"[eval] {problem}: kept as {kept.name}; evaluating from the start", file=sys.stderr, flush=True)
+        found = {}
     done = {index: record for index, (_, record) in found.items()}
     done = generate_answers(models, questions, folder, done, batch_size, device, max_new_tokens, generator, settings)
     wanted = {q.index for q in questions}
