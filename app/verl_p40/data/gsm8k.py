@@ -311,16 +311,20 @@ def folder_problems(folder: Path) -> tuple[list[str], dict[str, int]]:
     return problems, rows
 
 
-def prompt_token_stats(rows: list[dict], tokenizer_path: str) -> dict[str, float]:
-    """Prompt length in tokens after the model's chat template, as verl's RLHFDataset counts it."""
+def load_tokenizer(tokenizer_path: str):
+    """The tokenizer prep measures prompts with; loaded before anything is written, so a bad path changes nothing."""
     try:
         from transformers import AutoTokenizer
     except ImportError:
         raise UserError("--tokenizer needs the 'transformers' package") from None
     try:
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+        return AutoTokenizer.from_pretrained(tokenizer_path)
     except Exception as exc:
         raise UserError(f"{tokenizer_path}: cannot load a tokenizer ({exc})") from None
+
+
+def prompt_token_stats(rows: list[dict], tokenizer) -> dict[str, float]:
+    """Prompt length in tokens after the model's chat template, as verl's RLHFDataset counts it."""
     lengths = sorted(
         len(tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)) for row in rows
     )

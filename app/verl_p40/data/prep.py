@@ -32,6 +32,7 @@ def main(args) -> int:
             return 0
         if any((out / f"{s}.parquet").exists() for s in gsm8k.SPLITS):
             print(f"{args.out}: preparing again: {'; '.join(problems)}", file=sys.stderr)
+    tokenizer = gsm8k.load_tokenizer(args.tokenizer) if args.tokenizer else None  # before anything is written
     started = time.perf_counter()
     results, paths = gsm8k.prepare(
         source=args.source,
@@ -47,8 +48,8 @@ def main(args) -> int:
     summary: dict = {"source": args.source, "seconds": round(elapsed, 2), "splits": {}}
     for split, result in results.items():
         entry = {"rows": len(result.rows), "skipped": len(result.skipped), "file": str(paths[split])}
-        if args.tokenizer:
-            entry["prompt_tokens"] = gsm8k.prompt_token_stats(result.rows, args.tokenizer)
+        if tokenizer is not None:
+            entry["prompt_tokens"] = gsm8k.prompt_token_stats(result.rows, tokenizer)
         summary["splits"][split] = entry
     for split, entry in summary["splits"].items():
         line = f"{split:>5}: {entry['rows']:>6} rows -> {entry['file']}"
