@@ -30,6 +30,11 @@ All through the product's CLI:
 - final: the last checkpoint merged once (verl_p40.models.checkpoints), then `verl-p40 eval --model BASE --compare
   MERGED --dtype fp32` on the test split, split over --eval-gpus GPUs (one part each, then the whole split read back
   from the parts' answers: the report and its paired sign tests cover all 1,319), then `report`.
+- session --no-eval: the training and its validation curve only (a p40-mode run whose session holds no held-out
+  evaluation); its record says it was not evaluated.
+- audit: one step of the recipe on the P40 path (half its prompts, not validated or saved) with the Pascal mask's op
+  audit on: learning-audit-<date>.json counts half-precision ops and SDPA kernels in every process.
+- compare (no GPU): several runs' validation curves against prompts seen, one plot and a markdown table.
 - report (no GPU): learning-<date>.json (commands, accuracies, paired sign tests, rollouts, GPU-minutes, rollouts per
   GPU-minute, peaks, P40 projection) and learning-<date>.png (training reward and its parts, validation accuracy,
   entropy, response length), from the returned work bundle (`report --work DIR`).
@@ -58,10 +63,6 @@ HERE = Path(__file__).resolve().parent
 RECIPE = "grpo-gsm8k"
 VAL_SIZE = 256
 MAX_NEW_TOKENS = 512  # verl-p40 eval's default, and the recipe's data.max_response_length
-# P40 seconds per masked-H200 second for a GRPO step under the p40 profile (bench/project.py, the masked grpo-n4 run
-# in algorithms-2026-11-30: 16.09 s on the H200, 36.30 s projected on a P40). A fast-mode run is projected from its
-# own logged steps by bench/project.py instead.
-P40_PER_H200 = 36.299 / 16.087
 MODES = {
     "p40": {
         "profile": "p40",
@@ -98,8 +99,21 @@ def prepare(args: argparse.Namespace, work: Path, out: Path, state: State) -> No
     state.data["prep_command"] = "verl-p40 " + shlex.join(command[3:])
 
 
-def train_command(args: argparse.Namespace, work: Path) -> list[str]:
+def train_command(args: argparse.Namespace, work: Path, *, audit: bool = False) -> list[str]:
+    """The mode's `verl-p40 train` of the recipe. `audit`: one step at half the prompts (AUDIT_SETS), not validated
+    or saved, into folders of its own."""
     mode = MODES[args.mode]
+    run_sets = (
+        AUDIT_SETS
+        if audit
+        else [
+            "trainer.val_before_train=true",
+            f"trainer.test_freq={args.test_freq}",
+            f"trainer.save_freq={args.save_freq}",
+            f"trainer.total_training_steps={args.steps}",
+        ]
+    )
+    suffix = "-audit" if audit else ""
     return cli(
         "train",
         "--profile",
@@ -112,16 +126,24 @@ def train_command(args: argparse.Namespace, work: Path) -> list[str]:
         "--data",
         str(work / "gsm8k"),
         "--checkpoints",
-        str(work / "ckpt"),
+        str(work / f"ckpt{suffix}"),
         "--logs",
-        str(work / "logs"),
-        "trainer.val_before_train=true",
-        f"trainer.test_freq={args.test_freq}",
-        f"trainer.save_freq={args.save_freq}",
-        f"trainer.total_training_steps={args.steps}",
+        str(work / f"logs{suffix}"),
+        *run_sets,
         *mode["sets"],
         *args.override,
     )
+
+
+AUDIT_SETS = [
+    # the recipe at half its prompts a step (one update of 16): the same ops, kernels and micro-batches in half the
+    # time; the audit makes a step ~2.7x slower
+    "data.train_batch_size=16",
+    "trainer.val_before_train=false",
+    "trainer.test_freq=-1",
+    "trainer.save_freq=-1",
+    "trainer.total_training_steps=1",
+]
 
 
 def session(args: argparse.Namespace, work: Path, out: Path, state: State) -> None:
@@ -177,9 +199,56 @@ def session(args: argparse.Namespace, work: Path, out: Path, state: State) -> No
             }
         )
         state.save(out)
-        final(args, work, out, state)
+        if args.no_eval:  # the validation curve only: the held-out evaluation is left to a run that has the time
+            report(work, out, state)
+            bundle(work, out)
+        else:
+            final(args, work, out, state)
     finally:
         pid_file.unlink(missing_ok=True)
+
+
+def audit(args: argparse.Namespace, work: Path, out: Path) -> dict:
+    """One step of the recipe on the P40 path with the Pascal mask's op audit on: every aten op on a bf16/fp16 CUDA
+    tensor and every SDPA kernel, in the driver and every worker. A P40 plan must show no half-precision op."""
+    from generations import audit_summary
+
+    if args.mode != "p40":
+        raise SystemExit("audit: the op audit is of the P40 path (--mode p40)")
+    audit_file, logs = work / "audit.jsonl", work / "logs-audit"
+    audit_file.unlink(missing_ok=True)
+    command = train_command(args, work, audit=True)
+    print("$ " + shlex.join(command), flush=True)
+    ray_stop()
+    started = time.time()
+    code = subprocess.run(command, env=mask_env(MODES["p40"]["mask"], audit_file)).returncode
+    ray_stop()
+    result = {
+        "issue": 29,
+        "date": time.strftime("%Y-%m-%d"),
+        "recipe": RECIPE,
+        "setup": MODES["p40"]["setup"].replace("audit off", "op audit on (PASCAL_MASK_AUDIT): not a timing"),
+        "command": "PASCAL_MASK=1 PASCAL_MASK_CC=6.1 PASCAL_MASK_AUDIT=audit.jsonl verl-p40 " + shlex.join(command[3:]),
+        "model": str((work / "qwen-real").resolve()),
+        "returncode": code,
+        "wall_s": round(time.time() - started, 1),
+        "audit": audit_summary(audit_file),
+        "steps": [s for log in sorted(logs.glob("train-*.log")) for s in read_steps(log)],
+    }
+    (out / f"learning-audit-{result['date']}.json").write_text(json.dumps(result, indent=2) + "\n")
+    if audit_file.exists():
+        shutil.copy(audit_file, out / "learning-audit.jsonl")
+    for log in logs.glob("train-*.log"):
+        shutil.copy(log, out / f"learning-audit-{log.name}")
+    return result
+
+
+def bundle(work: Path, out: Path) -> None:
+    """learning-work.tgz: what `report --work` redraws everything from (state, logs, the held-out answers)."""
+    with tarfile.open(out / "learning-work.tgz", "w:gz") as tar:
+        for name in ("state.json", "logs", "eval-final"):
+            if (work / name).exists():
+                tar.add(work / name, arcname=name, filter=lambda t: None if "/ckpt" in t.name else t)
 
 
 def parts(data: Path, count: int, limit: int | None) -> list[Path]:
@@ -273,10 +342,7 @@ def final(args: argparse.Namespace, work: Path, out: Path, state: State) -> dict
     state.data["final_eval"] = {"commands": commands, "wall_s": round(time.time() - started, 1), "gpus": args.eval_gpus}
     state.save(out)
     result = report(work, out, state)
-    with tarfile.open(out / "learning-work.tgz", "w:gz") as tar:
-        for name in ("state.json", "logs", "eval-final"):
-            if (work / name).exists():
-                tar.add(work / name, arcname=name, filter=lambda t: None if "/ckpt" in t.name else t)
+    bundle(work, out)
     return result
 
 
@@ -301,7 +367,8 @@ def rescore(work: Path) -> None:
 
 def report(work: Path, out: Path, state: State) -> dict:
     data = state.data
-    evaluation = json.loads((work / "eval-final" / "report.json").read_text())
+    evaluated = (work / "eval-final" / "report.json").is_file()
+    evaluation = json.loads((work / "eval-final" / "report.json").read_text()) if evaluated else None
     log = work / "logs" / data["train_log"]
     steps = [s for s in read_steps(log) if "timing_s/step" in s]  # step 0 is validation only
     validated = [s for s in read_steps(log) if any(k.startswith("val-core/") for k in s)]
@@ -334,9 +401,11 @@ def report(work: Path, out: Path, state: State) -> dict:
             "dtype": evaluation["dtype"],
             "greedy": True,
             "max_new_tokens": evaluation["max_new_tokens"],
-        },
-        "eval": evaluation["models"],
-        "comparison": evaluation["comparison"],
+        }
+        if evaluation
+        else "not evaluated: this run gives its validation curve only (session --no-eval)",
+        "eval": evaluation["models"] if evaluation else None,
+        "comparison": evaluation["comparison"] if evaluation else None,
         "training": {
             "steps": len(steps),
             "stop": {"returncode": data.get("returncode"), "sigterm_at_s": data.get("stop_sent_at_s")},
@@ -358,30 +427,28 @@ def report(work: Path, out: Path, state: State) -> dict:
             "note": "wall minutes x GPUs; the trainer's start-up and validation included",
         },
         "rollouts_per_gpu_minute": round(sequences / (gpus * train_minutes), 1) if train_minutes else None,
-        "p40_projection": p40_projection(mode, data, steps, work),
+        "p40_projection": p40_projection(mode, steps, work),
         "validation": [
-            {"step": int(s["step"]), **{k: v for k, v in s.items() if k.startswith("val-core/")}} for s in validated
+            {
+                "step": int(s["step"]),
+                "prompts_seen": int(s["step"]) * int(setting["data.train_batch_size"]),
+                **{k: v for k, v in s.items() if k.startswith("val-core/")},
+            }
+            for s in validated
         ],
         "memory": monitor_peaks(work / "logs" / "gpu", 24.0 if mode == "p40" else None),
     }
     stamp = result["date"]
     (out / f"learning-{stamp}.json").write_text(json.dumps(result, indent=2) + "\n")
-    for name in ("report.md", "report.json"):
+    for name in ("report.md", "report.json") if evaluated else ():
         shutil.copy(work / "eval-final" / name, out / f"learning-eval-{name}")
-    plot(read_steps(log), out / f"learning-{stamp}.png")
+    plot(read_steps(log), out / f"learning-{stamp}.png", int(setting["data.train_batch_size"]))
     return result
 
 
-def p40_projection(mode: str, data: dict, steps: list[dict], work: Path) -> dict:
-    """What the run would take on Tesla P40s: a p40-mode run's wall time times the masked-H200-to-P40 factor; a
-    fast-mode run's steps projected by bench/project.py as the p40 profile runs the recipe (at the logged lengths)."""
-    if mode == "p40":
-        return {
-            "factor": round(P40_PER_H200, 3),
-            "source": "bench/project.py's masked GRPO step of 64 sequences (algorithms-2026-11-30 grpo-n4)",
-            "training_hours_on_p40s": round(data["wall_s"] * P40_PER_H200 / 3600, 2),
-            "note": "the session's training wall time (start-up and validation included) times the factor",
-        }
+def p40_projection(mode: str, steps: list[dict], work: Path) -> dict:
+    """What the run's steps would take on one Tesla P40: bench/project.py's projection of the recipe as the p40
+    profile runs it, at this run's logged answer lengths and phase times."""
     import project
     from verl_p40.perf import projection
 
@@ -391,15 +458,19 @@ def p40_projection(mode: str, data: dict, steps: list[dict], work: Path) -> dict
     command = "verl-p40 " + shlex.join(
         train_command(argparse.Namespace(mode="p40", test_freq=0, save_freq=0, steps=0, override=[]), work)[3:]
     )
-    row = project.project_run("fast run as the p40 profile", command, steps, shape, recent=True)
+    row = project.project_run(f"{mode} run as the p40 profile", command, steps, shape, recent=True)
     step_s = row["p40_projection"]["step"]
+    source = "bench/project.py: the p40 profile's config of the recipe at this run's logged answer lengths; " + (
+        "its generation time is the masked run's own (the p40 plan's chunks)"
+        if mode == "p40"
+        else "its generation time from this run's (unmasked, one 256-answer batch) is a lower bound"
+    )
     return {
         "p40_s_per_step": step_s,
         "p40_hours_per_gsm8k_epoch": row["p40_hours_per_gsm8k_epoch"],
         "p40_hours_for_this_run": round(step_s * len(steps) / 3600, 2),
         "projected_config": command,
-        "source": "bench/project.py: the p40 profile's config of the recipe at this run's logged answer lengths; "
-        "its generation time from this run's (unmasked, one 256-answer batch) is a lower bound",
+        "source": source,
     }
 
 
@@ -409,15 +480,23 @@ def trainer_settings(log: Path) -> dict[str, str]:
     return dict(word.lstrip("+").split("=", 1) for word in shlex.split(first.removeprefix("$ ")) if "=" in word)
 
 
-def plot(steps: list[dict], path: Path) -> None:
-    """Training reward, validation reward (with its standard error), actor entropy, response length."""
+def standard_error(accuracy: float, questions: int = VAL_SIZE) -> float:
+    share = max(min(accuracy, 1.0), 0.0)
+    return math.sqrt(share * (1 - share) / questions)
+
+
+def plot(steps: list[dict], path: Path, prompts_per_step: int | None = None) -> None:
+    """Training reward, validation reward (with its standard error), actor entropy, response length; against prompts
+    seen when the run's prompts a step are known (runs of other batches compare on that axis), else against steps."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    scale = prompts_per_step or 1
+
     def series(key: str) -> tuple[list[float], list[float]]:
-        pairs = [(s["step"], s[key]) for s in steps if key in s]
+        pairs = [(s["step"] * scale, s[key]) for s in steps if key in s]
         return [p[0] for p in pairs], [p[1] for p in pairs]
 
     fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
@@ -434,9 +513,9 @@ def plot(steps: list[dict], path: Path) -> None:
         if y:
             axes[0].plot(x, y, label=label + (" (mean of last 5)" if len(y) >= 5 else ""))
     axes[0].set_title("training answers (sampled)")
-    val = sorted({(s["step"], v) for s in steps for k, v in s.items() if k.startswith("val-core/")})
+    val = sorted({(s["step"] * scale, v) for s in steps for k, v in s.items() if k.startswith("val-core/")})
     if val:
-        error = [math.sqrt(max(min(v, 1.0), 0.0) * max(1 - v, 0.0) / VAL_SIZE) for _, v in val]
+        error = [standard_error(v) for _, v in val]
         axes[1].errorbar(
             [v[0] for v in val],
             [v[1] for v in val],
@@ -458,7 +537,7 @@ def plot(steps: list[dict], path: Path) -> None:
         clip.set_ylim(0, 1)
     axes[3].set_title("response length (tokens) and share cut at the limit")
     for ax in axes:
-        ax.set_xlabel("step")
+        ax.set_xlabel(f"prompts seen ({prompts_per_step} a step)" if prompts_per_step else "step")
         if not any(len(line.get_xdata()) for line in ax.lines) and not ax.containers:
             ax.text(0.5, 0.5, "not recorded", transform=ax.transAxes, ha="center", color="grey")
     for ax in axes[:2]:
@@ -468,11 +547,51 @@ def plot(steps: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def compare(records: list[Path], path: Path) -> str:
+    """The validation curves of several runs (learning-<date>.json) on one plot against prompts seen, each point with
+    its standard error, and the same as a markdown table (one row per prompts-seen value, one column per run)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves = {}
+    for record in records:
+        result = json.loads(record.read_text())
+        per_step = result["training"]["prompts_per_step"]
+        label = f"{record.parent.name} ({result['mode']}, {per_step} prompts a step)"
+        curves[label] = {
+            v.get("prompts_seen", v["step"] * per_step): next(a for k, a in v.items() if k.startswith("val-core/"))
+            for v in result["validation"]
+        }
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for label, curve in curves.items():
+        x = sorted(curve)
+        ax.errorbar(
+            x, [curve[p] for p in x], yerr=[standard_error(curve[p]) for p in x], marker="o", capsize=3, label=label
+        )
+    ax.set_xlabel("prompts seen")
+    ax.set_ylabel("validation accuracy, greedy")
+    ax.set_title(f"validation accuracy ({VAL_SIZE} train rows held out; bars: \u00b11 standard error)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    seen = sorted({p for curve in curves.values() for p in curve})
+    lines = ["| prompts seen | " + " | ".join(curves) + " |", "| --- |" + " --- |" * len(curves)]
+    for p in seen:
+        cells = [f"{curves[label][p] * 100:.1f} %" if p in curves[label] else "" for label in curves]
+        lines.append(f"| {p} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "phase", choices=("prepare", "session", "wait", "stop", "final", "rescore", "report", "plot-record")
+        "phase",
+        choices=("prepare", "session", "wait", "stop", "audit", "final", "rescore", "report", "plot-record", "compare"),
     )
+    parser.add_argument("--runs", type=Path, nargs="+", help="compare: the runs' learning-<date>.json")
+    parser.add_argument("--no-eval", action="store_true", help="session: the validation curve only, no held-out eval")
     parser.add_argument("--record", type=Path, help="plot-record: a JSON of the per-step rewards a device call printed")
     parser.add_argument("--gguf", default="/tmp/model.gguf")
     parser.add_argument("--tokenizer", default=".gpu-shared/qwen2.5-0.5b-instruct")
@@ -506,6 +625,11 @@ def main() -> None:
         steps = [{"step": int(k), "critic/score/mean": v} for k, v in record["training_reward_per_step"].items()]
         plot(steps, args.record.with_suffix(".png"))
         return
+    if args.phase == "compare":  # no GPU: the runs' validation curves against prompts seen, --out a .png
+        table = compare(args.runs, Path(args.out))
+        Path(args.out).with_suffix(".md").write_text(table)
+        print(table, end="")
+        return
     if args.phase == "rescore":  # then `report` to redraw the run record from it
         rescore(work)
         return
@@ -515,13 +639,15 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     state = State(work, "learning-state.json")
-    if args.phase == "report" and not state.path.exists():
+    if args.phase in ("report", "final") and not state.path.exists():
         raise SystemExit(f"{state.path}: no state; unpack learning-work.tgz into --work first")
     try:
         if args.phase == "prepare":
             prepare(args, work, out, state)
         elif args.phase == "session":
             session(args, work, out, state)
+        elif args.phase == "audit":
+            print(json.dumps(audit(args, work, out)["audit"], indent=1))
         else:
             result = final(args, work, out, state) if args.phase == "final" else report(work, out, state)
             print(json.dumps({k: result[k] for k in ("eval", "comparison", "rollouts_per_gpu_minute")}, indent=1))

@@ -111,3 +111,55 @@ def test_the_evaluated_checkpoint_is_picked_by_validation_never_by_the_test_spli
     assert learning_run.pick_checkpoint("best-validation", log, tmp_path / "ckpt")["step"] == 18
     with pytest.raises(SystemExit, match="no checkpoint was saved"):
         learning_run.pick_checkpoint("latest", log, tmp_path / "nothing")
+
+
+def test_a_run_without_the_held_out_evaluation_reports_its_validation_curve(tmp_path):
+    """session --no-eval (a p40-mode run that only has time for its curve): the record says it was not evaluated,
+    and gives each validation's prompts seen, the axis runs of other batches are compared on."""
+    work, out = tmp_path / "work", tmp_path / "out"
+    out.mkdir()
+    write_work(work, steps=3)
+    for name in ("report.json", "report.md"):
+        (work / "eval-final" / name).unlink()
+    result = learning_run.report(work, out, State(work, "learning-state.json"))
+    assert result["eval"] is None and result["comparison"] is None
+    assert "not evaluated" in result["held_out"]
+    assert [(v["step"], v["prompts_seen"]) for v in result["validation"]] == [(0, 0), (3, 48)]
+    assert not list(out.glob("learning-eval-*"))
+    assert (out / f"learning-{result['date']}.png").stat().st_size > 0
+
+
+def test_the_audit_is_one_unvalidated_unsaved_step_of_the_recipe_on_the_p40_path(tmp_path):
+    import argparse
+
+    args = argparse.Namespace(mode="p40", test_freq=5, save_freq=5, steps=100, override=[])
+    command = learning_run.train_command(args, tmp_path, audit=True)
+    settings = [word for word in command if "=" in word]
+    assert settings[: len(learning_run.AUDIT_SETS)] == learning_run.AUDIT_SETS
+    assert "trainer.total_training_steps=1" in settings and "trainer.val_before_train=false" in settings
+    assert not any(s.startswith("trainer.total_training_steps=100") or s == "trainer.test_freq=5" for s in settings)
+    assert command[command.index("--algorithm") + 1] == "grpo-gsm8k"
+    assert command[command.index("--logs") + 1] == str(tmp_path / "logs-audit")
+    assert command[command.index("--checkpoints") + 1] == str(tmp_path / "ckpt-audit")
+    args.mode = "fast"
+    with pytest.raises(SystemExit, match="P40 path"):
+        learning_run.audit(args, tmp_path, tmp_path)
+
+
+def test_runs_are_compared_on_prompts_seen(tmp_path):
+    records = []
+    for name, per_step, curve in (("a", 32, {0: 0.25, 5: 0.30}), ("b", 16, {0: 0.25, 10: 0.35})):
+        folder = tmp_path / name
+        folder.mkdir()
+        record = {
+            "mode": "fast" if name == "a" else "p40",
+            "training": {"prompts_per_step": per_step},
+            "validation": [{"step": s, "val-core/openai/gsm8k/acc/mean@1": a} for s, a in curve.items()],
+        }
+        (folder / "learning.json").write_text(json.dumps(record))
+        records.append(folder / "learning.json")
+    table = learning_run.compare(records, tmp_path / "curves.png")
+    lines = table.splitlines()
+    assert lines[0] == "| prompts seen | a (fast, 32 prompts a step) | b (p40, 16 prompts a step) |"
+    assert lines[2:] == ["| 0 | 25.0 % | 25.0 % |", "| 160 | 30.0 % | 35.0 % |"]  # 5 x 32 and 10 x 16
+    assert (tmp_path / "curves.png").stat().st_size > 0
