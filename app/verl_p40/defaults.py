@@ -40,5 +40,6 @@ CLUSTER_WAIT_S = Default("VERL_P40_CLUSTER_WAIT_S", "900")  # cluster head: how 
 # `--gpu-memory-cap-gb`: the trainer's workers read it when verl imports verl_p40.memcap (named here, not imported:
 # importing that module applies the cap, which must happen in a worker, never in the CLI's own process)
 GPU_MEMORY_CAP_ENV = "VERL_P40_GPU_MEMORY_CAP_GB"
-MEMCAP_MODULE = "verl_p40.memcap"  # also applies TF32_ENV (`--tf32`)
+MEMCAP_MODULE = "verl_p40.memcap"  # also applies TF32_ENV (`--tf32`) and NO_CUDNN_ATTENTION_ENV
 TF32_ENV = "VERL_P40_WORKER_TF32"  # set by train for its workers; users set --tf32 ($VERL_P40_TF32)
+NO_CUDNN_ATTENTION_ENV = "VERL_P40_WORKER_NO_CUDNN_ATTENTION"  # set by train for its workers on sm_80+

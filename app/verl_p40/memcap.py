@@ -1,7 +1,7 @@
-"""What every trainer worker process sets before it builds a model: the memory cap, and TF32 matmuls.
+"""What every trainer worker process sets before it builds a model: the memory cap, TF32 matmuls, cuDNN attention.
 
-verl has no key for either, and both must hold in each Ray worker, not in the CLI's process: `verl-p40 train`
-names this module in verl's `actor_rollout_ref.model.external_lib` when either is asked for.
+verl has no key for any of them, and each must hold in each Ray worker, not in the CLI's process: `verl-p40 train`
+names this module in verl's `actor_rollout_ref.model.external_lib` when one is asked for.
 
 Memory: cap PyTorch's GPU memory per process, to size a run for a smaller card (a 24 GB P40 on a bigger GPU).
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 
 from verl_p40.defaults import GPU_MEMORY_CAP_ENV as ENV
-from verl_p40.defaults import TF32_ENV
+from verl_p40.defaults import NO_CUDNN_ATTENTION_ENV, TF32_ENV
 from verl_p40.options import number_problem
 
 
@@ -65,5 +65,20 @@ def apply_tf32() -> bool:
     return True
 
 
+def apply_attention() -> bool:
+    """cuDNN's scaled-dot-product attention off when `VERL_P40_WORKER_NO_CUDNN_ATTENTION=1` (set by `verl-p40 train` on
+    sm_80+, where PyTorch may pick it for bf16/fp16): its backward with an attention mask has given NaN gradients on
+    sm_90 (pytorch/pytorch#196678). SDPA then runs FlashAttention or the memory-efficient kernel; fp32 never used
+    cuDNN's. True when it was switched off."""
+    if os.environ.get(NO_CUDNN_ATTENTION_ENV) != "1":
+        return False
+    import torch
+
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    print(f"[verl-p40] pid {os.getpid()}: cuDNN attention off")
+    return True
+
+
 apply()
 apply_tf32()
+apply_attention()

@@ -245,6 +245,46 @@ def test_tf32_is_on_for_sm80_and_never_on_a_p40(monkeypatch):
     assert defaults.TF32_ENV not in _planned(monkeypatch, None, profile="p40").env  # no GPU seen: auto stays off
 
 
+def test_cudnn_attention_is_off_in_the_workers_of_sm80_plans_only(monkeypatch):
+    """cuDNN's SDPA backward has given NaN gradients in bf16 on sm_90 (pytorch/pytorch#196678): on sm_80+ the plan
+    turns it off in every worker through verl_p40.memcap, whatever --tf32 says; a P40 or T4 plan leaves it alone. A
+    user's own external_lib keeps the hook on a run that hooks nothing else (a note says so) instead of failing."""
+    from verl_p40 import defaults
+    from verl_p40.gpu.nvml import GPUInfo
+
+    h100 = [GPUInfo(0, "NVIDIA H100", (9, 0), 79.6)]
+    for tf32 in ("auto", "off"):
+        run = _planned(monkeypatch, h100, profile="ampere", tf32=tf32)
+        assert run.env[defaults.NO_CUDNN_ATTENTION_ENV] == "1"
+        assert "actor_rollout_ref.model.external_lib=verl_p40.memcap" in run.overrides
+        assert any("cuDNN attention off in the workers" in note for note in run.notes)
+    for found, profile in (([GPUInfo(0, "Tesla P40", (6, 1), 23.9)], "p40"), ([GPUInfo(0, "T4", (7, 5), 14.6)], None)):
+        run = _planned(monkeypatch, found, profile=profile or "volta-turing")
+        assert defaults.NO_CUDNN_ATTENTION_ENV not in run.env
+    own = _planned(monkeypatch, h100, profile="ampere", tf32="off", sets=["actor_rollout_ref.model.external_lib=mine"])
+    assert defaults.NO_CUDNN_ATTENTION_ENV not in own.env
+    assert "actor_rollout_ref.model.external_lib=mine" in own.overrides
+    assert any("cuDNN attention left as PyTorch has it" in note for note in own.notes)
+
+
+def test_cudnn_attention_is_switched_off_by_the_worker_hook_only_when_asked():
+    import os
+    import subprocess
+    import sys
+
+    from verl_p40 import defaults
+
+    code = "import torch, verl_p40.memcap; print(torch.backends.cuda.cudnn_sdp_enabled())"
+    env = {k: v for k, v in os.environ.items() if k != defaults.NO_CUDNN_ATTENTION_ENV}
+    on = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**env, defaults.NO_CUDNN_ATTENTION_ENV: "1"}
+    )
+    assert on.returncode == 0, on.stderr
+    assert on.stdout.strip().splitlines()[-1] == "False" and "cuDNN attention off" in on.stdout
+    off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert off.returncode == 0 and off.stdout.strip() == "True"  # PyTorch's default
+
+
 def test_tf32_reaches_the_process_that_imports_the_worker_hook(tmp_path):
     """What a Ray worker does when verl imports external_lib: TF32 on with the plan's variable, untouched without."""
     import subprocess

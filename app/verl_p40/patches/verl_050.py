@@ -280,10 +280,11 @@ EDITS: list[Edit] = [
         file="trainer/constants_ppo.py",
         old='            runtime_env["env_vars"].pop(key, None)\n    return runtime_env\n',
         new='            runtime_env["env_vars"].pop(key, None)\n'
-        "    # verl-p40: what verl_p40.memcap applies in each worker (memory cap, TF32) goes with the job, so it also\n"
-        "    # reaches the workers of a Ray cluster started before the trainer (verl-p40 cluster, the ray-* services)\n"
+        "    # verl-p40: what verl_p40.memcap applies in each worker (memory cap, TF32, cuDNN attention) goes with the\n"
+        "    # job, so it also reaches the workers of a Ray cluster started before the trainer (verl-p40 cluster, the\n"
+        "    # ray-* services)\n"
         '    runtime_env["env_vars"].update(\n'
-        '        {k: v for k, v in os.environ.items() if k in ("VERL_P40_GPU_MEMORY_CAP_GB", "VERL_P40_WORKER_TF32")}\n'
+        '        {k: v for k, v in os.environ.items() if k == "VERL_P40_GPU_MEMORY_CAP_GB" or k.startswith("VERL_P40_WORKER_")}\n'
         "    )\n"
         "    return runtime_env\n",
         why="the trainer's environment reaches verl's workers only when the trainer starts Ray itself; on a cluster "

@@ -233,10 +233,20 @@ def plan(options: RunOptions) -> RunPlan:
         notes.append(f"TF32 matmuls on (--tf32 {options.tf32}" + (f", sm_{sm * 10:.0f})" if sm else ")"))
     elif sm is not None and sm >= 8.0:
         notes.append("TF32 matmuls off (--tf32 off)")
+    user = parse_set(options.sets)
+    own_hook = any(o.key.lstrip("+") == "actor_rollout_ref.model.external_lib" for o in user)
+    if sm is not None and sm >= 8.0 and own_hook and not hooked:
+        notes.append("cuDNN attention left as PyTorch has it: your actor_rollout_ref.model.external_lib takes the hook")
+    elif sm is not None and sm >= 8.0:
+        # cuDNN's SDPA backward on sm_90 with an attention mask can give NaN gradients in bf16/fp16
+        # (pytorch/pytorch#196678, torch 2.11+); fp32 never uses it, and FlashAttention or the memory-efficient
+        # kernel take its place. Off in every worker, so a bf16 plan never meets it.
+        env[defaults.NO_CUDNN_ATTENTION_ENV] = "1"
+        hooked.append("cuDNN attention off")
+        notes.append("cuDNN attention off in the workers (its bf16 backward can give NaN gradients: pytorch#196678)")
     if hooked:
         overrides.append(Override("actor_rollout_ref.model.external_lib", defaults.MEMCAP_MODULE, " and ".join(hooked)))
-    user = parse_set(options.sets)
-    if hooked and any(o.key.lstrip("+") == "actor_rollout_ref.model.external_lib" for o in user):
+    if hooked and own_hook:
         raise UserError(
             f"{' and '.join(hooked)} work through actor_rollout_ref.model.external_lib; "
             "it cannot be combined with your own external_lib"
