@@ -23,19 +23,19 @@ WIDTHS = (512, 576, 640, 704)  # 576 and 704 are 64 modulo 128
 PADDING = 100  # the second row's left padding (a shorter prompt), so its first 100 query rows see no key
 
 
-def case(torch, width: int, backend, dtype) -> dict:
+def case(torch, width: int, backend, dtype, device: str = "cuda") -> dict:
     from torch.nn.attention import sdpa_kernel
 
     torch.manual_seed(0)
     batch, heads, dim = 2, 2, 64
     q, k, v = (
-        torch.randn(batch, heads, width, dim, device="cuda", dtype=dtype).mul_(0.5).requires_grad_() for _ in range(3)
+        torch.randn(batch, heads, width, dim, device=device, dtype=dtype).mul_(0.5).requires_grad_() for _ in range(3)
     )
-    keep = torch.ones(batch, width, dtype=torch.bool, device="cuda")
+    keep = torch.ones(batch, width, dtype=torch.bool, device=device)
     keep[1, :PADDING] = False
-    causal = torch.ones(width, width, dtype=torch.bool, device="cuda").tril()
+    causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
     allowed = causal[None, None] & keep[:, None, None, :]
-    mask = torch.zeros(allowed.shape, dtype=dtype, device="cuda").masked_fill_(~allowed, torch.finfo(dtype).min)
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, torch.finfo(dtype).min)
     try:
         with sdpa_kernel([backend]) if backend is not None else nullcontext():
             out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
