@@ -349,12 +349,12 @@ def final(args: argparse.Namespace, work: Path, out: Path, state: State) -> dict
 def rescore(work: Path) -> None:
     """eval-final's report.json and report.md scored again from its answers.jsonl with this checkout's scoring and
     statistics (no model, no GPU): for a result returned by a device call before a fix to either."""
-    from verl_p40.evaluation import evaluate
+    from verl_p40.evaluation import answers, evaluate
 
     final_dir = work / "eval-final"
     old = json.loads((final_dir / "report.json").read_text())
     labels = list(old["models"])
-    records = [r for _, r in sorted(evaluate.read_answers(final_dir / "answers.jsonl").items())]
+    records = [record for _, (_, record) in sorted(answers.read(final_dir / answers.ANSWERS).items())]
     summary = evaluate.summarise(records, labels)
     comparison = evaluate.paired_differences(records, *labels) if len(labels) == 2 else None
     paths = {label: old["models"][label]["path"] for label in labels}

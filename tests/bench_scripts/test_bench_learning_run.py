@@ -163,3 +163,20 @@ def test_runs_are_compared_on_prompts_seen(tmp_path):
     assert lines[0] == "| prompts seen | a (fast, 32 prompts a step) | b (p40, 16 prompts a step) |"
     assert lines[2:] == ["| 0 | 25.0 % | 25.0 % |", "| 160 | 30.0 % | 35.0 % |"]  # 5 x 32 and 10 x 16
     assert (tmp_path / "curves.png").stat().st_size > 0
+
+
+def test_rescore_reads_a_returned_evaluation_again_with_this_checkout(tmp_path):
+    """The committed fast-2 run's answers (learning-work.tgz) scored again: the paired sign test the docs quote comes
+    from this checkout's scoring and statistics, whatever the device's report said (it printed p = 0)."""
+    import tarfile
+
+    bundle = Path(__file__).resolve().parents[2] / "bench/results/learning-2026-12-01/fast-2/learning-work.tgz"
+    with tarfile.open(bundle) as tar:
+        tar.extractall(tmp_path, members=[m for m in tar.getmembers() if m.name.startswith("eval-final/")])
+    report = tmp_path / "eval-final" / "report.json"
+    device = json.loads(report.read_text())
+    assert device["comparison"]["flexible"]["p_value"] == 0.0  # as it came back
+    learning_run.rescore(tmp_path)
+    flexible = json.loads(report.read_text())["comparison"]["flexible"]
+    assert (flexible["trained_only"], flexible["base_only"], flexible["p_value"]) == (183, 98, 4.463e-07)
+    assert "| 183 | 98 | 4.46e-07 |" in (tmp_path / "eval-final" / "report.md").read_text()
