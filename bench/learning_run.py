@@ -605,6 +605,7 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=780, help="session: from its start to the trainer's exit")
     parser.add_argument("--stop-s", type=float, default=100, help="session: time the graceful stop is given")
     parser.add_argument("--timeout-s", type=float, default=580, help="wait: return after this long at most")
+    parser.add_argument("--copy-to", help="wait: copy the logs so far here before returning (e.g. $OUT/partial)")
     parser.add_argument("--mode", choices=sorted(MODES), default="p40", help="session: the P40 path or the fast path")
     parser.add_argument("--eval-batch", type=int, default=256)
     parser.add_argument("--eval-gpus", type=int, default=1, help="final: GPUs the held-out evaluation is split over")

@@ -324,8 +324,23 @@ def wait(args: argparse.Namespace, work: Path) -> None:
             )
         if not alive or time.time() > deadline:
             print(f"[wait] session {'still running' if alive else 'ended'}", flush=True)
+            if getattr(args, "copy_to", None):
+                copy_partial(work, Path(args.copy_to))
             return
         time.sleep(5)
+
+
+def copy_partial(work: Path, target: Path) -> None:
+    """The session's logs and state as they are now (no checkpoints) into `target`, e.g. under the device call's $OUT:
+    a machine lost before the session ends still leaves every step logged until this call."""
+    target.mkdir(parents=True, exist_ok=True)
+    for path in sorted(work.rglob("*")):
+        relative = path.relative_to(work)
+        if path.is_file() and not any(part.startswith("ckpt") for part in relative.parts):
+            if relative.parts[0] in ("logs", "session.log", "state.json"):
+                (target / relative).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, target / relative)
+    print(f"[wait] logs so far copied to {target}", flush=True)
 
 
 # --------------------------------------------------------------------------------------------------- final
@@ -648,6 +663,7 @@ def main() -> None:
     parser.add_argument("--kill-after", type=int, help="train: SIGTERM once this step is logged")
     parser.add_argument("--budget-s", type=float, help="train: stop at the last checkpoint that fits this time")
     parser.add_argument("--teardown-s", type=float, default=45)
+    parser.add_argument("--copy-to", help="wait: copy the logs so far here before returning (e.g. $OUT/partial)")
     parser.add_argument("--timeout-s", type=float, default=580, help="wait: return after this long at most")
     args = parser.parse_args()
     work, out = Path(args.work), Path(args.out)
