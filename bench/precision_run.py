@@ -9,6 +9,15 @@ plan is only worth shipping when they are finite). After `bash .gpu-bundle/insta
 
     python3 bench/precision_run.py rows fp32 fp32-tf32 --out $OUT     # ~190 s a row; bf16 in the next call
     python3 bench/precision_run.py report --dir DIR                   # here, from the returned JSONs
+
+Whether bf16 trains as fp32 does (the issue's bar for shipping it): `train` runs `verl-p40 train --profile ampere` (PPO,
+the profile's settings) for --steps steps on the real-weights proxy (staged as in bench/results/README.md, "Real
+weights"), one run per device call: twice as shipped (fp32-a, fp32-b: the spread two fp32 runs on the same data
+have, their answers being sampled) and once in bf16; `agree` then lays each step's losses, KL and training score of
+the bf16 run against the band of the two fp32 runs:
+
+    python3 bench/precision_run.py train fp32-a --model /tmp/learn/qwen-real --data /tmp/learn/gsm8k --out $OUT
+    python3 bench/precision_run.py agree --dir DIR                    # here: agree.md and agree.png
 """
 
 from __future__ import annotations
@@ -115,9 +124,91 @@ def report(folder: Path) -> str:
     )
 
 
+TRAIN_RUNS = {"fp32-a": "fp32-tf32", "fp32-b": "fp32-tf32", "bf16": "bf16"}  # run: the ROWS plan it takes
+AGREE_KEYS = ("actor/pg_loss", "critic/vf_loss", "actor/ppo_kl", "critic/score/mean", "actor/grad_norm")
+
+
+def train(name: str, model: str, data: str, steps: int, out: Path) -> None:
+    """One training run of `steps` PPO steps on real weights, its trainer log into `out`."""
+    logs = WORK / f"logs-train-{name}"
+    started = time.time()
+    code = verl_p40(
+        "train",
+        "--profile",
+        "ampere",
+        "--gpu-memory-cap-gb",
+        str(CAP_GB),
+        "--model",
+        model,
+        "--data",
+        data,
+        "--checkpoints",
+        str(WORK / f"ckpt-train-{name}"),
+        "--logs",
+        str(logs),
+        *ROWS[TRAIN_RUNS[name]][1],
+        f"trainer.total_training_steps={steps}",
+        "trainer.save_freq=-1",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        env=mask_env(None),
+        log=WORK / f"train-{name}.log",
+        timeout=150 + 40 * steps,
+    )
+    for log in logs.glob("train-*.log"):
+        (out / f"train-{name}.log").write_text(log.read_text(errors="replace"))
+    (out / f"train-{name}.json").write_text(
+        json.dumps({"run": name, "plan": TRAIN_RUNS[name], "exit_code": code, "wall_s": round(time.time() - started)})
+        + "\n"
+    )
+
+
+def agree(folder: Path) -> tuple[str, dict]:
+    """Per metric: the share of steps where the bf16 run lies within the two fp32 runs' band (min..max, widened by
+    their own gap's mean so a band of two points is not zero wide), and bf16's mean distance to the fp32 runs' mean
+    beside the fp32 runs' mean distance to each other."""
+    runs = {
+        name: read_steps(folder / f"train-{name}.log") for name in TRAIN_RUNS if (folder / f"train-{name}.log").exists()
+    }
+    if set(runs) != set(TRAIN_RUNS):
+        raise SystemExit(f"{folder}: needs train-{{{','.join(TRAIN_RUNS)}}}.log, has {sorted(runs)}")
+    steps = min(len(r) for r in runs.values())
+    summary, rows = {}, []
+    for key in AGREE_KEYS:
+        a, b, h = ([float(s.get(key, math.nan)) for s in runs[n][:steps]] for n in TRAIN_RUNS)
+        gap = [abs(x - y) for x, y in zip(a, b)]
+        margin = sum(gap) / steps
+        inside = sum(min(x, y) - margin <= z <= max(x, y) + margin for x, y, z in zip(a, b, h))
+        to_fp32 = sum(abs(z - (x + y) / 2) for x, y, z in zip(a, b, h)) / steps
+        summary[key] = {"steps": steps, "within_band": inside, "bf16_to_fp32_mean": to_fp32, "fp32_gap_mean": margin}
+        rows.append([key, f"{inside}/{steps}", f"{to_fp32:.4g}", f"{margin:.4g}"])
+    table = markdown_table(["metric", "bf16 steps within the fp32 band", "bf16 - fp32 mean", "fp32 a - b"], rows)
+    return table, {"runs": {n: len(r) for n, r in runs.items()}, "metrics": summary, "curves": runs}
+
+
+def plot_agree(curves: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(AGREE_KEYS), figsize=(4 * len(AGREE_KEYS), 3.6))
+    for ax, key in zip(axes, AGREE_KEYS):
+        for name, steps in curves.items():
+            ax.plot([s["step"] for s in steps], [s.get(key, math.nan) for s in steps], marker=".", label=name)
+        ax.set_title(key)
+        ax.set_xlabel("step")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("phase", choices=("rows", "report"))
+    parser.add_argument("phase", choices=("rows", "report", "train", "agree"))
+    parser.add_argument("--model", help="train: the real-weights model folder")
+    parser.add_argument("--data", help="train: the prepared GSM8K folder")
+    parser.add_argument("--steps", type=int, default=15, help="train: PPO steps (~20 s each on an H200)")
     parser.add_argument("names", nargs="*", help=f"rows: which rows, in this order ({', '.join(ROWS)})")
     parser.add_argument("--out", type=Path, default=Path("/tmp/precision-out"))
     parser.add_argument("--dir", type=Path, help="report: the folder of precision-*.json")
@@ -126,6 +217,20 @@ def main() -> None:
         table = report(args.dir)
         (args.dir / "precision.md").write_text(table + "\n")
         print(table)
+        return
+    if args.phase == "agree":
+        table, result = agree(args.dir)
+        (args.dir / "agree.md").write_text(table + "\n")
+        (args.dir / "agree.json").write_text(json.dumps({k: v for k, v in result.items() if k != "curves"}, indent=2))
+        plot_agree(result["curves"], args.dir / "agree.png")
+        print(table)
+        return
+    if args.phase == "train":
+        if len(args.names) != 1 or args.names[0] not in TRAIN_RUNS or not (args.model and args.data):
+            parser.error(f"train: one run of {', '.join(TRAIN_RUNS)}, with --model and --data")
+        WORK.mkdir(parents=True, exist_ok=True)
+        args.out.mkdir(parents=True, exist_ok=True)
+        train(args.names[0], args.model, args.data, args.steps, args.out)
         return
     unknown = [name for name in args.names if name not in ROWS]
     if unknown or not args.names:

@@ -38,3 +38,22 @@ def test_the_rows_are_the_ampere_profile_with_one_precision_setting_each():
     assert "actor_rollout_ref.rollout.dtype=bfloat16" in bf16
     for key in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic.model"):
         assert f"{key}.fsdp_config.mixed_precision.param_dtype=bf16" in bf16
+
+
+def test_agree_lays_the_bf16_run_against_the_band_of_two_fp32_runs(tmp_path):
+    line = "(TaskRunner pid=1) step:{} - actor/pg_loss:{} - critic/vf_loss:1.0 - actor/ppo_kl:0.01"
+    line += " - critic/score/mean:0.2 - actor/grad_norm:3.0\n"
+    curves = {"fp32-a": [0.10, 0.20, 0.30], "fp32-b": [0.12, 0.22, 0.32], "bf16": [0.11, 0.50, 0.31]}
+    for name, losses in curves.items():
+        (tmp_path / f"train-{name}.log").write_text("".join(line.format(i + 1, x) for i, x in enumerate(losses)))
+    table, result = precision_run.agree(tmp_path)
+    loss = result["metrics"]["actor/pg_loss"]
+    assert loss["steps"] == 3 and loss["within_band"] == 2  # step 2 lies far outside 0.20..0.22 (+-0.02)
+    assert abs(loss["fp32_gap_mean"] - 0.02) < 1e-9 and loss["bf16_to_fp32_mean"] > loss["fp32_gap_mean"]
+    assert result["metrics"]["critic/vf_loss"]["within_band"] == 3
+    assert "| actor/pg_loss | 2/3 |" in table
+    (tmp_path / "train-bf16.log").unlink()
+    import pytest
+
+    with pytest.raises(SystemExit, match="needs train-"):
+        precision_run.agree(tmp_path)
