@@ -147,6 +147,7 @@ def cmd_patch_verl(options: o.PatchVerlOptions) -> int:
 def cmd_monitor(options: o.MonitorOptions) -> int:
     from verl_p40.gpu import monitor
 
+    _stop_on_sigterm()  # --plot and --once: a picture being written is not left half done (sampling stops on its own)
     return monitor.main(options)
 
 
