@@ -151,6 +151,35 @@ def test_bench_takes_an_earlier_versions_result_for_its_own(tmp_path):
     assert json.loads(out.read_text())["seconds_per_step"] == 19.0
 
 
+def test_sigterm_while_bench_works_ends_like_ctrl_c_and_leaves_nothing(tmp_path, tokenizer_dir):
+    """Stopped while it makes the random-weight model (before any GPU work): exit 130, its work folder (2 GB for the
+    0.5B shape) and any temporary gone, no result."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    args = ["bench", "--profile", "p40", "--model", str(tokenizer_dir), "--out", str(tmp_path / "b.json")]
+    child = subprocess.Popen(
+        [sys.executable, "-m", "verl_p40.cli", *args],
+        env={**os.environ, "TMPDIR": str(temp)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 300
+    while not list(temp.glob("verl-p40-bench-*/model")) and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # until the model is being saved (torch imported: a signal inside an import reads otherwise)
+    child.send_signal(signal.SIGTERM)
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == 130, err
+    assert "Traceback" not in err and not list(temp.glob("verl-p40-bench-*"))  # (torch leaves its inductor folder)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tmp"]
+
+
 def test_several_gpus_share_the_sequences_and_pay_for_fsdp_traffic(shape):
     one = projection.run_from_config(plan(RunOptions(profile="p40")).config(), 256)
     two = projection.run_from_config(
