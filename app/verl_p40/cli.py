@@ -105,6 +105,7 @@ def cmd_bench(options: o.BenchOptions) -> int:
     from verl_p40.doctor import runner as doctor
     from verl_p40.perf import bench as benchmark
 
+    _stop_on_sigterm()  # outside the training itself (which stops gracefully): temporaries and the work folder go
     out = Path(options.out)
     keep = Path(options.keep_model) if options.keep_model else None
     result = benchmark.run(options, options.steps, out, doctor.skips(options.skip_check), keep=keep)
@@ -147,6 +148,7 @@ def cmd_patch_verl(options: o.PatchVerlOptions) -> int:
 def cmd_monitor(options: o.MonitorOptions) -> int:
     from verl_p40.gpu import monitor
 
+    _stop_on_sigterm()  # --plot and --once: a picture being written is not left half done (sampling stops on its own)
     return monitor.main(options)
 
 

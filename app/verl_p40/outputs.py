@@ -8,6 +8,10 @@ recognises it: what an earlier version wrote, or what a command records in a man
 when every file in it is one the command wrote; a user's file of an output's name, or one a user put into an output
 folder, stops the command with one line naming it. A full disk, a read-only folder or a file where the folder belongs
 ends in one line too.
+
+A file that grows while the command runs (the monitor's CSV) is appended to in whole lines instead (`append`): each
+addition lands whole or not at all, and a last line a killed run cut short is dropped before the next; a file of its
+own is moved onto another of its names (rotated) with `rename`, the ledger following.
 """
 
 from __future__ import annotations
@@ -172,6 +176,51 @@ class OutputFolder:
     def _save(self, ledger: dict) -> None:
         write_text(self.folder / LEDGER, json.dumps({"outputs": ledger}, indent=1) + "\n")
 
+    @contextlib.contextmanager
+    def append(self, name: str) -> Iterator[Callable[[bytes], None]]:
+        """`name`, a file of lines, opened to add to: each `add(data)` (whole lines) lands whole or not at all (a
+        refused or interrupted write is taken back out), and a last line a killed run cut short is dropped first.
+        Refused as `write` refuses (a user's file, a link: never followed); a new file is in the ledger before it is
+        there, so that a stop between the two leaves nothing the next run would refuse."""
+        self.check([name])
+        path = self.folder / name
+        with self.reasons(f"write {name}"):
+            self.folder.mkdir(parents=True, exist_ok=True)
+            if self._ledger().get(name, {}).get("kind") != "file":
+                self._record({name: path})
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)  # the umask applies
+        try:
+            with self.reasons(f"write {name}"):
+                _cut_to_whole_lines(fd)
+            yield lambda data: self._add(fd, name, data)
+        finally:
+            os.close(fd)
+
+    def _add(self, fd: int, name: str, data: bytes) -> None:
+        with self.reasons(f"write {name}"):
+            start = os.lseek(fd, 0, os.SEEK_END)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            except BaseException:
+                self._was_full = self._full()
+                os.ftruncate(fd, start)
+                raise
+
+    def rename(self, name: str, new: str) -> None:
+        """Move its own file `name` onto `new` (free, or its own: replaced), the ledger following (a rotated log)."""
+        for each in (name, new):
+            problem = self.refusal(each)
+            if problem:
+                raise UserError(problem)
+        with self.reasons(f"rename {name} to {new}"):
+            self._record({new: self.folder / name})  # before the rename: a stop between leaves both names its own
+            os.replace(self.folder / name, self.folder / new)
+            ledger = self._ledger()
+            ledger.pop(name, None)
+            self._save(ledger)
+
     def remove(self, name: str) -> bool:
         """Remove `name` when it is the command's own (checked first, with `check`); whether there was one."""
         path = self.folder / name
@@ -195,3 +244,20 @@ class OutputFolder:
         for path in stale:
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else path.unlink()
         return stale
+
+
+def _cut_to_whole_lines(fd: int, block: int = 1 << 16) -> None:
+    """Drop what follows the last newline of the file `fd` is open on: a line a kill cut short (read from the end)."""
+    end = position = os.lseek(fd, 0, os.SEEK_END)
+    while position > 0:
+        start = max(0, position - block)
+        chunk = os.pread(fd, position - start, start)
+        if position == end and chunk.endswith(b"\n"):
+            return
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            os.ftruncate(fd, start + newline + 1)
+            return
+        position = start
+    if end:
+        os.ftruncate(fd, 0)  # not one whole line

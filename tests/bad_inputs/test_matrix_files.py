@@ -1,6 +1,6 @@
 """Bad files, model folders and output folders across fetch-model, the doctor (through train's preflight), eval,
-export and prep, as test_matrix.py checks its cases: exit code 2, exactly one line naming the file (and the key, line
-or value), no traceback, and every file that was there before byte-for-byte as it was.
+export, prep, monitor and bench, as test_matrix.py checks its cases: exit code 2, exactly one line naming the file
+(and the key, line or value), no traceback, and every file that was there before byte-for-byte as it was.
 
 The `files` fixture adds to the world: small model folders, each broken one way (`model_folders`), output folders
 holding a user's file, a link or another run's answers where a command would write, and GSM8K sources with rows no
@@ -38,6 +38,14 @@ def export(out: str, model: str = "good", *extra: str) -> list[str]:
 
 def prep(source: str, out: str = "p", *extra: str) -> list[str]:
     return ["prep", "--source", f"{T}/{source}", "--out", f"{T}/{out}", *extra]
+
+
+def monitor(out: str) -> list[str]:
+    return ["monitor", "--once", "--out", f"{T}/{out}"]  # the folder is checked before NVML is asked
+
+
+def bench(out: str) -> list[str]:
+    return ["bench", "--profile", "p40", "--model", f"{T}/nomodel", "--out", f"{T}/{out}"]
 
 
 def _config(folder: Path, **change) -> None:
@@ -120,6 +128,29 @@ def _outputs(world: Path) -> None:
     (world / "p-link" / "test.parquet").symlink_to(world / "a-file")
     shutil.copytree(world / "prepared", world / "p-val")  # prep's own output, moved as a whole...
     shutil.copy(world / "prepared" / "test.parquet", world / "p-val" / "val.parquet")  # ...and a user's val.parquet
+    _monitor_and_bench_outputs(world)
+
+
+def _monitor_and_bench_outputs(world: Path) -> None:
+    from verl_p40.gpu import monitor as gpu_monitor
+    from verl_p40.gpu.csv_log import CsvLog
+    from verl_p40.gpu.nvml import GPU_COLUMNS, GPUSample
+
+    for name in ("m-users", "m-link", "m-rotated", "m-summary", "m-ledger", "b-users", "b-link"):
+        (world / name).mkdir()
+    (world / "m-users" / "gpu.csv").write_text("time,memory\n1,2\n")  # a user's own log, not under the monitor's header
+    (world / "m-link" / "gpu.csv").symlink_to(world / "a-file")
+    (world / "m-rotated" / "gpu.csv.2").write_text("my notes\n")  # where a rotation would move an older part
+    (world / "m-summary" / "gpu-summary.json").write_text('{"my": "summary"}')
+    (world / "m-ledger" / ".verl-p40-outputs.json").symlink_to(world / "a-file")
+    sample = GPUSample(1.0, 0, "Tesla P40", *[None] * (len(GPU_COLUMNS) - 3))
+    CsvLog(gpu_monitor.output_folder(world / "m-plot"), "gpu.csv", GPU_COLUMNS).write([sample])  # the monitor's CSV...
+    (world / "m-plot" / "gpu.png").write_bytes(b"a user's picture")  # ...beside a picture it did not draw
+    (world / "m-plot" / "link.png").symlink_to(world / "a-file")
+    (world / "b-users" / "bench.json").write_text('{"my": "numbers"}')
+    (world / "b-link" / "bench.json").symlink_to(world / "a-file")
+    (world / "b-logs" / "bench-logs" / "gpu").mkdir(parents=True)
+    (world / "b-logs" / "bench-logs" / "gpu" / "gpu-processes.csv").write_text("pid\n1\n")  # where its samples go
 
 
 def _sources(world: Path) -> None:
@@ -241,6 +272,44 @@ CASES = [
         ("link", "p-link", "p-link/test.parquet: a symbolic link; verl-p40 prep writes only inside --out"),
         ("users-val", "p-val", "p-val/val.parquet: already there and not written by verl-p40 prep"),
     ]),
+    # monitor's --out: a user's file of one of its names (a rotated part too), a link, a link for the ledger
+    *group("monitor", monitor, {}, [
+        ("users-csv", "m-users", "m-users/gpu.csv: already there and not written by verl-p40 monitor; move it away"),
+        ("link", "m-link", "m-link/gpu.csv: a symbolic link; verl-p40 monitor writes only inside --out"),
+        ("users-rotated-part", "m-rotated", "m-rotated/gpu.csv.2: already there and not written by verl-p40 monitor"),
+        ("users-summary", "m-summary", "m-summary/gpu-summary.json: already there and not written by verl-p40"),
+        ("ledger-link", "m-ledger", "m-ledger/.verl-p40-outputs.json: a symbolic link; verl-p40 monitor writes only"),
+    ]),
+    # monitor --plot: the picture beside the CSV, or --plot-out, never over a user's file nor through a link
+    (
+        "file-monitor-plot-users-picture",
+        ["monitor", "--plot", f"{T}/m-plot/gpu.csv"],
+        {},
+        "m-plot/gpu.png: already there and not written by verl-p40 monitor; move it away (or remove it), or choose "
+        "another --plot-out",
+    ),
+    (
+        "file-monitor-plot-out-link",
+        ["monitor", "--plot", f"{T}/m-plot/gpu.csv", "--plot-out", f"{T}/m-plot/link.png"],
+        {},
+        "m-plot/link.png: a symbolic link; verl-p40 monitor writes only inside --plot-out",
+    ),
+    # bench's --out: said before the random model is made (minutes of work), the GPU samples' folder beside it too
+    *group("bench", bench, {}, [
+        ("users-result", "b-users/bench.json", "b-users/bench.json: already there and not written by verl-p40 bench"),
+        ("link", "b-link/bench.json", "b-link/bench.json: a symbolic link; verl-p40 bench writes only inside --out"),
+        (
+            "users-gpu-samples", "b-logs/bench.json",
+            "b-logs/bench-logs/gpu/gpu-processes.csv: already there and not written by verl-p40 bench",
+        ),
+    ]),
+    (
+        "file-bench-users-result-in-logs",
+        ["bench", "--profile", "p40", "--model", f"{T}/nomodel"],
+        {"VERL_P40_LOGS": f"{T}/b-users"},
+        "b-users/bench.json: already there and not written by verl-p40 bench; move it away (or remove it), or choose "
+        "another --out",
+    ),
     (
         "file-prep-summary-users-file",
         prep("src", "p", "--summary-json", f"{T}/a-file"),

@@ -133,3 +133,75 @@ def test_a_refused_write_is_one_line_whatever_the_library(tmp_path):
         with out.write(["x.gguf"]):
             raise RustError("Error while serializing: IoError(No space left on device)")
     assert [p.name for p in tmp_path.iterdir()] == []
+
+
+def test_append_adds_whole_lines_to_its_own_file_only(tmp_path):
+    out = OutputFolder(tmp_path / "out", "--out", "monitor")
+    with out.append("gpu.csv") as add:
+        add(b"ts,gpu\n")
+    with out.append("gpu.csv") as add:  # a second run: its own file, added to
+        add(b"1,0\n")
+    assert (tmp_path / "out" / "gpu.csv").read_bytes() == b"ts,gpu\n1,0\n"
+    assert json.loads((tmp_path / "out" / LEDGER).read_text())["outputs"]["gpu.csv"]["kind"] == "file"
+    (tmp_path / "out" / "notes.csv").write_text("mine\n")
+    (tmp_path / "out" / "link.csv").symlink_to(tmp_path / "out" / "notes.csv")
+    with pytest.raises(UserError, match=r"notes.csv: already there and not written by verl-p40 monitor; move it"):
+        with out.append("notes.csv") as add:
+            add(b"x\n")
+    with pytest.raises(UserError, match=r"link.csv: a symbolic link; verl-p40 monitor writes only inside --out"):
+        with out.append("link.csv") as add:
+            add(b"x\n")
+    assert (tmp_path / "out" / "notes.csv").read_text() == "mine\n"
+
+
+def test_append_takes_a_refused_write_back_and_drops_a_line_a_kill_cut_short(tmp_path, monkeypatch):
+    out = OutputFolder(tmp_path, "--out", "monitor")
+    with out.append("gpu.csv") as add:
+        add(b"ts,gpu\n1,0\n")
+    real_write = os.write
+
+    def half_then_full(fd, data):  # the disk fills in the middle of a batch
+        monkeypatch.setattr(os, "write", lambda fd, data: (_ for _ in ()).throw(OSError(28, os.strerror(28))))
+        return real_write(fd, bytes(data[:3]))
+
+    monkeypatch.setattr(os, "write", half_then_full)
+    with pytest.raises(UserError, match=r"^--out .*: cannot write gpu.csv \(No space left on device\)$"):
+        with out.append("gpu.csv") as add:
+            add(b"2,0\n3,0\n")
+    monkeypatch.setattr(os, "write", real_write)
+    assert (tmp_path / "gpu.csv").read_bytes() == b"ts,gpu\n1,0\n"  # none of the batch
+    with open(tmp_path / "gpu.csv", "ab") as handle:
+        handle.write(b"4,")  # what a kill in the middle of a line leaves
+    with out.append("gpu.csv") as add:
+        add(b"5,0\n")
+    assert (tmp_path / "gpu.csv").read_bytes() == b"ts,gpu\n1,0\n5,0\n"
+    (tmp_path / "gpu.csv").write_bytes(b"ts,g")  # not one whole line
+    with out.append("gpu.csv") as add:
+        assert (tmp_path / "gpu.csv").stat().st_size == 0
+        add(b"ts,gpu\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [LEDGER, "gpu.csv"]
+
+
+def test_a_new_appended_file_is_its_own_even_when_the_run_stops_before_a_line(tmp_path):
+    out = OutputFolder(tmp_path, "--out", "monitor")
+    with pytest.raises(KeyboardInterrupt):
+        with out.append("gpu.csv"):
+            raise KeyboardInterrupt
+    assert out.owns("gpu.csv") and (tmp_path / "gpu.csv").read_bytes() == b""
+
+
+def test_rename_moves_its_own_file_and_the_ledger_follows(tmp_path):
+    out = OutputFolder(tmp_path, "--out", "monitor")
+    _write(out, "gpu.csv", "new")
+    _write(out, "gpu.csv.1", "old")
+    out.rename("gpu.csv", "gpu.csv.1")  # onto its own: replaced
+    assert not (tmp_path / "gpu.csv").exists() and (tmp_path / "gpu.csv.1").read_text() == "new"
+    assert sorted(json.loads((tmp_path / LEDGER).read_text())["outputs"]) == ["gpu.csv.1"]
+    (tmp_path / "gpu.csv").write_text("a user's")  # a name it no longer holds is not its own
+    with pytest.raises(UserError, match=r"gpu.csv: already there and not written by verl-p40 monitor"):
+        out.rename("gpu.csv", "gpu.csv.2")
+    (tmp_path / "gpu.csv").unlink()
+    (tmp_path / "gpu.csv.2").write_text("mine")
+    with pytest.raises(UserError, match=r"gpu.csv.2: already there and not written by verl-p40 monitor"):
+        out.rename("gpu.csv.1", "gpu.csv.2")
+    assert (tmp_path / "gpu.csv.1").read_text() == "new" and (tmp_path / "gpu.csv.2").read_text() == "mine"

@@ -77,25 +77,138 @@ def test_loop_writes_csv_summary_and_plot_and_survives_a_bad_sample(tmp_path):
 
 
 def test_restart_appends_under_one_header_and_rotates_by_size(tmp_path):
-    log = gpu_csv.CsvLog(tmp_path / "gpu.csv", samples.GPU_COLUMNS, max_bytes=5_000)
+    folder = m.output_folder(tmp_path)
+    log = gpu_csv.CsvLog(folder, "gpu.csv", samples.GPU_COLUMNS, max_bytes=5_000)
     log.write([_gpu(1.0)])
-    log = gpu_csv.CsvLog(tmp_path / "gpu.csv", samples.GPU_COLUMNS, max_bytes=5_000)  # a restarted monitor
+    log = gpu_csv.CsvLog(folder, "gpu.csv", samples.GPU_COLUMNS, max_bytes=5_000)  # a restarted monitor
     log.write([_gpu(2.0)])
     assert [r.ts for r in gpu_csv.read_gpu_csv(tmp_path / "gpu.csv")] == [1.0, 2.0]
     for i in range(100):
         log.write([_gpu(3.0 + i)])
     assert (tmp_path / "gpu.csv.1").exists() and (tmp_path / "gpu.csv").stat().st_size < 5_000 + 500
-    (tmp_path / "other.csv").write_text("a,b\n1,2\n")
-    gpu_csv.CsvLog(tmp_path / "other.csv", samples.GPU_COLUMNS).write([_gpu(1.0)])  # foreign header: rotated away
+    for i in range(200):
+        log.write([_gpu(103.0 + i)])
+    assert (tmp_path / "gpu.csv.3").exists() and not (tmp_path / "gpu.csv.4").exists()  # three rotated parts kept
+    assert folder.owns("gpu.csv.3") and folder.owns("gpu.csv")  # the ledger follows each rotation
+    with folder.write(["other.csv"]) as (temp,):  # the monitor's own file, under another header (an older version)
+        temp.write_text("a,b\n1,2\n")
+    gpu_csv.CsvLog(folder, "other.csv", samples.GPU_COLUMNS).write([_gpu(1.0)])  # rotated away, not mixed in
     assert (tmp_path / "other.csv.1").read_text() == "a,b\n1,2\n"
+    assert gpu_csv.header(tmp_path / "other.csv") == samples.GPU_COLUMNS
+
+
+def test_a_users_csv_of_one_of_its_names_is_never_added_to_nor_rotated(tmp_path):
+    (tmp_path / "gpu.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(UserError, match=r"gpu.csv: already there and not written by verl-p40 monitor; move it away"):
+        gpu_csv.CsvLog(m.output_folder(tmp_path), "gpu.csv", samples.GPU_COLUMNS)
+    (tmp_path / "rotated").mkdir()
+    (tmp_path / "rotated" / "gpu-processes.csv.2").write_text("my notes\n")  # where a rotation would put a part
+    with pytest.raises(UserError, match=r"gpu-processes.csv.2: already there and not written by verl-p40 monitor"):
+        m.Monitor(Recorded(), tmp_path / "rotated", interval=0.0, log=lambda _: None)
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
+        "gpu.csv", "rotated", "rotated/gpu-processes.csv.2"
+    ]  # fmt: skip
+    assert (tmp_path / "gpu.csv").read_text() == "a,b\n1,2\n"
+
+
+@pytest.mark.parametrize("name", ["gpu.csv", "gpu-summary.json", "gpu.png"])
+def test_a_link_where_one_of_its_files_goes_is_never_followed(tmp_path, name):
+    outside = tmp_path / "outside"
+    outside.write_text("keep")
+    (tmp_path / "gpu").mkdir()
+    (tmp_path / "gpu" / name).symlink_to(outside)
+    with pytest.raises(UserError, match=f"gpu/{name}: a symbolic link; verl-p40 monitor writes only inside --out"):
+        m.Monitor(Recorded(), tmp_path / "gpu", interval=0.0, log=lambda _: None)
+    assert outside.read_text() == "keep" and [p.name for p in (tmp_path / "gpu").iterdir()] == [name]
+
+
+def test_a_second_run_continues_its_csv_and_replaces_its_summary_and_plot(tmp_path):
+    for later in (0.0, 100.0):
+        source = Recorded()
+        source.t += later
+        mon = m.Monitor(source, tmp_path, interval=0.0, log=lambda _: None)
+        mon.run(max_samples=2)
+        summary = mon.finish()
+        assert json.loads((tmp_path / "gpu-summary.json").read_text()) == summary  # this run's, not the first's
+        assert summary["started"] == 1001.0 + later
+    assert len(gpu_csv.read_gpu_csv(tmp_path / "gpu.csv")) == 8  # 2 samples x 2 GPUs x 2 runs, under one header
+    assert (tmp_path / "gpu.csv").read_text().count("memory_used_bytes") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [".verl-p40-outputs.json", "gpu-processes.csv", "gpu-summary.json", "gpu.csv", "gpu.png"]
+    )  # no temporary left
+
+
+def test_a_row_a_kill_cut_short_is_dropped_and_a_killed_runs_temporary_removed(tmp_path):
+    mon = m.Monitor(Recorded(), tmp_path, interval=0.0, log=lambda _: None)
+    mon.run(max_samples=1)
+    whole = (tmp_path / "gpu.csv").read_bytes()
+    with open(tmp_path / "gpu.csv", "ab") as handle:
+        handle.write(b"1001.0,0,Tesla P")  # a SIGKILL in the middle of a row
+    (tmp_path / ".gpu.png.abc123.tmp").write_bytes(b"half a picture")
+    lines = []
+    mon = m.Monitor(Recorded(), tmp_path, interval=0.0, log=lines.append)
+    assert lines == [f"[monitor] removed {tmp_path / '.gpu.png.abc123.tmp'} (left by an interrupted monitor)"]
+    mon.run(max_samples=1)
+    assert (tmp_path / "gpu.csv").read_bytes().startswith(whole)
+    assert len(gpu_csv.read_gpu_csv(tmp_path / "gpu.csv")) == 4  # both rows whole, the cut one gone
+
+
+def test_a_full_disk_loses_a_batch_of_rows_whole_and_the_monitor_goes_on(tmp_path, monkeypatch):
+    import os
+
+    lines = []
+    mon = m.Monitor(Recorded(), tmp_path, interval=0.0, log=lines.append)
+    mon.run(max_samples=1)
+    before = (tmp_path / "gpu.csv").read_bytes()
+    real_write = os.write
+
+    def full(fd, data):
+        real_write(fd, bytes(data[:10]))
+        raise OSError(28, os.strerror(28))
+
+    monkeypatch.setattr(os, "write", full)
+    mon.run(max_samples=1)
+    monkeypatch.setattr(os, "write", real_write)
+    assert (tmp_path / "gpu.csv").read_bytes() == before
+    failed = [line for line in lines if "sample failed: UserError: --out" in line]
+    assert len(failed) == 1 and "cannot write gpu.csv (No space left on device)" in failed[0]
+
+
+def test_what_an_earlier_version_wrote_is_continued_and_replaced(tmp_path):
+    """A folder a monitor wrote before the ledger (an upgraded stack's /logs/gpu): its files are the monitor's."""
+    log = gpu_csv.CsvLog(m.output_folder(tmp_path), "gpu.csv", samples.GPU_COLUMNS)
+    log.write([_gpu(1.0)])
+    (tmp_path / "gpu-summary.json").write_text(json.dumps(m.Summary().as_dict()))
+    (tmp_path / "gpu.png").write_bytes(b"\x89PNG\r\n\x1a\n an old picture")
+    (tmp_path / ".verl-p40-outputs.json").unlink()
+    mon = m.Monitor(Recorded(), tmp_path, interval=0.0, log=lambda _: None)
+    mon.run(max_samples=1)
+    mon.finish()
+    assert [r.ts for r in gpu_csv.read_gpu_csv(tmp_path / "gpu.csv")] == [1.0, 1001.0, 1001.0]
+    assert json.loads((tmp_path / "gpu-summary.json").read_text())["samples"] == 2
+    assert (tmp_path / "gpu.png").stat().st_size > 1000
+    (tmp_path / ".verl-p40-outputs.json").unlink()
+    (tmp_path / "gpu-summary.json").write_text('{"my": "notes"}')  # a PNG beside a summary not the monitor's...
+    with pytest.raises(UserError, match="gpu-summary.json: already there and not written by verl-p40 monitor"):
+        m.Monitor(Recorded(), tmp_path, interval=0.0, log=lambda _: None)
+    assert not m.earlier_output("gpu.png", tmp_path / "gpu.png")  # ...is not taken for the monitor's either
 
 
 def test_summary_and_plot_from_csv_via_cli(tmp_path):
-    log = gpu_csv.CsvLog(tmp_path / "gpu.csv", samples.GPU_COLUMNS)
+    log = gpu_csv.CsvLog(m.output_folder(tmp_path), "gpu.csv", samples.GPU_COLUMNS)
     log.write([_gpu(float(t), used=1e9 * t, util=float(t)) for t in range(1, 21)])
     result = cli("monitor", "--plot", str(tmp_path / "gpu.csv"), "--plot-out", str(tmp_path / "again.png"))
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "again.png").stat().st_size > 1000
+    result = cli("monitor", "--plot", str(tmp_path / "gpu.csv"), "--plot-out", str(tmp_path / "again.png"))
+    assert result.returncode == 0, result.stderr  # its own picture: drawn again
+    (tmp_path / "mine.png").write_bytes(b"a user's picture")
+    result = cli("monitor", "--plot", str(tmp_path / "gpu.csv"), "--plot-out", str(tmp_path / "mine.png"))
+    assert result.returncode == 2 and (tmp_path / "mine.png").read_bytes() == b"a user's picture"
+    assert (
+        "mine.png: already there and not written by verl-p40 monitor; move it away (or remove it), or choose "
+        "another --plot-out" in result.stderr
+    )
     summary = m.Summary()
     summary.add(gpu_csv.read_gpu_csv(tmp_path / "gpu.csv"), [])
     summary = summary.as_dict()

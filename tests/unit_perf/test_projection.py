@@ -115,6 +115,69 @@ def test_bench_needs_a_gpu_and_says_so(tmp_path):
     assert result.returncode == 2 and not (tmp_path / "b.json").exists()
     assert result.stderr.strip().splitlines()[-1].startswith("verl-p40 bench: error: ")
     assert "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == []  # nor a ledger, nor its logs folder
+
+
+def test_bench_replaces_its_own_result_and_never_a_users_file(tmp_path):
+    from verl_p40 import UserError
+    from verl_p40.outputs import LEDGER
+
+    out = tmp_path / "bench.json"
+    for seconds in (20.0, 21.0):
+        benchmark.save(benchmark.check_outputs(out), out, {"verl_p40_bench": 1, "seconds_per_step": seconds})
+    assert json.loads(out.read_text())["seconds_per_step"] == 21.0  # the second run's, over its own
+    with pytest.raises(TypeError):  # a write that fails half way leaves the earlier result and no temporary
+        benchmark.save(benchmark.check_outputs(out), out, {"verl_p40_bench": 1, "seconds_per_step": object()})
+    assert json.loads(out.read_text())["seconds_per_step"] == 21.0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [LEDGER, "bench.json"]
+    mine = tmp_path / "mine.json"
+    mine.write_text('{"my": "numbers"}')
+    with pytest.raises(UserError, match=r"mine.json: already there and not written by verl-p40 bench; move it away"):
+        benchmark.check_outputs(mine)
+    (tmp_path / "link.json").symlink_to(mine)
+    with pytest.raises(UserError, match=r"link.json: a symbolic link; verl-p40 bench writes only inside --out"):
+        benchmark.check_outputs(tmp_path / "link.json")
+    (tmp_path / "b-logs" / "gpu").mkdir(parents=True)
+    (tmp_path / "b-logs" / "gpu" / "gpu.csv").write_text("my,own\n")  # where bench's GPU samples go
+    with pytest.raises(UserError, match=r"b-logs/gpu/gpu.csv: already there and not written by verl-p40 bench"):
+        benchmark.check_outputs(tmp_path / "b.json")
+    assert mine.read_text() == '{"my": "numbers"}' and not (tmp_path / "b.json").exists()
+
+
+def test_bench_takes_an_earlier_versions_result_for_its_own(tmp_path):
+    out = tmp_path / "bench.json"
+    out.write_text(json.dumps({"verl_p40_bench": 1, "seconds_per_step": 20.0}, indent=2) + "\n")  # no ledger then
+    benchmark.save(benchmark.check_outputs(out), out, {"verl_p40_bench": 1, "seconds_per_step": 19.0})
+    assert json.loads(out.read_text())["seconds_per_step"] == 19.0
+
+
+def test_sigterm_while_bench_works_ends_like_ctrl_c_and_leaves_nothing(tmp_path, tokenizer_dir):
+    """Stopped while it makes the random-weight model (before any GPU work): exit 130, its work folder (2 GB for the
+    0.5B shape) and any temporary gone, no result."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    args = ["bench", "--profile", "p40", "--model", str(tokenizer_dir), "--out", str(tmp_path / "b.json")]
+    child = subprocess.Popen(
+        [sys.executable, "-m", "verl_p40.cli", *args],
+        env={**os.environ, "TMPDIR": str(temp)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 300
+    while not list(temp.glob("verl-p40-bench-*/model")) and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # until the model is being saved (torch imported: a signal inside an import reads otherwise)
+    child.send_signal(signal.SIGTERM)
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == 130, err
+    assert "Traceback" not in err and not list(temp.glob("verl-p40-bench-*"))  # (torch leaves its inductor folder)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tmp"]
 
 
 def test_several_gpus_share_the_sequences_and_pay_for_fsdp_traffic(shape):

@@ -1,36 +1,45 @@
-"""The monitor's CSV files: appended under one header, rotated by size, read back for summaries and plots."""
+"""The monitor's CSV files: appended under one header, rotated by size, read back for summaries and plots. Written
+through the monitor's output folder (`verl_p40.outputs`): each batch of rows lands whole or not at all, and only a
+file the monitor wrote there is added to or rotated."""
 
 from __future__ import annotations
 
 import csv
-import os
+import io
 from collections.abc import Iterable
 from dataclasses import asdict, fields
 from pathlib import Path
 
 from verl_p40.gpu.nvml import GPU_COLUMNS, GPUSample, ProcessSample
+from verl_p40.outputs import OutputFolder
+
+
+def rotated(name: str, keep: int) -> list[str]:
+    """`name` and the names its older parts are rotated to."""
+    return [name, *(f"{name}.{i}" for i in range(1, keep + 1))]
+
+
+def header(path: Path) -> list[str] | None:
+    with open(path, newline="", encoding="utf-8", errors="replace") as handle:
+        return next(csv.reader([handle.readline(1 << 16)]), None)
 
 
 class CsvLog:
-    """Appends rows under one header; starts a new file when the header differs or the size passes `max_bytes`
-    (the old file becomes NAME.1, NAME.2, ... keeping `keep` of them)."""
+    """Appends rows to `folder`'s `name` under one header; starts a new file when the header differs or the size
+    passes `max_bytes` (the old file becomes NAME.1, NAME.2, ... keeping `keep` of them)."""
 
-    def __init__(self, path: Path, columns: list[str], max_bytes: int = 50 * 2**20, keep: int = 3):
-        self.path, self.columns, self.max_bytes, self.keep = Path(path), columns, max_bytes, keep
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.path.exists() and self._header() != columns:
+    def __init__(self, folder: OutputFolder, name: str, columns: list[str], max_bytes: int = 50 * 2**20, keep: int = 3):
+        self.folder, self.name, self.columns, self.max_bytes, self.keep = folder, name, columns, max_bytes, keep
+        self.path = folder.folder / name
+        folder.check(rotated(name, keep))  # a user's file of one of its names, or a link: refused before a row
+        if self.path.exists() and header(self.path) != columns:
             self._rotate()
-
-    def _header(self) -> list[str] | None:
-        with open(self.path, newline="") as handle:
-            return next(csv.reader(handle), None)
 
     def _rotate(self) -> None:
         for i in range(self.keep - 1, 0, -1):
-            older = self.path.with_name(f"{self.path.name}.{i}")
-            if older.exists():
-                os.replace(older, self.path.with_name(f"{self.path.name}.{i + 1}"))
-        os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+            if (self.path.with_name(f"{self.name}.{i}")).exists():
+                self.folder.rename(f"{self.name}.{i}", f"{self.name}.{i + 1}")
+        self.folder.rename(self.name, f"{self.name}.1")
 
     def write(self, rows: Iterable) -> None:
         rows = list(rows)
@@ -38,15 +47,15 @@ class CsvLog:
             return
         if self.path.exists() and self.path.stat().st_size >= self.max_bytes:
             self._rotate()
-        new = not self.path.exists() or self.path.stat().st_size == 0
-        with open(self.path, "a", newline="") as handle:
-            writer = csv.writer(handle)
-            if new:
+        with self.folder.append(self.name) as add:
+            text = io.StringIO()
+            writer = csv.writer(text)
+            if self.path.stat().st_size == 0:
                 writer.writerow(self.columns)
             for row in rows:
                 values = asdict(row)
                 writer.writerow(["" if values[c] is None else values[c] for c in self.columns])
-            handle.flush()
+            add(text.getvalue().encode("utf-8"))
 
 
 def read_gpu_csv(path: str | Path) -> list[GPUSample]:

@@ -4,11 +4,16 @@ Per GPU and interval: memory used/total, utilisation (gpu, memory), temperature,
 clocks, throttle reasons, PCIe throughput; per process: pid, name, used memory. Rows go to `DIR/gpu.csv` (header
 once, appended across restarts, rotated by size) and processes to `DIR/gpu-processes.csv`; the same values are
 Prometheus gauges on `--port`. On SIGTERM/SIGINT it writes `DIR/gpu-summary.json` and `DIR/gpu.png`.
+
+DIR is the monitor's output folder (`verl_p40.outputs`): a file there of one of its names that it did not write (per
+the folder's ledger, or recognised as an earlier version's by its contents) or a link stops it before the first
+sample; its own files are continued (the CSVs) or replaced (the summary and the plot), each write whole or not at all.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import signal
 import statistics
 import threading
@@ -17,11 +22,47 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from verl_p40 import UserError
-from verl_p40.atomic import write_text
 from verl_p40.gpu import plots
-from verl_p40.gpu.csv_log import CsvLog, read_gpu_csv
+from verl_p40.gpu.csv_log import CsvLog, header, read_gpu_csv, rotated
 from verl_p40.gpu.nvml import GPU_COLUMNS, PROCESS_COLUMNS, GPUSample, NvmlSource, ProcessSample, parse_gpus
 from verl_p40.gpu.prometheus import Exporter
+from verl_p40.outputs import OutputFolder
+
+# ------------------------------------------------------------------------------------------------ its files
+
+CSVS = {"gpu.csv": GPU_COLUMNS, "gpu-processes.csv": PROCESS_COLUMNS}
+KEEP = 3  # rotated parts of each CSV
+SUMMARY, PLOT = "gpu-summary.json", "gpu.png"
+NAMES = [*(n for name in CSVS for n in rotated(name, KEEP)), SUMMARY, PLOT]
+_PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def earlier_output(name: str, path: Path) -> bool:
+    """Whether `path`, not in the folder's ledger, is what a monitor wrote before the ledger (a CSV under its header,
+    a summary of its keys, a PNG beside such a summary): continued or replaced like its own."""
+    if not path.is_file() or path.is_symlink():
+        return False
+    csv_name = re.sub(r"\.\d+$", "", name)
+    try:
+        if csv_name in CSVS:
+            return header(path) == CSVS[csv_name]
+        if name == SUMMARY:
+            if path.stat().st_size > 64 * 2**20:
+                return False
+            found = json.loads(path.read_text(encoding="utf-8"))
+            return isinstance(found, dict) and {"duration_s", "samples", "gpus", "processes"} <= set(found)
+        if name == PLOT:
+            with open(path, "rb") as handle:
+                return handle.read(len(_PNG)) == _PNG and earlier_output(SUMMARY, path.with_name(SUMMARY))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return False
+
+
+def output_folder(out: Path, command: str = "monitor", flag: str = "--out") -> OutputFolder:
+    """The folder the monitor writes its files into (`command`: who runs it, the bench too)."""
+    return OutputFolder(Path(out), flag, command, adopt=earlier_output)
+
 
 # ------------------------------------------------------------------------------------------------ summary
 
@@ -143,10 +184,15 @@ class Monitor:
         alert_mem_pct: float | None = None,
         max_csv_bytes: int = 50 * 2**20,
         log=print,
+        command: str = "monitor",
     ):
         self.source, self.out, self.interval, self.exporter, self.log = source, Path(out), interval, exporter, log
-        self.gpu_csv = CsvLog(self.out / "gpu.csv", GPU_COLUMNS, max_csv_bytes)
-        self.proc_csv = CsvLog(self.out / "gpu-processes.csv", PROCESS_COLUMNS, max_csv_bytes)
+        self.folder = output_folder(self.out, command)
+        self.folder.check(NAMES)  # before the first sample: a user's file of one of its names, a link, a read-only disk
+        for stale in self.folder.remove_stale_temps(NAMES):
+            log(f"[monitor] removed {stale} (left by an interrupted monitor)")
+        self.gpu_csv = CsvLog(self.folder, "gpu.csv", GPU_COLUMNS, max_csv_bytes, KEEP)
+        self.proc_csv = CsvLog(self.folder, "gpu-processes.csv", PROCESS_COLUMNS, max_csv_bytes, KEEP)
         self.summary = Summary()
         self.alerts = Alerts(alert_mem_pct, log)
         self.stop_event = threading.Event()
@@ -175,10 +221,13 @@ class Monitor:
 
     def finish(self) -> dict:
         summary = self.summary.as_dict()
-        write_text(self.out / "gpu-summary.json", json.dumps(summary, indent=2) + "\n")
+        with self.folder.write([SUMMARY]) as (temp,):
+            temp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         csv_path = self.out / "gpu.csv"
         if csv_path.exists():
-            plots.gpu_memory(read_gpu_csv(csv_path), self.out / "gpu.png")
+            samples = read_gpu_csv(csv_path)
+            with self.folder.write([PLOT]) as (temp,):
+                plots.gpu_memory(samples, temp)
         return summary
 
 
@@ -187,7 +236,9 @@ def main(args) -> int:
     log = lambda line: print(line, flush=True)  # noqa: E731
     if args.plot:
         csv_path = Path(args.plot)
-        target = Path(args.plot_out) if args.plot_out else csv_path.with_name("gpu.png")
+        target = Path(args.plot_out) if args.plot_out else csv_path.with_name(PLOT)
+        folder = output_folder(target.parent, flag="--plot-out")
+        folder.check([target.name])  # a user's picture of that name, or a link: refused before the CSV is read
         try:
             samples = read_gpu_csv(csv_path)
         except OSError as exc:
@@ -198,11 +249,13 @@ def main(args) -> int:
             ) from None
         if not samples:
             raise UserError(f"{csv_path}: not a gpu.csv written by verl-p40 monitor (no samples)")
-        plots.gpu_memory(samples, target)
+        with folder.write([target.name]) as (temp,):
+            plots.gpu_memory(samples, temp)
         print(f"wrote {target}")
         return 0
-    source = NvmlSource(parse_gpus(args.gpus), log=log)
     out = Path(args.out)
+    output_folder(out).check(NAMES)  # before NVML is asked: what is in the way is said first, and nothing is written
+    source = NvmlSource(parse_gpus(args.gpus), log=log)
     if args.once:
         monitor = Monitor(source, out, log=log, alert_mem_pct=args.alert_mem_pct)
         rows, procs = monitor.sample_once()

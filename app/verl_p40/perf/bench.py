@@ -2,6 +2,10 @@
 product's own settings, written as one shareable JSON: the GPU, driver, torch, profile, seconds per step and per phase,
 peak memory (NVML, per process, through the monitor), this GPU's measured constants, and the projection's error
 against the measurement, beside the projection for a Tesla P40. P40 owners who run it confirm or correct the projection.
+
+The JSON is written through its folder's ledger (`verl_p40.outputs`): a file of its name that bench did not write, or a
+link, is refused before any work, as is one in the monitor's folder beside it (`NAME-logs/gpu`); its own earlier result
+is replaced whole.
 """
 
 from __future__ import annotations
@@ -19,9 +23,44 @@ from pathlib import Path
 from typing import Any
 
 from verl_p40 import UserError, __version__
-from verl_p40.atomic import write_text
 from verl_p40.child import last_error_line, run_python
+from verl_p40.outputs import OutputFolder
 from verl_p40.perf import projection
+
+_EARLIER = b'{\n  "verl_p40_bench": '  # how every result bench wrote begins
+
+
+def output_folder(out: Path) -> OutputFolder:
+    """The folder of `--out FILE`; a result an earlier version wrote there (no ledger yet) is bench's own."""
+
+    def earlier(name: str, path: Path) -> bool:
+        if name != out.name or not path.is_file() or path.is_symlink():
+            return False
+        with open(path, "rb") as handle:
+            return handle.read(len(_EARLIER)) == _EARLIER
+
+    return OutputFolder(out.parent, "--out", "bench", adopt=earlier)
+
+
+def logs_folder(out: Path) -> Path:
+    """Where the run's trainer log and GPU samples go, beside the result."""
+    return out.parent / f"{out.stem}-logs"
+
+
+def check_outputs(out: Path) -> OutputFolder:
+    """Before any work: `out` free or bench's own, and the monitor's files beside it too."""
+    from verl_p40.gpu import monitor
+
+    folder = output_folder(out)
+    folder.check([out.name])
+    monitor.output_folder(logs_folder(out) / "gpu", "bench").check(monitor.NAMES)
+    return folder
+
+
+def save(folder: OutputFolder, out: Path, result: dict) -> None:
+    """The result as `out`, whole or not at all, over bench's own earlier one."""
+    with folder.write([out.name]) as (temp,):
+        temp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
 
 
 def make_random_model(source: Path, target: Path) -> Path:
@@ -58,7 +97,7 @@ class Sampler:
         from verl_p40.gpu.monitor import Monitor
         from verl_p40.gpu.nvml import NvmlSource
 
-        self.monitor = Monitor(NvmlSource(log=lambda line: None), out, interval, log=lambda line: None)
+        self.monitor = Monitor(NvmlSource(log=lambda line: None), out, interval, log=lambda line: None, command="bench")
         self.thread = threading.Thread(target=self.monitor.run, daemon=True)
 
     def __enter__(self) -> Sampler:
@@ -149,14 +188,17 @@ def run(options, steps: int, out: Path, skip: dict[str, str], keep: Path | None 
     """Run `steps` training steps with random weights of `options.model`'s shape; write and return the JSON."""
     if steps < 2:
         raise UserError("--steps must be at least 2 (the first step is warm-up and is not timed)")
+    folder = check_outputs(out)  # a user's file of its name, a link, a read-only folder: said before the model is made
     work = Path(tempfile.mkdtemp(prefix="verl-p40-bench-"))
     try:  # the random-weight model (2 GB for 0.5B) and the run's checkpoints are the bench's own: never left behind
-        return _run(options, steps, out, skip, keep, work)
+        return _run(options, steps, out, skip, keep, work, folder)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _run(options, steps: int, out: Path, skip: dict[str, str], keep: Path | None, work: Path) -> dict:
+def _run(
+    options, steps: int, out: Path, skip: dict[str, str], keep: Path | None, work: Path, folder: OutputFolder
+) -> dict:
     from verl_p40.doctor.runner import preflight
     from verl_p40.plan.planner import plan
     from verl_p40.run.trainer import run_trainer
@@ -185,7 +227,7 @@ def _run(options, steps: int, out: Path, skip: dict[str, str], keep: Path | None
     preflight(run_plan, options, {"disk": "bench (it keeps no checkpoint)", **skip})
     print("[bench] measuring this GPU's constants", flush=True)
     card = projection.Card(**_calibration(model))
-    logs = out.parent / f"{out.stem}-logs"
+    logs = logs_folder(out)
     started = time.time()
     with Sampler(logs / "gpu") as sampler:
         code = run_trainer(run_plan, str(logs))
@@ -218,7 +260,7 @@ def _run(options, steps: int, out: Path, skip: dict[str, str], keep: Path | None
         "command": shlex.join(["verl-p40", *sys.argv[1:]]),
         "trainer_log": str(log),
     }
-    write_text(out, json.dumps(result, indent=2) + "\n")
+    save(folder, out, result)
     return result
 
 
