@@ -7,7 +7,7 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
@@ -72,3 +72,19 @@ def _replace(temp: Path, target: Path, temps: list[Path]) -> None:
 def write_text(path: Path, text: str, mode: int | None = None) -> None:
     with staged([path], mode=mode) as (temp,):
         temp.write_text(text, encoding="utf-8")
+
+
+def write_whole(fd: int, data: bytes, start: int | None = None, before_undo: Callable[[], None] | None = None) -> None:
+    """`data` written to the open file `fd` at `start` (its end by default), all of it or none: a write refused (a
+    full disk) or interrupted (a signal) is taken back by cutting the file to where it began, and re-raised;
+    `before_undo` runs first (to see the disk as the failed write left it)."""
+    start = os.lseek(fd, 0, os.SEEK_END) if start is None else os.lseek(fd, start, os.SEEK_SET)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except BaseException:
+        if before_undo:
+            before_undo()
+        os.ftruncate(fd, start)
+        raise

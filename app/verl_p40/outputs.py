@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from verl_p40 import UserError
-from verl_p40.atomic import staged, write_text
+from verl_p40.atomic import staged, write_text, write_whole
 
 LEDGER = ".verl-p40-outputs.json"
 # What a library written in another language reports when the operating system refused a write (safetensors' Rust,
@@ -198,15 +198,10 @@ class OutputFolder:
 
     def _add(self, fd: int, name: str, data: bytes) -> None:
         with self.reasons(f"write {name}"):
-            start = os.lseek(fd, 0, os.SEEK_END)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-            except BaseException:
-                self._was_full = self._full()
-                os.ftruncate(fd, start)
-                raise
+            write_whole(fd, data, before_undo=self._note_full)
+
+    def _note_full(self) -> None:
+        self._was_full = self._full()  # seen before the failed write is taken back
 
     def rename(self, name: str, new: str) -> None:
         """Move its own file `name` onto `new` (free, or its own: replaced), the ledger following (a rotated log)."""

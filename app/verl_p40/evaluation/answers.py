@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from verl_p40 import UserError
+from verl_p40.atomic import write_whole
 
 ANSWERS = "answers.jsonl"
 FIX = "use another --out or remove it"
@@ -138,15 +139,7 @@ class Appender:
         self._write("".join(lines).encode("utf-8"), os.lseek(self.fd, 0, os.SEEK_END))
 
     def _write(self, data: bytes, start: int) -> None:
-        """`data` at the end, all of it or none: a refused or interrupted write is taken back."""
-        os.lseek(self.fd, start, os.SEEK_SET)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(self.fd, view) :]
-        except BaseException:
-            os.ftruncate(self.fd, start)
-            raise
+        write_whole(self.fd, data, start)
 
     def __exit__(self, *exc) -> None:
         empty = os.fstat(self.fd).st_size == 0
