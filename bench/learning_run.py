@@ -217,6 +217,7 @@ def audit(args: argparse.Namespace, work: Path, out: Path) -> dict:
         raise SystemExit("audit: the op audit is of the P40 path (--mode p40)")
     audit_file, logs = work / "audit.jsonl", work / "logs-audit"
     audit_file.unlink(missing_ok=True)
+    shutil.rmtree(logs, ignore_errors=True)  # an earlier audit's log would be read as this one's
     command = train_command(args, work, audit=True)
     print("$ " + shlex.join(command), flush=True)
     ray_stop()
@@ -449,6 +450,8 @@ def report(work: Path, out: Path, state: State) -> dict:
 def p40_projection(mode: str, steps: list[dict], work: Path) -> dict:
     """What the run's steps would take on one Tesla P40: bench/project.py's projection of the recipe as the p40
     profile runs it, at this run's logged answer lengths and phase times."""
+    if not steps:
+        return {"note": "no training step was logged: nothing to project"}
     import project
     from verl_p40.perf import projection
 

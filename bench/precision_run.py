@@ -82,7 +82,7 @@ def grad_norms(steps: list[dict]) -> dict:
         values = [s.get(key) for s in steps]
         summary[key] = {
             "per_step": values,
-            "all_finite": bool(values) and all(isinstance(v, float) and math.isfinite(v) for v in values),
+            "all_finite": bool(values) and all(isinstance(v, (int, float)) and math.isfinite(v) for v in values),
         }
     return summary
 
@@ -153,7 +153,7 @@ def train(name: str, model: str, data: str, steps: int, out: Path) -> None:
         "trainer.val_before_train=false",
         env=mask_env(None),
         log=WORK / f"train-{name}.log",
-        timeout=150 + 40 * steps,
+        timeout=570,  # one device call: ~100 s start-up and ~20 s a step leave 20 steps room
     )
     for log in logs.glob("train-*.log"):
         (out / f"train-{name}.log").write_text(log.read_text(errors="replace"))
@@ -208,7 +208,7 @@ def main() -> None:
     parser.add_argument("phase", choices=("rows", "report", "train", "agree"))
     parser.add_argument("--model", help="train: the real-weights model folder")
     parser.add_argument("--data", help="train: the prepared GSM8K folder")
-    parser.add_argument("--steps", type=int, default=15, help="train: PPO steps (~20 s each on an H200)")
+    parser.add_argument("--steps", type=int, default=20, help="train: PPO steps (~20 s each on an H200)")
     parser.add_argument("names", nargs="*", help=f"rows: which rows, in this order ({', '.join(ROWS)})")
     parser.add_argument("--out", type=Path, default=Path("/tmp/precision-out"))
     parser.add_argument("--dir", type=Path, help="report: the folder of precision-*.json")

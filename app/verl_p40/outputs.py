@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import glob
 import json
 import os
@@ -188,16 +189,18 @@ class OutputFolder:
             self.folder.mkdir(parents=True, exist_ok=True)
             if self._ledger().get(name, {}).get("kind") != "file":
                 self._record({name: path})
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)  # the umask applies
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)  # the umask applies
         try:
-            with self.reasons(f"write {name}"):
+            with self.reasons(f"write {name}"), _locked(fd):
                 _cut_to_whole_lines(fd)
             yield lambda data: self._add(fd, name, data)
         finally:
             os.close(fd)
 
     def _add(self, fd: int, name: str, data: bytes) -> None:
-        with self.reasons(f"write {name}"):
+        # locked: another writer of the same file (the gpu-monitor service and a `monitor --once` into /logs/gpu)
+        # never lands between this batch's start and its end, nor is cut off when this one is taken back
+        with self.reasons(f"write {name}"), _locked(fd):
             write_whole(fd, data, before_undo=self._note_full)
 
     def _note_full(self) -> None:
@@ -239,6 +242,16 @@ class OutputFolder:
         for path in stale:
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else path.unlink()
         return stale
+
+
+@contextlib.contextmanager
+def _locked(fd: int) -> Iterator[None]:
+    """An exclusive advisory lock on the open file `fd` for the block (writers of one file take turns)."""
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 def _cut_to_whole_lines(fd: int, block: int = 1 << 16) -> None:

@@ -32,12 +32,34 @@ def test_the_table_gives_each_plan_against_fp32_and_flags_a_nan(tmp_path):
     assert "incomplete: 2 steps logged, timed [25.0]" in rows[2] and rows[2].endswith("actor NO, critic yes |")
 
 
-def test_the_rows_are_the_ampere_profile_with_one_precision_setting_each():
-    assert precision_run.ROWS["fp32"][1] == ["--tf32", "off"] and precision_run.ROWS["fp32-tf32"][1] == []
-    bf16 = precision_run.ROWS["bf16"][1]
-    assert "actor_rollout_ref.rollout.dtype=bfloat16" in bf16
-    for key in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic.model"):
-        assert f"{key}.fsdp_config.mixed_precision.param_dtype=bf16" in bf16
+def test_each_row_benches_the_ampere_profile_with_its_own_precision_setting(tmp_path, monkeypatch):
+    """A row runs `verl-p40 bench --profile ampere` unmasked with the 24 GB cap and its one setting, and its JSON
+    keeps what the bench returned beside how it ran; a bench that wrote nothing is recorded as failed."""
+    calls = []
+
+    def bench(*args, env, log, timeout):
+        calls.append(list(args))
+        target = Path(args[args.index("--out") + 1])
+        if "bf16" not in target.name:
+            target.write_text(json.dumps(bench_json(3.0, [1.0])))
+        return 0 if "bf16" not in target.name else 1
+
+    monkeypatch.setattr(precision_run, "WORK", tmp_path / "work")
+    monkeypatch.setattr(precision_run, "verl_p40", bench)
+    (tmp_path / "work").mkdir()
+    for name in ("fp32", "fp32-tf32", "bf16"):
+        precision_run.row(name, tmp_path)
+    fp32, shipped, bf16 = calls
+    for command in calls:
+        assert (
+            command[:3] == ["bench", "--profile", "ampere"]
+            and command[command.index("--gpu-memory-cap-gb") + 1] == "24"
+        )
+    assert fp32[-2:] == ["--tf32", "off"] and "--tf32" not in shipped
+    assert "actor_rollout_ref.rollout.dtype=bfloat16" in bf16 and "--tf32" not in bf16
+    assert json.loads((tmp_path / "precision-fp32.json").read_text())["precision"]["options"] == ["--tf32", "off"]
+    failed = json.loads((tmp_path / "precision-bf16.json").read_text())
+    assert failed["error"] == "exit code 1" and failed["precision"]["exit_code"] == 1
 
 
 def test_agree_lays_the_bf16_run_against_the_band_of_two_fp32_runs(tmp_path):

@@ -205,3 +205,28 @@ def test_rename_moves_its_own_file_and_the_ledger_follows(tmp_path):
     with pytest.raises(UserError, match=r"gpu.csv.2: already there and not written by verl-p40 monitor"):
         out.rename("gpu.csv.1", "gpu.csv.2")
     assert (tmp_path / "gpu.csv.1").read_text() == "new" and (tmp_path / "gpu.csv.2").read_text() == "mine"
+
+
+def test_two_writers_appending_to_one_file_never_mix_or_cut_each_others_lines(tmp_path):
+    """The gpu-monitor service and a `monitor --once` may add to the same gpu.csv: each batch lands whole, in turn."""
+    import multiprocessing
+
+    with OutputFolder(tmp_path, "--out", "monitor").append("gpu.csv") as add:  # the command's own file first
+        add(b"")
+    context = multiprocessing.get_context("fork")
+    writers = [context.Process(target=_append_batches, args=(tmp_path, tag)) for tag in "ab"]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(60)
+        assert writer.exitcode == 0
+    lines = (tmp_path / "gpu.csv").read_text().splitlines()
+    assert len(lines) == 2 * 200 * 50
+    assert all(line in (f"a,{'x' * 300}", f"b,{'y' * 300}") for line in lines)
+
+
+def _append_batches(folder, tag: str) -> None:
+    line = f"{tag},{('x' if tag == 'a' else 'y') * 300}\n".encode()
+    with OutputFolder(folder, "--out", "monitor").append("gpu.csv") as add:
+        for _ in range(200):
+            add(line * 50)

@@ -272,9 +272,18 @@ def test_stop_event_ends_the_loop_promptly(tmp_path):
     mon = m.Monitor(Quiet(), tmp_path, interval=30.0, log=lambda _: None)
     thread = threading.Thread(target=mon.run)
     thread.start()
-    mon.stop_event.set()
+    mon.stop_event.set()  # what SIGTERM and Ctrl-C do (cli: the monitor's stop)
     thread.join(timeout=5)
     assert not thread.is_alive()
+    summary = mon.finish()  # what main does after the loop, in its finally: the summary and the plot, each whole
+    assert json.loads((tmp_path / "gpu-summary.json").read_text()) == json.loads(json.dumps(summary))
+    assert (tmp_path / "gpu.png").stat().st_size > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".verl-p40-outputs.json",
+        "gpu-summary.json",
+        "gpu.csv",
+        "gpu.png",
+    ]
 
 
 def test_gpu_list_parsing():

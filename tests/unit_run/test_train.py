@@ -267,6 +267,37 @@ def test_cudnn_attention_is_off_in_the_workers_of_sm80_plans_only(monkeypatch):
     assert any("cuDNN attention left as PyTorch has it" in note for note in own.notes)
 
 
+def test_worker_settings_left_in_the_shell_never_reach_the_workers():
+    """What memcap applies in the workers comes from the run's plan only: a TF32 switch or a cap exported in the shell
+    (for another card) is not passed on to a P40 plan's trainer, whose plan sets neither."""
+    from verl_p40 import defaults
+    from verl_p40.run.trainer import worker_free
+
+    shell = {
+        "PATH": "/usr/bin",
+        defaults.TF32_ENV: "1",
+        defaults.NO_CUDNN_ATTENTION_ENV: "1",
+        defaults.GPU_MEMORY_CAP_ENV: "80",
+        "VERL_P40_TF32": "auto",  # the user's option, read by the CLI itself
+    }
+    assert worker_free(shell) == {"PATH": "/usr/bin", "VERL_P40_TF32": "auto"}
+
+
+def test_an_own_external_lib_is_told_which_option_to_leave_out(monkeypatch):
+    import pytest
+
+    from verl_p40 import UserError, defaults
+    from verl_p40.gpu.nvml import GPUInfo
+
+    h100 = [GPUInfo(0, "NVIDIA H100", (9, 0), 79.6)]
+    with pytest.raises(
+        UserError, match=r"--tf32 work through .*external_lib.* \(use --tf32 off, or drop your external_lib\)"
+    ):
+        _planned(monkeypatch, h100, profile="ampere", sets=["actor_rollout_ref.model.external_lib=mine"])
+    own = _planned(monkeypatch, h100, profile="ampere", tf32="off", sets=["actor_rollout_ref.model.external_lib=mine"])
+    assert defaults.NO_CUDNN_ATTENTION_ENV not in own.env
+
+
 def test_cudnn_attention_is_switched_off_by_the_worker_hook_only_when_asked():
     import os
     import subprocess

@@ -289,7 +289,7 @@ EDITS: list[Edit] = [
         "    return runtime_env\n",
         why="the trainer's environment reaches verl's workers only when the trainer starts Ray itself; on a cluster "
         "started first (verl-p40 cluster head/join) the workers inherit the Ray daemon's environment, so the memory "
-        "cap and TF32 of the run's plan did not reach them",
+        "cap, TF32 and cuDNN attention settings of the run's plan did not reach them",
     ),
     Edit(
         name="reward-parts-in-training-metrics",

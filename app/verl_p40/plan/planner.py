@@ -235,7 +235,7 @@ def plan(options: RunOptions) -> RunPlan:
         notes.append("TF32 matmuls off (--tf32 off)")
     user = parse_set(options.sets)
     own_hook = any(o.key.lstrip("+") == "actor_rollout_ref.model.external_lib" for o in user)
-    if sm is not None and sm >= 8.0 and own_hook and not hooked:
+    if sm is not None and sm >= 8.0 and own_hook:
         notes.append("cuDNN attention left as PyTorch has it: your actor_rollout_ref.model.external_lib takes the hook")
     elif sm is not None and sm >= 8.0:
         # cuDNN's SDPA backward on sm_90 with an attention mask can give NaN gradients in bf16/fp16
@@ -249,7 +249,9 @@ def plan(options: RunOptions) -> RunPlan:
     if hooked and own_hook:
         raise UserError(
             f"{' and '.join(hooked)} work through actor_rollout_ref.model.external_lib; "
-            "it cannot be combined with your own external_lib"
+            "it cannot be combined with your own external_lib ("
+            + ", ".join("use --tf32 off" if h == "--tf32" else f"leave out {h}" for h in hooked)
+            + ", or drop your external_lib)"
         )
     overrides += user
     hydra_overrides = to_hydra(overrides)

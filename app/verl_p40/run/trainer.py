@@ -12,10 +12,22 @@ import sys
 import time
 from pathlib import Path
 
+from verl_p40 import defaults
 from verl_p40.plan.planner import RunPlan
 from verl_p40.plan.verlconfig import hydra_value
 from verl_p40.run.failures import Diagnosis
 from verl_p40.run.trainer_log import ValidationWatch
+
+
+def worker_free(environ: os._Environ | dict) -> dict[str, str]:
+    """The environment without the settings verl_p40.memcap applies in the workers (memory cap, TF32, cuDNN
+    attention): those come from the run's plan only, so a variable left over in the shell (a TF32 switch exported
+    on another card) never reaches a P40 plan's workers."""
+    return {
+        k: v
+        for k, v in environ.items()
+        if k != defaults.GPU_MEMORY_CAP_ENV and not k.startswith(defaults.WORKER_ENV_PREFIX)
+    }
 
 
 def run_trainer(run: RunPlan, logs: str) -> int:
@@ -28,7 +40,7 @@ def run_trainer(run: RunPlan, logs: str) -> int:
     log_path = log_dir / f"train-{stamp}.log"
     stop_file = log_dir.absolute() / f".stop-requested-{stamp}"
     stop_file.unlink(missing_ok=True)
-    env = {**os.environ, **run.env, "PYTHONUNBUFFERED": "1"}
+    env = {**worker_free(os.environ), **run.env, "PYTHONUNBUFFERED": "1"}
     overrides = [
         *run.overrides,
         f"hydra.run.dir={log_dir.absolute()}/hydra/{stamp}",
