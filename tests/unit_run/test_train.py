@@ -446,3 +446,11 @@ def test_bench_plans_once_too(tiny_model, prepared, tmp_path, monkeypatch, capsy
     )
     assert code == 0, capsys.readouterr().err
     assert len(composed) == 1 and out.is_file()
+
+
+def test_the_algorithm_line_gives_the_batch_the_run_will_use(monkeypatch):
+    """`algorithm: ... N prompts a step` is read from the composed config, so a --set data.train_batch_size shows."""
+    recipe = _planned(monkeypatch, None, profile="p40", algorithm="grpo-gsm8k")
+    assert "algorithm: grpo-gsm8k (grpo), 8 samples per prompt, 32 prompts a step" in recipe.notes
+    halved = _planned(monkeypatch, None, profile="p40", algorithm="grpo-gsm8k", sets=["data.train_batch_size=16"])
+    assert "algorithm: grpo-gsm8k (grpo), 8 samples per prompt, 16 prompts a step" in halved.notes

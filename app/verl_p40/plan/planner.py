@@ -182,11 +182,8 @@ def plan(options: RunOptions) -> RunPlan:
         overrides.append(Override("actor_rollout_ref.rollout.n", str(n), origin))
     per_prompt = algorithms.batch_per_prompt(profile.verl, n, origin)
     overrides += [Override(key, str(value), f"{origin} ({n} samples per prompt)") for key, value in per_prompt.items()]
-    prompts = per_prompt.get("data.train_batch_size", profile.verl.get("data", {}).get("train_batch_size"))
-    notes.append(
-        f"algorithm: {algorithm.name} ({algorithm.estimator}), {n} sample{'s' * (n > 1)} per prompt, "
-        f"{prompts} prompts a step"
-    )
+    algorithm_note = len(notes)  # completed with the composed batch below (a --set data.train_batch_size wins)
+    notes.append(f"algorithm: {algorithm.name} ({algorithm.estimator}), {n} sample{'s' * (n > 1)} per prompt")
     overrides.append(
         Override(
             "trainer.experiment_name",
@@ -256,6 +253,7 @@ def plan(options: RunOptions) -> RunPlan:
     overrides += user
     hydra_overrides = to_hydra(overrides)
     cfg = compose(hydra_overrides)  # raises a clear UserError on anything verl's config rejects
+    notes[algorithm_note] += f", {cfg.data.train_batch_size} prompts a step"
     from verl_p40.plan import rules
     from verl_p40.plan.verlconfig import base_config
 
