@@ -45,6 +45,13 @@ def test_the_reason_is_given():
         "rollout: hf (float32) instead of the profile's vllm: vLLM is not installed here (the default "
         "image has none; the -vllm image variant carries it)"
     )
+    # the run's own rollout dtype wins over the profile's, and the note names it (a bf16 run said "float32")
+    _, notes = engines.complete(
+        profiles.load("ampere").verl,
+        Where(sm=H200, vllm=False, triton=True),
+        {"actor_rollout_ref.rollout.dtype": "bfloat16"},
+    )
+    assert notes[0].startswith("rollout: hf (bfloat16) instead of the profile's vllm")
     verl, notes = engines.complete(profiles.load("volta-turing").verl, Where(sm=P40, vllm=True, triton=True))
     assert notes[0].endswith("vLLM needs sm_70 or newer, this GPU is sm_61")
     assert verl["actor_rollout_ref"]["rollout"]["dtype"] == "float16"  # the profile's dtype is kept

@@ -54,8 +54,9 @@ def _why_not(package: str, installed: bool, min_sm: float, sm: float | None, hin
     return None
 
 
-def complete(verl: dict, where: Where) -> tuple[dict, list[str]]:
-    """(the profile's verl settings completed for `where`, notes on every choice made)."""
+def complete(verl: dict, where: Where, user_sets: dict[str, str] | None = None) -> tuple[dict, list[str]]:
+    """(the profile's verl settings completed for `where`, notes on every choice made). `user_sets`: the run's own
+    `key=value` settings, which win over the profile's, so that a note names the value the run will use."""
     from omegaconf import OmegaConf
 
     tree = OmegaConf.create(verl)  # a copy: the profile's own settings stay as loaded
@@ -71,7 +72,9 @@ def complete(verl: dict, where: Where) -> tuple[dict, list[str]]:
         )
         if reason:
             OmegaConf.update(tree, "actor_rollout_ref.rollout.name", "hf")
-            dtype = OmegaConf.select(tree, "actor_rollout_ref.rollout.dtype") or "bfloat16"
+            dtype = (user_sets or {}).get("actor_rollout_ref.rollout.dtype") or (
+                OmegaConf.select(tree, "actor_rollout_ref.rollout.dtype") or "bfloat16"
+            )
             notes.append(f"rollout: hf ({dtype}) instead of the profile's vllm: {reason}")
         else:
             notes.append("rollout: vllm (installed, and the GPU is sm_70 or newer)")

@@ -134,7 +134,8 @@ def plan(options: RunOptions) -> RunPlan:
     layout = layout_mod.choose(detect_gpus(), options.gpus, options.nodes)
     profile, notes, sm = resolve_profile(options.profile, layout.gpus)
     check_settings(profile.verl, str(profile.path))
-    completed, choices = engines.complete(profile.verl, engines.here(sm))
+    user_sets = {o.key.lstrip("+"): o.value for o in parse_set(options.sets)}
+    completed, choices = engines.complete(profile.verl, engines.here(sm), user_sets)
     algorithm = algorithms.load(options.algorithm)
     check_settings(algorithm.verl, str(algorithm.path))
     n = options.samples_per_prompt or algorithm.samples_per_prompt
@@ -235,12 +236,13 @@ def plan(options: RunOptions) -> RunPlan:
     if sm is not None and sm >= 8.0 and own_hook:
         notes.append("cuDNN attention left as PyTorch has it: your actor_rollout_ref.model.external_lib takes the hook")
     elif sm is not None and sm >= 8.0:
-        # cuDNN's SDPA backward on sm_90 with an attention mask can give NaN gradients in bf16/fp16
-        # (pytorch/pytorch#196678, torch 2.11+); fp32 never uses it, and FlashAttention or the memory-efficient
-        # kernel take its place. Off in every worker, so a bf16 plan never meets it.
+        # A precaution: cuDNN's SDPA backward on sm_90 with an attention mask is reported upstream to give NaN
+        # gradients in bf16/fp16 (pytorch/pytorch#196678, torch 2.11+); bench/sdpa_nan_check.py did not show it
+        # on an H200 (bench/results/precision-2026-12-01/). fp32 never uses it, and FlashAttention or the
+        # memory-efficient kernel take its place. Off in every worker, so a bf16 plan never meets it.
         env[defaults.NO_CUDNN_ATTENTION_ENV] = "1"
         hooked.append("cuDNN attention off")
-        notes.append("cuDNN attention off in the workers (its bf16 backward can give NaN gradients: pytorch#196678)")
+        notes.append("cuDNN attention off in the workers (a precaution: pytorch#196678 reports NaN bf16 gradients)")
     if hooked:
         overrides.append(Override("actor_rollout_ref.model.external_lib", defaults.MEMCAP_MODULE, " and ".join(hooked)))
     if hooked and own_hook:
