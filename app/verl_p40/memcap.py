@@ -67,9 +67,9 @@ def apply_tf32() -> bool:
 
 def apply_attention() -> bool:
     """cuDNN's scaled-dot-product attention off when `VERL_P40_WORKER_NO_CUDNN_ATTENTION=1` (set by `verl-p40 train` on
-    sm_80+, where PyTorch may pick it for bf16/fp16): its backward with an attention mask has given NaN gradients on
-    sm_90 (pytorch/pytorch#196678). SDPA then runs FlashAttention or the memory-efficient kernel; fp32 never used
-    cuDNN's. True when it was switched off."""
+    sm_80+, where PyTorch may pick it for bf16/fp16), a precaution: its backward with an attention mask is reported to
+    give NaN gradients on sm_90 (pytorch/pytorch#196678; not shown by bench/sdpa_nan_check.py's small case). SDPA then
+    runs FlashAttention or the memory-efficient kernel; fp32 never used cuDNN's. True when it was switched off."""
     if os.environ.get(NO_CUDNN_ATTENTION_ENV) != "1":
         return False
     import torch

@@ -269,21 +269,26 @@ def test_two_grpo_steps_with_two_samples_per_prompt(cluster, run_dirs, tmp_path)
     assert record["algorithm"] == "grpo" and record["samples_per_prompt"] == 2 and record["lora"] is None
 
 
-def test_bf16_mixed_precision_keeps_every_gradient_finite(cluster, run_dirs, tmp_path):
+@pytest.mark.parametrize("trim", ["true", "false"])
+def test_bf16_mixed_precision_keeps_every_gradient_finite(cluster, run_dirs, tmp_path, trim):
     """Issue 33's first suspect list, on the path a CPU can run: bf16 mixed precision (params fp32, compute bf16,
     reduce fp32, as the ampere profile had it) through verl's PPO loop with the whole patch set (its autocast-dtype
-    edits, padding trimming, SDPA, the value head) gives finite actor and critic gradient norms in every step. The
-    unmasked H200's NaN (FSDP1, CUDA SDPA kernels in bf16) is therefore not in these edits' CPU behaviour."""
+    edits, SDPA, the value head) gives finite actor and critic gradient norms in every step, with padding trimming on
+    (every profile since 2026-12-01) and off (the full width, as the 2026-11-30 H200 run that gave NaN had it: fully
+    masked padding rows reach SDPA and the value head). The H200's NaN (FSDP1, CUDA SDPA kernels in bf16) is therefore
+    not in these edits' CPU behaviour."""
     import math
 
     mixed = [
         f"+{key}.fsdp_config.mixed_precision.param_dtype=bf16"
         for key in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic.model")
     ]
+    width = [f"actor_rollout_ref.model.trim_padding={trim}", f"critic.model.trim_padding={trim}"]
     dirs = {**run_dirs, "checkpoints": tmp_path / "ckpt"}
-    result = _train(cluster, dirs, tmp_path / "logs", 2, *mixed, "actor_rollout_ref.rollout.dtype=bfloat16")
+    result = _train(cluster, dirs, tmp_path / "logs", 2, *mixed, *width, "actor_rollout_ref.rollout.dtype=bfloat16")
     log = _trainer_log(result, tmp_path / "logs")
     assert "'param_dtype': 'bf16'" in log.read_text()  # verl got bf16, not the profile's fp32
+    assert f"'trim_padding': {trim.title()}" in log.read_text()  # the width asked for reached verl's config
     steps = read_steps(log)
     assert [int(s["step"]) for s in steps] == [1, 2]
     for step in steps:
