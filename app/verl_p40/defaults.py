@@ -44,3 +44,10 @@ MEMCAP_MODULE = "verl_p40.memcap"  # also applies TF32_ENV (`--tf32`) and NO_CUD
 WORKER_ENV_PREFIX = "VERL_P40_WORKER_"  # what verl_p40.memcap reads in the workers: set by train's plan only
 TF32_ENV = "VERL_P40_WORKER_TF32"  # set by train for its workers; users set --tf32 ($VERL_P40_TF32)
 NO_CUDNN_ATTENTION_ENV = "VERL_P40_WORKER_NO_CUDNN_ATTENTION"  # set by train for its workers on sm_80+
+
+
+def is_worker_setting(name: str) -> bool:
+    """An environment variable verl_p40.memcap applies in the trainer's workers (the memory cap, TF32, cuDNN
+    attention): the one rule for what the run's plan alone sets (run/trainer.py) and what travels with verl's job to
+    every Ray host (the patch set's worker-settings-reach-every-host edit)."""
+    return name == GPU_MEMORY_CAP_ENV or name.startswith(WORKER_ENV_PREFIX)

@@ -283,9 +283,9 @@ EDITS: list[Edit] = [
         "    # verl-p40: what verl_p40.memcap applies in each worker (memory cap, TF32, cuDNN attention) goes with the\n"
         "    # job, so it also reaches the workers of a Ray cluster started before the trainer (verl-p40 cluster, the\n"
         "    # ray-* services)\n"
-        '    runtime_env["env_vars"].update(\n'
-        '        {k: v for k, v in os.environ.items() if k == "VERL_P40_GPU_MEMORY_CAP_GB" or k.startswith("VERL_P40_WORKER_")}\n'
-        "    )\n"
+        "    from verl_p40.defaults import is_worker_setting\n"
+        "\n"
+        '    runtime_env["env_vars"].update({k: v for k, v in os.environ.items() if is_worker_setting(k)})\n'
         "    return runtime_env\n",
         why="the trainer's environment reaches verl's workers only when the trainer starts Ray itself; on a cluster "
         "started first (verl-p40 cluster head/join) the workers inherit the Ray daemon's environment, so the memory "

@@ -23,11 +23,7 @@ def worker_free(environ: os._Environ | dict) -> dict[str, str]:
     """The environment without the settings verl_p40.memcap applies in the workers (memory cap, TF32, cuDNN
     attention): those come from the run's plan only, so a variable left over in the shell (a TF32 switch exported
     on another card) never reaches a P40 plan's workers."""
-    return {
-        k: v
-        for k, v in environ.items()
-        if k != defaults.GPU_MEMORY_CAP_ENV and not k.startswith(defaults.WORKER_ENV_PREFIX)
-    }
+    return {k: v for k, v in environ.items() if not defaults.is_worker_setting(k)}
 
 
 def run_trainer(run: RunPlan, logs: str) -> int:
