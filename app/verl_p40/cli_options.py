@@ -15,6 +15,7 @@ from verl_p40.plan.run_options import RunOptions
 
 LATEST = "latest"  # a model given as the newest verl checkpoint under --checkpoints
 MONITOR_INTERVAL_ENV = "VERL_P40_MONITOR_INTERVAL"
+MONITOR_ALERT_ENV = "VERL_P40_MONITOR_ALERT_MEM_PCT"  # the gpu-monitor service's warning (MONITOR_ALERT_MEM_PCT)
 
 
 def _logs(*parts: str) -> str:
@@ -168,7 +169,9 @@ class MonitorOptions:
     gpus: str = option("all", "all, or GPU indices as nvidia-smi numbers them (e.g. 0,1)", check=parse_gpus)
     once: bool = option(False, "take one sample, print it, exit", switch=True)
     samples: int | None = option(None, "stop after N samples", kind=int, low=1, shown="run until SIGTERM/SIGINT")
-    alert_mem_pct: float | None = option(None, "warn when a GPU's memory use crosses N %%", kind=float, low=0, high=100)
+    alert_mem_pct: float | None = option(
+        None, "warn when a GPU's memory use crosses N %%", env=MONITOR_ALERT_ENV, kind=float, low=0, high=100
+    )
     max_csv_mb: float = option(50.0, "rotate gpu.csv at this size", kind=float, low=0.01)
     plot: str | None = option(None, "only redraw the picture from a gpu.csv", metavar="CSV", path=FILE)
     plot_out: str | None = option(None, "with --plot: where to write the PNG", shown="beside the CSV", path=FILE)

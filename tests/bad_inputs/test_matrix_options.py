@@ -94,6 +94,12 @@ CASES = [
         "$VERL_P40_GPUS '0,0': use all, or distinct GPU indices",
     ),
     (
+        "opt-env-monitor-alert",
+        ["monitor", "--once"],
+        {"VERL_P40_MONITOR_ALERT_MEM_PCT": "high"},
+        "$VERL_P40_MONITOR_ALERT_MEM_PCT: 'high' is not a number",
+    ),
+    (
         "opt-env-monitor-interval",
         ["monitor", "--once"],
         {"VERL_P40_MONITOR_INTERVAL": "fast"},
