@@ -1,4 +1,4 @@
-"""verl-p40: PPO post-training of small LLMs with verl 0.5.0 on old and small NVIDIA GPUs."""
+"""verl-p40: RL post-training (PPO, GRPO and kin) of small LLMs with verl 0.5.0 on old and small NVIDIA GPUs."""
 
 __version__ = "0.1.0"
 VERL_VERSION = "0.5.0"

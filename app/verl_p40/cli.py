@@ -246,7 +246,10 @@ COMMANDS = (
         hidden=("gpu_memory_cap_gb",),
     ),
     Command(
-        "train", cmd_train, o.TrainOptions, "run verl's PPO trainer (python -m verl.trainer.main_ppo) with the profile"
+        "train",
+        cmd_train,
+        o.TrainOptions,
+        "run verl's trainer (python -m verl.trainer.main_ppo: PPO, GRPO, ...) with the profile",
     ),
     Command(
         "cluster",
@@ -277,7 +280,9 @@ COMMANDS = (
         o.MonitorOptions,
         "sample the GPUs through NVML: CSV, Prometheus metrics, summary and plot",
     ),
-    Command("eval", cmd_eval, o.EvalOptions, "GSM8K accuracy of a model, or of two side by side (before/after PPO)"),
+    Command(
+        "eval", cmd_eval, o.EvalOptions, "GSM8K accuracy of a model, or of two side by side (before/after training)"
+    ),
     Command(
         "export",
         cmd_export,
@@ -291,7 +296,8 @@ COMMANDS = (
 def build_parser() -> argparse.ArgumentParser:
     """Every command's flags from its options dataclass; nothing is read from the environment here."""
     parser = Parser(
-        prog="verl-p40", description=f"PPO post-training with verl {VERL_VERSION} on old and small NVIDIA GPUs"
+        prog="verl-p40",
+        description=f"RL post-training (PPO, GRPO, ...) with verl {VERL_VERSION} on old and small NVIDIA GPUs",
     )
     parser.add_argument("--version", action="version", version=f"verl-p40 {__version__} (verl {VERL_VERSION})")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
