@@ -198,6 +198,15 @@ def _answers(world: Path) -> None:
     (world / "e-no-score" / "answers.jsonl").write_text(json.dumps(line) + "\n")
 
 
+def _checkpoints(world: Path) -> None:
+    """Checkpoint folders whose tracker file says something verl did not write, or names a step that is gone."""
+    for name, text in (("ck-gone", b"50\n"), ("ck-binary", b"\xff\xfe5\x00"), ("ck-empty", b"")):
+        actor = world / name / "exp" / "global_step_25" / "actor"
+        actor.mkdir(parents=True)
+        (actor / "model_world_size_1_rank_0.pt").write_bytes(b"")
+        (world / name / "exp" / "latest_checkpointed_iteration.txt").write_bytes(text)
+
+
 @pytest.fixture()
 def files(world):
     _models(world / "models")
@@ -205,6 +214,7 @@ def files(world):
     _sources(world)
     _eval_data(world)
     _answers(world)
+    _checkpoints(world)
     return world
 
 
@@ -277,6 +287,25 @@ CASES = [
         ("no-content", "no-content", "no-content.parquet: row 2: not in verl's RL schema (a prompt message has no"),
     ]),
     ("file-eval-answers-no-score", eval_("e-no-score"), {}, "e-no-score/answers.jsonl:1: not an answer verl-p40 eval"),
+    # latest: a tracker file naming no checkpoint that is there is named, not taken for "no checkpoint"
+    *group("latest", lambda ck: ["export", "--model", "latest", "--checkpoints", f"{T}/{ck}", "--out", f"{T}/x"], {}, [
+        ("step-gone", "ck-gone", "latest_checkpointed_iteration.txt: names step 50, but "),
+        ("not-utf8", "ck-binary", "ck-binary/exp/latest_checkpointed_iteration.txt: cannot read it (not UTF-8 text)"),
+        ("empty", "ck-empty", "latest_checkpointed_iteration.txt: says '', not a step number; pass the checkpoint's"),
+    ]),
+    (
+        "file-export-step-folder",
+        ["export", "--model", f"{T}/ck-gone/exp/global_step_25", "--out", f"{T}/x"],
+        {},
+        "global_step_25: neither a Hugging Face model folder (config.json) nor a verl FSDP checkpoint; pass its actor "
+        "folder",
+    ),
+    (
+        "file-export-merger-fails",
+        ["export", "--model", f"{T}/ck-gone/exp/global_step_25/actor", "--out", f"{T}/x"],
+        {},
+        "global_step_25/actor: verl's model merger failed (",  # its reason in the line, not 3000 characters of it
+    ),
     # export: the source verified
     *group("export", lambda model: export("x", model), {}, [
         ("cut-short", "cut", "not a usable model folder: model.safetensors: cut short"),
