@@ -195,6 +195,42 @@ CASES = [
         {},
         "train.parquet: missing",
     ),
+    (  # a file verl reads, moved out of --data by KEY=VALUE: checked before Ray, not minutes into the run
+        "train-dry-run-train-files-missing",
+        [
+            "train",
+            "--profile",
+            "p40",
+            "--dry-run",
+            "--model",
+            f"{T}/nomodel",
+            "--data",
+            f"{T}/prepared",
+            f"data.train_files={T}/nope.parquet",
+            "--skip-check",
+            "model",
+        ],
+        {},
+        "/nope.parquet: missing; fix: fix data.train_files, or leave it out (--data gives",
+    ),  # fmt: skip
+    (
+        "train-dry-run-val-files-not-parquet",
+        [
+            "train",
+            "--profile",
+            "p40",
+            "--dry-run",
+            "--model",
+            f"{T}/nomodel",
+            "--data",
+            f"{T}/prepared",
+            f"data.val_files={T}/bad.csv",
+            "--skip-check",
+            "model",
+        ],
+        {},
+        "bad.csv: not a readable parquet file",
+    ),  # fmt: skip
     (
         "train-no-weights",
         [

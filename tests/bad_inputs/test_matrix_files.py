@@ -171,11 +171,50 @@ def _sources(world: Path) -> None:
     shutil.copy(world / "src" / "test.jsonl", world / "s-utf16" / "test.jsonl")
 
 
+def _eval_data(world: Path) -> None:
+    """test.parquet files eval cannot score: empty, of another table, rows verl's trainer could not use either."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(world / "prepared" / "test.parquet")
+    (world / "d").mkdir()
+    pq.write_table(table.slice(0, 0), world / "d" / "empty.parquet")
+    pq.write_table(pa.table({"prompt": ["q?"], "response": ["a"], "reward": [1.0]}), world / "d" / "seed.parquet")
+    edits = {
+        "no-truth": lambda row: row["reward_model"].update(ground_truth=None),
+        "no-messages": lambda row: row.update(prompt=[]),
+        "no-content": lambda row: row.update(prompt=[{"role": "user", "content": None}]),
+    }
+    for name, edit in edits.items():
+        rows = table.to_pylist()
+        edit(rows[1])
+        pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), world / "d" / f"{name}.parquet")
+
+
+def _answers(world: Path) -> None:
+    """An eval --out whose answers.jsonl has a line with a model's scores edited away."""
+    (world / "e-no-score").mkdir()
+    line = {"index": 0, "question": "q", "models": {"base": {"answer": "#### 1", "strict": 1.0}}}
+    (world / "e-no-score" / "answers.jsonl").write_text(json.dumps(line) + "\n")
+
+
+def _checkpoints(world: Path) -> None:
+    """Checkpoint folders whose tracker file says something verl did not write, or names a step that is gone."""
+    for name, text in (("ck-gone", b"50\n"), ("ck-binary", b"\xff\xfe5\x00"), ("ck-empty", b"")):
+        actor = world / name / "exp" / "global_step_25" / "actor"
+        actor.mkdir(parents=True)
+        (actor / "model_world_size_1_rank_0.pt").write_bytes(b"")
+        (world / name / "exp" / "latest_checkpointed_iteration.txt").write_bytes(text)
+
+
 @pytest.fixture()
 def files(world):
     _models(world / "models")
     _outputs(world)
     _sources(world)
+    _eval_data(world)
+    _answers(world)
+    _checkpoints(world)
     return world
 
 
@@ -238,6 +277,35 @@ CASES = [
         ("answers-link", "e-link", "e-link/answers.jsonl: a symbolic link; verl-p40 eval writes only inside --out"),
         ("answers-not-eval-s", "e-not-answers", "answers.jsonl:1: not an answer verl-p40 eval writes"),
     ]),
+    # eval's --data: a file it cannot score says so before any model is read (an empty one divided by zero; a
+    # missing ground truth was scored as the answer 'None')
+    *group("eval-data", lambda name: [*eval_("e"), "--data", f"{T}/d/{name}.parquet"], {}, [
+        ("empty", "empty", "d/empty.parquet: no rows; make it with verl-p40 prep"),
+        ("seed-tutorials", "seed", "seed.parquet: not in verl's RL schema (no column reward_model); make it with"),
+        ("no-ground-truth", "no-truth", "no-truth.parquet: row 2: not in verl's RL schema (no reward_model.ground_tr"),
+        ("no-messages", "no-messages", "row 2: not in verl's RL schema (its prompt is not a non-empty list of chat"),
+        ("no-content", "no-content", "no-content.parquet: row 2: not in verl's RL schema (a prompt message has no"),
+    ]),
+    ("file-eval-answers-no-score", eval_("e-no-score"), {}, "e-no-score/answers.jsonl:1: not an answer verl-p40 eval"),
+    # latest: a tracker file naming no checkpoint that is there is named, not taken for "no checkpoint"
+    *group("latest", lambda ck: ["export", "--model", "latest", "--checkpoints", f"{T}/{ck}", "--out", f"{T}/x"], {}, [
+        ("step-gone", "ck-gone", "latest_checkpointed_iteration.txt: names step 50, but "),
+        ("not-utf8", "ck-binary", "ck-binary/exp/latest_checkpointed_iteration.txt: cannot read it (not UTF-8 text)"),
+        ("empty", "ck-empty", "latest_checkpointed_iteration.txt: says '', not a step number; pass the checkpoint's"),
+    ]),
+    (
+        "file-export-step-folder",
+        ["export", "--model", f"{T}/ck-gone/exp/global_step_25", "--out", f"{T}/x"],
+        {},
+        "global_step_25: neither a Hugging Face model folder (config.json) nor a verl FSDP checkpoint; pass its actor "
+        "folder",
+    ),
+    (
+        "file-export-merger-fails",
+        ["export", "--model", f"{T}/ck-gone/exp/global_step_25/actor", "--out", f"{T}/x"],
+        {},
+        "global_step_25/actor: verl's model merger failed (",  # its reason in the line, not 3000 characters of it
+    ),
     # export: the source verified
     *group("export", lambda model: export("x", model), {}, [
         ("cut-short", "cut", "not a usable model folder: model.safetensors: cut short"),

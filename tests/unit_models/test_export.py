@@ -121,7 +121,8 @@ def test_exporting_again_replaces_its_own_outputs_and_nothing_else(tiny, tmp_pat
     """The normal case: export into the folder of the last export. Its own outputs are replaced whole; a user's file
     beside them stays; an output a user changed since, or a user's folder of an output's name, stops it first."""
     out = tmp_path / "exports"
-    assert _export("--model", tiny, "--out", out, "--gguf", "f16").returncode == 0
+    once = _export("--model", tiny, "--out", out, "--gguf", "f16,f16")  # a kind named twice is written once
+    assert once.returncode == 0 and once.stdout.count("tiny-f16.gguf") == 1, once.stdout + once.stderr
     (out / "notes.txt").write_text("mine")
     first = (out / "tiny-f16.gguf").stat().st_mtime_ns
     again = _export("--model", tiny, "--out", out, "--gguf", "f16")

@@ -283,29 +283,35 @@ def write_table(result: SplitResult, path: Path) -> None:
 REQUIRED_COLUMNS = ("data_source", "prompt", "ability", "reward_model", "extra_info")
 
 
+def parquet_problem(path: Path) -> tuple[str, int]:
+    """(what is wrong with `path` as a file verl's trainer reads, "" when nothing; its rows). Reads only the footer."""
+    import pyarrow.parquet as pq
+
+    if not path.is_file():
+        return "missing", 0
+    try:
+        meta = pq.ParquetFile(path)
+    except Exception as exc:  # pyarrow raises several types for unreadable files
+        return f"not a readable parquet file ({str(exc).splitlines()[0]})", 0
+    missing = [c for c in REQUIRED_COLUMNS if c not in meta.schema_arrow.names]
+    if missing:
+        return f"not in verl's RL schema (no column {', '.join(missing)})", 0
+    if meta.metadata.num_rows == 0:
+        return "no rows", 0
+    return "", meta.metadata.num_rows
+
+
 def folder_problems(folder: Path) -> tuple[list[str], dict[str, int]]:
     """(problems, {split: rows}) of a prepared data folder: each split's parquet readable, in verl's RL schema, not
     empty. Reads only the parquet footers."""
-    import pyarrow.parquet as pq
-
     problems, rows = [], {}
     for split in (*SPLITS, *(["val"] if (Path(folder) / "val.parquet").exists() else [])):
         path = Path(folder) / f"{split}.parquet"
-        if not path.is_file():
-            problems.append(f"{path.name}: missing")
-            continue
-        try:
-            meta = pq.ParquetFile(path)
-        except Exception as exc:  # pyarrow raises several types for unreadable files
-            problems.append(f"{path.name}: not a readable parquet file ({str(exc).splitlines()[0]})")
-            continue
-        missing = [c for c in REQUIRED_COLUMNS if c not in meta.schema_arrow.names]
-        if missing:
-            problems.append(f"{path.name}: not in verl's RL schema (no column {', '.join(missing)})")
-        elif meta.metadata.num_rows == 0:
-            problems.append(f"{path.name}: no rows")
+        problem, count = parquet_problem(path)
+        if problem:
+            problems.append(f"{path.name}: {problem}")
         else:
-            rows[split] = meta.metadata.num_rows
+            rows[split] = count
     if not problems:  # what prep wrote: the files must still be those
         problems = changed_outputs(Path(folder))
     return problems, rows

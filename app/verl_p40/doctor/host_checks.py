@@ -24,13 +24,40 @@ def check_model(ctx: Context) -> str:
 
 
 def check_data(ctx: Context) -> str:
-    from verl_p40.data.gsm8k import folder_problems
+    from verl_p40.data.gsm8k import folder_problems, parquet_problem
 
     folder = Path(ctx.options.data).expanduser()
     problems, rows = folder_problems(folder)
     if problems:
         raise CheckFailed(f"{folder}: {'; '.join(problems[:3])}", f"verl-p40 prep --out {folder}")
-    return f"{folder}: " + ", ".join(f"{split} {n} rows" for split, n in rows.items())
+    moved = _files_set_elsewhere(ctx, folder)
+    for key, path in moved:  # what verl will read, where a KEY=VALUE took it out of --data
+        problem, _ = parquet_problem(path)
+        if problem:
+            raise CheckFailed(f"{key}={path}: {problem}", f"fix {key}, or leave it out (--data gives {folder})")
+    return (
+        f"{folder}: "
+        + ", ".join(f"{split} {n} rows" for split, n in rows.items())
+        + "".join(f"; {key}={path}" for key, path in moved)
+    )
+
+
+def _files_set_elsewhere(ctx: Context, folder: Path) -> list[tuple[str, Path]]:
+    """(key, file) for each data file of the run's config that is not one of `folder`'s (none without a plan)."""
+    from omegaconf import OmegaConf
+
+    try:
+        data = ctx.plan().config().data
+    except CheckSkipped:  # the plan's own check says why
+        return []
+    out = []
+    for key in ("train_files", "val_files"):
+        value = OmegaConf.select(data, key)
+        listed = OmegaConf.to_container(value) if OmegaConf.is_config(value) else [value]
+        out += [
+            (f"data.{key}", Path(str(v)).expanduser()) for v in listed if Path(str(v)).expanduser().parent != folder
+        ]
+    return out
 
 
 def _writable(folder: Path) -> str | None:

@@ -56,10 +56,30 @@ def read(path: Path) -> dict[int, tuple[int, dict]]:
             if lineno == len(lines):  # no newline after it: cut short
                 continue
             raise UserError(f"{path}:{lineno}: not valid JSON; remove the line or the file to start over") from None
-        if not isinstance(record, dict) or not isinstance(record.get("index"), int) or "models" not in record:
+        if not _is_answer(record):
             raise UserError(f"{path}:{lineno}: not an answer verl-p40 eval writes; {FIX}")
         done[record["index"]] = (lineno, record)
     return done
+
+
+NUMBERS = ("response_tokens", "seconds", "strict", "flexible", "format")  # what the report sums, per model
+
+
+def _is_answer(record) -> bool:
+    """A line as `evaluate._record` writes it: an index and, for each model, its answer and the numbers the report
+    sums (a hand-edited or foreign line would stop the report half-way)."""
+    index = record.get("index") if isinstance(record, dict) else None
+    if isinstance(index, bool) or not isinstance(index, int):
+        return False
+    models = record.get("models")
+    if not isinstance(models, dict) or not models:
+        return False
+    return all(
+        isinstance(m, dict)
+        and isinstance(m.get("answer"), str)
+        and all(isinstance(m.get(k), (int, float)) and not isinstance(m.get(k), bool) for k in NUMBERS)
+        for m in models.values()
+    )
 
 
 def mismatch(path: Path, done: dict[int, tuple[int, dict]], questions: list, wanted: dict) -> str | None:

@@ -34,27 +34,26 @@ def heldout_file(path: Path) -> Path:
 def load_questions(path: Path, limit: int | None) -> list[Question]:
     import pyarrow.parquet as pq
 
+    fix = "make it with verl-p40 prep"
     try:
-        rows = pq.read_table(path).to_pylist()
+        table = pq.read_table(path)
     except Exception as exc:
         raise UserError(f"{path}: cannot read parquet ({exc})") from None
+    missing = [c for c in ("prompt", "reward_model") if c not in table.column_names]
+    if missing:  # a table of another kind (the seed tutorial's prompt/response/reward, GSM8K's question/answer)
+        raise UserError(f"{path}: not in verl's RL schema (no column {', '.join(missing)}); {fix}")
+    if table.num_rows == 0:  # no question: no accuracy to report
+        raise UserError(f"{path}: no rows; {fix}")
+    rows = table.to_pylist()
     out: list[Question] = []
     seen: dict[int, int] = {}
     for i, row in enumerate(rows[: limit or None]):
         try:
-            extra = row.get("extra_info") or {}  # verl's schema allows a null extra_info
-            out.append(
-                Question(
-                    index=int(extra.get("index", i)),
-                    prompt=list(row["prompt"]),
-                    ground_truth=str(row["reward_model"]["ground_truth"]),
-                    question=str(extra.get("question") or row["prompt"][-1]["content"]),
-                )
-            )
+            question = _question(row, i)
         except (KeyError, TypeError, IndexError, ValueError) as exc:
-            raise UserError(
-                f"{path}: row {i + 1}: not in verl's RL schema ({exc}); make it with verl-p40 prep"
-            ) from None
+            reason = f"no {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
+            raise UserError(f"{path}: row {i + 1}: not in verl's RL schema ({reason}); {fix}") from None
+        out.append(question)
         index = out[-1].index
         if index in seen:  # answers are kept by index: a second row of it would overwrite the first's
             raise UserError(
@@ -63,6 +62,31 @@ def load_questions(path: Path, limit: int | None) -> list[Question]:
             )
         seen[index] = i + 1
     return out
+
+
+def _question(row: dict, i: int) -> Question:
+    """Row `i` as a Question; a ValueError says what verl's trainer (and the score) could not use."""
+    extra = row.get("extra_info") or {}  # verl's schema allows a null extra_info
+    if not isinstance(extra, dict):
+        raise ValueError("extra_info is not a mapping")
+    index = extra.get("index", i)
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise ValueError(f"extra_info.index {index!r} is not a whole number")
+    prompt = row["prompt"]
+    if not isinstance(prompt, (list, tuple)) or not prompt:
+        raise ValueError("its prompt is not a non-empty list of chat messages")
+    if not all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in prompt):
+        raise ValueError("a prompt message has no text content")
+    scored = row["reward_model"]
+    truth = scored.get("ground_truth") if isinstance(scored, dict) else None
+    if truth is None or not str(truth).strip():  # str(None) would be scored as the answer "None"
+        raise ValueError("no reward_model.ground_truth")
+    return Question(
+        index=index,
+        prompt=list(prompt),
+        ground_truth=str(truth),
+        question=str(extra.get("question") or prompt[-1]["content"]),
+    )
 
 
 DTYPES = ("fp32", "bf16", "fp16")

@@ -27,11 +27,26 @@ RUN_RECORD = "verl-p40-run.json"  # written by `verl-p40 train` in <checkpoints>
 def latest_checkpoint(root: Path) -> Path:
     """The actor folder of the newest `global_step_N` under `root` (any experiment), per verl's tracker file."""
     best: tuple[float, Path] | None = None
+    broken: list[str] = []  # trackers that name no checkpoint here: said when no other one is found
     for tracker in Path(root).glob("**/latest_checkpointed_iteration.txt"):
-        step = tracker.read_text().strip()
-        actor = tracker.parent / f"global_step_{step}" / "actor"
-        if actor.is_dir() and (best is None or tracker.stat().st_mtime > best[0]):
+        try:
+            step = tracker.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            broken.append(f"{tracker}: cannot read it ({getattr(exc, 'strerror', None) or 'not UTF-8 text'})")
+            continue
+        if not step.isdigit():
+            broken.append(f"{tracker}: says {step[:40]!r}, not a step number")
+            continue
+        actor = tracker.parent / f"global_step_{int(step)}" / "actor"
+        if not actor.is_dir():
+            broken.append(f"{tracker}: names step {int(step)}, but {actor} is not there")
+        elif best is None or tracker.stat().st_mtime > best[0]:
             best = (tracker.stat().st_mtime, actor)
+    if best is None and broken:
+        raise UserError(
+            f"{broken[0]}; pass the checkpoint's actor folder (.../global_step_N/actor) instead of latest, "
+            "or write the step of one that is there into that file"
+        )
     if best is None:
         raise UserError(f"{root}: no verl checkpoint (latest_checkpointed_iteration.txt) found; train first")
     return best[1]
@@ -62,22 +77,36 @@ def resolve_model(spec: str, checkpoints: Path) -> Path:
     if (path / "config.json").is_file() and not is_fsdp_checkpoint(path):
         return verified(path)
     if not is_fsdp_checkpoint(path):
-        raise UserError(f"{path}: neither a Hugging Face model folder (config.json) nor a verl FSDP checkpoint")
+        hint = f"; pass its actor folder, {path / 'actor'}" if is_fsdp_checkpoint(path / "actor") else ""
+        raise UserError(f"{path}: neither a Hugging Face model folder (config.json) nor a verl FSDP checkpoint{hint}")
     target = path / MERGED
     if target.exists():  # merged before: the cache is used when it is whole
         return verified(target, f"; remove {target} to merge the checkpoint again")
-    print(f"[eval] merging {path} with verl's model merger into {target} (fp32)", flush=True)
+    print(f"[verl-p40] merging {path} with verl's model merger into {target} (fp32)", flush=True)
     with staged([target], directory=True) as (out,), tempfile.TemporaryDirectory(dir=path) as scratch:
         merged = Path(scratch) / "merged"
         env = {**os.environ, "VERL_MERGE_DTYPE": "fp32"}
         result = subprocess.run(merge_command(path, merged), env=env, capture_output=True, text=True)
         if result.returncode != 0:
-            raise UserError(f"{path}: verl's model merger failed:\n{result.stderr[-3000:]}")
+            raise UserError(
+                f"{path}: verl's model merger failed ({merger_error(result.stderr)}); is the checkpoint whole? "
+                "Pass another step's .../global_step_N/actor, or train again"
+            )
         if (merged / ADAPTER).is_dir():
-            print(f"[eval] {fold(merged, path, out)}", flush=True)
+            print(f"[verl-p40] {fold(merged, path, out)}", flush=True)
         else:
             shutil.copytree(merged, out, dirs_exist_ok=True)
     return verified(target, f"; verl's model merger wrote it from {path}")
+
+
+def merger_error(stderr: str) -> str:
+    """The merger's own reason, in one line: the exception its traceback ends with (or its last line of output)."""
+    import re
+
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if re.match(r"^[\w.]*(Error|Exception|Interrupt)\b:?", line)]
+    last = (errors or lines or ["no output"])[-1]
+    return last if len(last) <= 300 else last[:297] + "..."
 
 
 ADAPTER = "lora_adapter"

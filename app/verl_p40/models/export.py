@@ -148,7 +148,8 @@ def run(
     """Export `model` (a checkpoint, `latest` or an HF folder) into `out`; the paths written."""
     from verl_p40.models.checkpoints import ADAPTER, MERGED, resolve_model
 
-    unknown = [k for k in gguf_kinds or [] if k not in GGUF_KINDS]
+    gguf_kinds = list(dict.fromkeys(gguf_kinds or []))  # `--gguf f16,f16`: one file, written once
+    unknown = [k for k in gguf_kinds if k not in GGUF_KINDS]
     if unknown:
         raise UserError(f"--gguf {','.join(unknown)}: not one of {', '.join(GGUF_KINDS)}")
     folder = OutputFolder(out, "--out", "export")
