@@ -76,6 +76,12 @@ CASES = [
         "must be at least 1, got -5",
     ),
     (
+        "config-epochs-zero",
+        ["config", "--profile", "p40", "trainer.total_epochs=0"],
+        {},
+        "trainer.total_epochs must be at least 1, got 0",
+    ),
+    (
         "config-rollout-name",
         ["config", "--profile", "p40", "actor_rollout_ref.rollout.name=vllmx"],
         {},

@@ -74,7 +74,7 @@ def _shutdown(pynvml) -> None:
 def parse_gpus(spec: str | None, origin: str = "--gpus") -> list[int] | None:
     """`--gpus` of every command: None for all, else the NVML indices `spec` names ("0,1"); raises on anything else,
     naming `origin` (the flag, or the environment variable the value came from)."""
-    text = (spec or "all").strip().lower()
+    text = ("all" if spec is None else spec).strip().lower()  # `--gpus ""` names no GPU: said, not taken as all
     if text == "all":
         return None
     try:

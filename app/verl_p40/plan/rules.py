@@ -57,6 +57,7 @@ POSITIVE = (
     "trainer.n_gpus_per_node",
     "trainer.nnodes",
     "actor_rollout_ref.actor.ppo_epochs",
+    "trainer.total_epochs",  # 0: verl starts, loads every model, and trains nothing
 )
 
 
