@@ -48,6 +48,12 @@ def world(tmp_path, gsm8k_dir, tokenizer_dir):
         row["extra_info"] = None
     pq.write_table(pa.Table.from_pylist(table), nulls / "test.parquet")
     (tmp_path / "bad.csv").write_text("this,is\nnot,a gpu csv\n")
+    from verl_p40.gpu.nvml import GPU_COLUMNS
+
+    good = {c: "1" for c in GPU_COLUMNS} | {"name": "Tesla P40", "throttle_reasons": "none"}
+    rows = [",".join(GPU_COLUMNS), ",".join(good[c] for c in GPU_COLUMNS)]
+    rows.append(",".join("lots" if c == "memory_used_bytes" else good[c] for c in GPU_COLUMNS))
+    (tmp_path / "gpu-bad-row.csv").write_text("\n".join(rows) + "\n")  # a gpu.csv edited by hand: its line 3
     return tmp_path
 
 

@@ -324,6 +324,12 @@ CASES = [
     ("monitor-port-range", ["monitor", "--port", "70000"], {}, "--port: '70000' is not an integer from 1 to 65535"),
     ("monitor-interval-zero", ["monitor", "--interval", "0"], {}, "--interval: '0' is not a number from 0.05"),
     ("monitor-plot-bad-csv", ["monitor", "--plot", f"{T}/bad.csv"], {}, "bad.csv: not a gpu.csv"),
+    (
+        "monitor-plot-bad-row",
+        ["monitor", "--plot", f"{T}/gpu-bad-row.csv"],
+        {},
+        "gpu-bad-row.csv: not a gpu.csv written by verl-p40 monitor (ValueError: line 3: could not convert",
+    ),
     ("monitor-plot-missing", ["monitor", "--plot", f"{T}/nope.csv"], {}, "nope.csv: cannot read"),
     ("monitor-no-driver", ["monitor", "--once"], {}, "no NVIDIA GPU visible through NVML"),
     ("monitor-gpus-all-no-driver", ["monitor", "--once", "--gpus", "all"], {}, "no NVIDIA GPU visible through NVML"),

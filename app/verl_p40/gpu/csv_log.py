@@ -62,20 +62,23 @@ def read_gpu_csv(path: str | Path) -> list[GPUSample]:
     numeric = {f.name for f in fields(GPUSample)} - {"name", "throttle_reasons"}
     out = []
     with open(path, newline="") as handle:
-        for row in csv.DictReader(handle):
+        reader = csv.DictReader(handle)
+        for row in reader:
             values: dict = {}
-            for key, value in row.items():
-                if key not in GPU_COLUMNS:
-                    continue
-                if value == "":
-                    values[key] = None
-                elif key in numeric:
-                    values[key] = (
-                        int(float(value)) if key in ("gpu", "memory_used_bytes", "memory_total_bytes") else float(value)
-                    )
-                else:
-                    values[key] = value
-            out.append(GPUSample(**values))
+            try:
+                for key, value in row.items():
+                    if key not in GPU_COLUMNS:
+                        continue
+                    if value == "":
+                        values[key] = None
+                    elif key in numeric:
+                        whole = key in ("gpu", "memory_used_bytes", "memory_total_bytes")
+                        values[key] = int(float(value)) if whole else float(value)
+                    else:
+                        values[key] = value
+                out.append(GPUSample(**values))
+            except (TypeError, ValueError) as exc:  # the line a reader must look at, not only what was wrong
+                raise type(exc)(f"line {reader.line_num}: {exc}") from None
     return out
 
 
