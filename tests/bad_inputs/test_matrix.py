@@ -76,6 +76,12 @@ CASES = [
         "must be at least 1, got -5",
     ),
     (
+        "config-model-path-set",
+        ["config", "--profile", "p40", "actor_rollout_ref.model.path=/models/other"],
+        {},
+        "actor_rollout_ref.model.path=/models/other: give the model as --model /models/other instead",
+    ),
+    (
         "config-epochs-zero",
         ["config", "--profile", "p40", "trainer.total_epochs=0"],
         {},

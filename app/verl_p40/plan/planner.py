@@ -102,6 +102,7 @@ def layout_overrides(
     return out, notes
 
 
+MODEL_PATH_KEYS = ("actor_rollout_ref.model.path", "critic.model.path", "critic.model.tokenizer_path")
 VALIDATION_EVERY = 10  # steps between validations on val.parquet; trainer.test_freq=N (a later value) wins
 
 
@@ -211,6 +212,12 @@ def plan(options: RunOptions) -> RunPlan:
         notes.append("tensorboard is not installed: logging to the console only")
         overrides.append(Override("trainer.logger", hydra_value(logger), mine))
 
+    for item in parse_set(options.sets):  # one model for actor, reference, critic and tokenizer, checked first
+        if item.key.lstrip("+") in MODEL_PATH_KEYS:
+            raise UserError(
+                f"{item.origin}: give the model as --model {item.value} instead: it sets the actor, the reference, the "
+                "critic and the tokenizer together, and the preflight checks that folder"
+            )
     overrides += [
         Override("actor_rollout_ref.model.path", hydra_value(model), mine),
         Override("critic.model.path", hydra_value(model), mine),
