@@ -226,6 +226,24 @@ CASES = [
         "/nope.parquet: missing; fix: fix data.train_files, or leave it out (--data gives",
     ),  # fmt: skip
     (
+        "train-dry-run-train-files-in-the-data-folder",  # another file of the --data folder is checked too
+        [
+            "train",
+            "--profile",
+            "p40",
+            "--dry-run",
+            "--model",
+            f"{T}/nomodel",
+            "--data",
+            f"{T}/prepared",
+            f"data.train_files={T}/prepared/train-small.parquet",
+            "--skip-check",
+            "model",
+        ],
+        {},
+        "prepared/train-small.parquet: missing; fix: fix data.train_files",
+    ),  # fmt: skip
+    (
         "train-dry-run-val-files-not-parquet",
         [
             "train",

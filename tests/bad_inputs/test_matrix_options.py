@@ -87,7 +87,7 @@ CASES = [
     ),
     ("opt-env-profile", ["config"], {"VERL_P40_PROFILE": "p4O"}, "$VERL_P40_PROFILE: unknown profile 'p4O'"),
     ("opt-env-gpus", P40, {"VERL_P40_GPUS": "first"}, "$VERL_P40_GPUS 'first': use all, or GPU indices"),
-    ("opt-gpus-empty", [*P40, "--gpus", ""], {}, "--gpus '': use all, or distinct GPU indices"),
+    ("opt-gpus-empty", [*P40, "--gpus", ""], {}, "--gpus '' names no GPU: use all, or GPU indices"),
     (
         "opt-env-gpus-cluster",
         ["cluster", "join", "--address", "h:1"],

@@ -162,7 +162,7 @@ def test_model_check_passes_a_complete_folder(tmp_path, tokenizer_dir):
     assert result.status == "PASS" and result.detail.endswith("parameters")
 
 
-def test_data_check(tmp_path, prepared, gsm8k_dir):
+def test_data_check(tmp_path, prepared, gsm8k_dir, tiny_model):
     folder = tmp_path / "data"
     assert "train.parquet: missing" in _one(_ctx(tmp_path), "data").detail
     folder.mkdir()
@@ -177,6 +177,14 @@ def test_data_check(tmp_path, prepared, gsm8k_dir):
     assert "not in verl's RL schema (no column data_source" in _one(_ctx(tmp_path), "data").detail
     ok = _one(_ctx(tmp_path, data=str(prepared)), "data")
     assert ok.status == "PASS" and ok.detail.endswith("train 7473 rows, test 1319 rows")
+    # the folder's own train.parquet named as a verl key, by another spelling of its path: checked once, not "moved"
+    spelled = f"data.train_files={prepared.parent}/./{prepared.name}/train.parquet"
+    same = _one(_ctx(tmp_path, model=str(tiny_model), data=str(prepared), sets=[spelled]), "data")
+    assert same.status == "PASS" and same.detail.endswith("train 7473 rows, test 1319 rows"), same.detail
+    other = _one(
+        _ctx(tmp_path, model=str(tiny_model), data=str(prepared), sets=[f"{spelled[:-8]}-small.parquet"]), "data"
+    )
+    assert other.status == "FAIL" and "train-small.parquet: missing" in other.detail, other.detail
 
 
 # ------------------------------------------------------------------------------------------ writable, disk, shm, ram

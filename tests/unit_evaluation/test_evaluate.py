@@ -160,6 +160,28 @@ def test_latest_checkpoint_and_merge_command(tmp_path):
         checkpoints.resolve_model("latest", tmp_path)
 
 
+def test_latest_never_falls_back_to_an_older_run_when_the_newest_tracker_is_broken(tmp_path):
+    """Two experiments: the older one whole, the newer one's tracker naming a step that is gone. `latest` means the
+    newer run; scoring the older one's model instead would be a silent wrong result."""
+    import os
+
+    old = tmp_path / "old" / "global_step_10" / "actor"
+    old.mkdir(parents=True)
+    (old / "model_world_size_1_rank_0.pt").write_bytes(b"")
+    (tmp_path / "old" / "latest_checkpointed_iteration.txt").write_text("10")
+    os.utime(tmp_path / "old" / "latest_checkpointed_iteration.txt", (1_000, 1_000))
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / "latest_checkpointed_iteration.txt").write_text("30")
+    with pytest.raises(UserError, match=r"new/latest_checkpointed_iteration.txt: names step 30, but .* is not there"):
+        checkpoints.latest_checkpoint(tmp_path)
+    os.utime(tmp_path / "new" / "latest_checkpointed_iteration.txt", (10, 10))  # the broken one older: the good one
+    assert checkpoints.latest_checkpoint(tmp_path) == old
+    (tmp_path / "new" / "latest_checkpointed_iteration.txt").write_text("\u00b2")  # a digit to isdigit, not to int
+    os.utime(tmp_path / "new" / "latest_checkpointed_iteration.txt", (2_000, 2_000))
+    with pytest.raises(UserError, match="says '\u00b2', not a step number"):
+        checkpoints.latest_checkpoint(tmp_path)
+
+
 def test_engine_choice_without_vllm():
     from verl_p40 import UserError
 

@@ -30,7 +30,8 @@ def check_data(ctx: Context) -> str:
     problems, rows = folder_problems(folder)
     if problems:
         raise CheckFailed(f"{folder}: {'; '.join(problems[:3])}", f"verl-p40 prep --out {folder}")
-    moved = _files_set_elsewhere(ctx, folder)
+    checked = {(folder / f"{split}.parquet").resolve() for split in rows}
+    moved = _files_set_elsewhere(ctx, checked)
     for key, path in moved:  # what verl will read, where a KEY=VALUE took it out of --data
         problem, _ = parquet_problem(path)
         if problem:
@@ -42,8 +43,9 @@ def check_data(ctx: Context) -> str:
     )
 
 
-def _files_set_elsewhere(ctx: Context, folder: Path) -> list[tuple[str, Path]]:
-    """(key, file) for each data file of the run's config that is not one of `folder`'s (none without a plan)."""
+def _files_set_elsewhere(ctx: Context, checked: set[Path]) -> list[tuple[str, Path]]:
+    """(key, file) for each data file of the run's config that is not one of the files `checked` already (none
+    without a plan): another folder's, or another file of the --data folder."""
     from omegaconf import OmegaConf
 
     try:
@@ -55,7 +57,9 @@ def _files_set_elsewhere(ctx: Context, folder: Path) -> list[tuple[str, Path]]:
         value = OmegaConf.select(data, key)
         listed = OmegaConf.to_container(value) if OmegaConf.is_config(value) else [value]
         out += [
-            (f"data.{key}", Path(str(v)).expanduser()) for v in listed if Path(str(v)).expanduser().parent != folder
+            (f"data.{key}", path)
+            for path in (Path(str(v)).expanduser() for v in listed)
+            if path.resolve() not in checked
         ]
     return out
 

@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from verl_p40 import UserError
+from verl_p40 import UserError, reward
 from verl_p40.atomic import write_whole
 
 ANSWERS = "answers.jsonl"
@@ -62,7 +62,8 @@ def read(path: Path) -> dict[int, tuple[int, dict]]:
     return done
 
 
-NUMBERS = ("response_tokens", "seconds", "strict", "flexible", "format")  # what the report sums, per model
+# what the report sums, per model: the answer's length and time, and the reward's parts (reward.score_parts)
+NUMBERS = ("response_tokens", "seconds", *reward.score_parts("", "0"))
 
 
 def _is_answer(record) -> bool:

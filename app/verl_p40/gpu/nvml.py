@@ -81,7 +81,9 @@ def parse_gpus(spec: str | None, origin: str = "--gpus") -> list[int] | None:
         indices = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise UserError(f"{origin} {spec!r}: use all, or GPU indices as nvidia-smi numbers them (e.g. 0,1)") from None
-    if not indices or len(set(indices)) != len(indices) or min(indices) < 0:
+    if not indices:
+        raise UserError(f"{origin} {spec!r} names no GPU: use all, or GPU indices as nvidia-smi shows them (e.g. 0,1)")
+    if len(set(indices)) != len(indices) or min(indices) < 0:
         raise UserError(f"{origin} {spec!r}: use all, or distinct GPU indices as nvidia-smi numbers them (e.g. 0,1)")
     return indices
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,24 +28,29 @@ RUN_RECORD = "verl-p40-run.json"  # written by `verl-p40 train` in <checkpoints>
 def latest_checkpoint(root: Path) -> Path:
     """The actor folder of the newest `global_step_N` under `root` (any experiment), per verl's tracker file."""
     best: tuple[float, Path] | None = None
-    broken: list[str] = []  # trackers that name no checkpoint here: said when no other one is found
+    broken: list[tuple[float, str]] = []  # trackers that name no checkpoint here, with their times
     for tracker in Path(root).glob("**/latest_checkpointed_iteration.txt"):
         try:
             step = tracker.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            broken.append(f"{tracker}: cannot read it ({getattr(exc, 'strerror', None) or 'not UTF-8 text'})")
+        except UnicodeDecodeError:
+            broken.append((tracker.stat().st_mtime, f"{tracker}: cannot read it (not UTF-8 text)"))
             continue
-        if not step.isdigit():
-            broken.append(f"{tracker}: says {step[:40]!r}, not a step number")
+        except OSError as exc:
+            broken.append((0.0, f"{tracker}: cannot read it ({exc.strerror or exc})"))
+            continue
+        if not re.fullmatch(r"[0-9]+", step):
+            broken.append((tracker.stat().st_mtime, f"{tracker}: says {step[:40]!r}, not a step number"))
             continue
         actor = tracker.parent / f"global_step_{int(step)}" / "actor"
         if not actor.is_dir():
-            broken.append(f"{tracker}: names step {int(step)}, but {actor} is not there")
+            broken.append((tracker.stat().st_mtime, f"{tracker}: names step {int(step)}, but {actor} is not there"))
         elif best is None or tracker.stat().st_mtime > best[0]:
             best = (tracker.stat().st_mtime, actor)
-    if best is None and broken:
+    newest_broken = max(broken, default=None)
+    # a broken tracker newer than every good one is the run the user means: never fall back to an older one quietly
+    if newest_broken and (best is None or newest_broken[0] > best[0]):
         raise UserError(
-            f"{broken[0]}; pass the checkpoint's actor folder (.../global_step_N/actor) instead of latest, "
+            f"{newest_broken[1]}; pass the checkpoint's actor folder (.../global_step_N/actor) instead of latest, "
             "or write the step of one that is there into that file"
         )
     if best is None:
@@ -101,8 +107,6 @@ def resolve_model(spec: str, checkpoints: Path) -> Path:
 
 def merger_error(stderr: str) -> str:
     """The merger's own reason, in one line: the exception its traceback ends with (or its last line of output)."""
-    import re
-
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     errors = [line for line in lines if re.match(r"^[\w.]*(Error|Exception|Interrupt)\b:?", line)]
     last = (errors or lines or ["no output"])[-1]

@@ -61,7 +61,8 @@ def edit_state(edit: Edit, text: str | None) -> str:
         return PENDING
     raise PatchError(
         f"{where}: target text {'not found' if found == 0 else f'found {found} times'} "
-        f"(another verl version, or the file was changed)"
+        f"(another verl version, the file changed by hand, or a patch of an older verl-p40: reinstall verl "
+        f"{VERL_VERSION} and run verl-p40 patch-verl again)"
     )
 
 

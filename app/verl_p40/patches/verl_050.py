@@ -283,8 +283,10 @@ EDITS: list[Edit] = [
         "    # verl-p40: what verl_p40.memcap applies in each worker (memory cap, TF32, cuDNN attention) goes with the\n"
         "    # job, so it also reaches the workers of a Ray cluster started before the trainer (verl-p40 cluster, the\n"
         "    # ray-* services)\n"
-        "    from verl_p40.defaults import is_worker_setting\n"
-        "\n"
+        "    try:\n"
+        "        from verl_p40.defaults import is_worker_setting\n"
+        "    except ImportError:  # verl patched, then run where verl-p40 is not installed: nothing of its to send\n"
+        "        return runtime_env\n"
         '    runtime_env["env_vars"].update({k: v for k, v in os.environ.items() if is_worker_setting(k)})\n'
         "    return runtime_env\n",
         why="the trainer's environment reaches verl's workers only when the trainer starts Ray itself; on a cluster "

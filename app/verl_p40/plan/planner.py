@@ -180,7 +180,7 @@ def plan(options: RunOptions) -> RunPlan:
             f"{lora.description}, on every linear layer; the reference model is the actor with its adapter switched off"
         )
     elif options.lora_alpha is not None:  # e.g. LORA_ALPHA left in .env after LORA_RANK went back to 0
-        notes.append(f"--lora-alpha {options.lora_alpha} has no effect: --lora-rank is 0 (every weight is trained)")
+        notes.append(f"--lora-alpha {options.lora_alpha} (or $VERL_P40_LORA_ALPHA) has no effect without --lora-rank")
     origin = f"--algorithm {algorithm.name}" + (f" --samples-per-prompt {n}" if options.samples_per_prompt else "")
     if options.samples_per_prompt:
         overrides.append(Override("actor_rollout_ref.rollout.n", str(n), origin))

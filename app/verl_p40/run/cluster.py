@@ -83,7 +83,8 @@ def wait_for(address: str, nodes: int, gpus_each: int, timeout_s: float) -> None
                 raise UserError(
                     f"only {len(alive)} of {nodes} hosts ({have} GPUs) joined in {timeout_s:.0f} s: start "
                     f"`verl-p40 cluster join --address {address}` (compose: ray-worker with "
-                    f"RAY_HEAD={address}) on the others, with port {address.rsplit(':', 1)[-1]} open"
+                    f"RAY_HEAD={address}) on the others, with port {address.rsplit(':', 1)[-1]} open, or wait "
+                    "longer with --wait-s (CLUSTER_WAIT_S)"
                 )
             time.sleep(2)
     finally:
