@@ -10,6 +10,13 @@ import pytest
 
 from bad_inputs.conftest import T, check_case
 
+
+def _dry_run_with(setting: str) -> list[str]:
+    """`train --dry-run` of the prepared folder with one verl setting; the model check skipped (no model here)."""
+    return ["train", "--profile", "p40", "--dry-run", "--model", f"{T}/nomodel", "--data", f"{T}/prepared", setting,
+            "--skip-check", "model"]  # fmt: skip
+
+
 CASES = [
     # prep
     ("prep-missing-source", ["prep", "--source", f"{T}/nope", "--out", f"{T}/o"], {}, "not a folder"),
@@ -209,55 +216,19 @@ CASES = [
     ),
     (  # a file verl reads, moved out of --data by KEY=VALUE: checked before Ray, not minutes into the run
         "train-dry-run-train-files-missing",
-        [
-            "train",
-            "--profile",
-            "p40",
-            "--dry-run",
-            "--model",
-            f"{T}/nomodel",
-            "--data",
-            f"{T}/prepared",
-            f"data.train_files={T}/nope.parquet",
-            "--skip-check",
-            "model",
-        ],
+        _dry_run_with(f"data.train_files={T}/nope.parquet"),
         {},
         "/nope.parquet: missing; fix: fix data.train_files, or leave it out (--data gives",
-    ),  # fmt: skip
+    ),
     (
         "train-dry-run-train-files-in-the-data-folder",  # another file of the --data folder is checked too
-        [
-            "train",
-            "--profile",
-            "p40",
-            "--dry-run",
-            "--model",
-            f"{T}/nomodel",
-            "--data",
-            f"{T}/prepared",
-            f"data.train_files={T}/prepared/train-small.parquet",
-            "--skip-check",
-            "model",
-        ],
+        _dry_run_with(f"data.train_files={T}/prepared/train-small.parquet"),
         {},
         "prepared/train-small.parquet: missing; fix: fix data.train_files",
-    ),  # fmt: skip
+    ),
     (
         "train-dry-run-val-files-not-parquet",
-        [
-            "train",
-            "--profile",
-            "p40",
-            "--dry-run",
-            "--model",
-            f"{T}/nomodel",
-            "--data",
-            f"{T}/prepared",
-            f"data.val_files={T}/bad.csv",
-            "--skip-check",
-            "model",
-        ],
+        _dry_run_with(f"data.val_files={T}/bad.csv"),
         {},
         "bad.csv: not a readable parquet file",
     ),  # fmt: skip
