@@ -135,7 +135,8 @@ def plan(options: RunOptions) -> RunPlan:
     layout = layout_mod.choose(detect_gpus(), options.gpus, options.nodes)
     profile, notes, sm = resolve_profile(options.profile, layout.gpus)
     check_settings(profile.verl, str(profile.path))
-    user_sets = {o.key.lstrip("+"): o.value for o in parse_set(options.sets)}
+    user = parse_set(options.sets)  # the run's own KEY=VALUE settings, read once
+    user_sets = {o.key.lstrip("+"): o.value for o in user}
     completed, choices = engines.complete(profile.verl, engines.here(sm), user_sets)
     algorithm = algorithms.load(options.algorithm)
     check_settings(algorithm.verl, str(algorithm.path))
@@ -212,7 +213,7 @@ def plan(options: RunOptions) -> RunPlan:
         notes.append("tensorboard is not installed: logging to the console only")
         overrides.append(Override("trainer.logger", hydra_value(logger), mine))
 
-    for item in parse_set(options.sets):  # one model for actor, reference, critic and tokenizer, checked first
+    for item in user:  # one model for actor, reference, critic and tokenizer, checked first
         if item.key.lstrip("+") in MODEL_PATH_KEYS:
             raise UserError(
                 f"{item.origin}: give the model as --model {item.value} instead: it sets the actor, the reference, the "
@@ -240,8 +241,7 @@ def plan(options: RunOptions) -> RunPlan:
         notes.append(f"TF32 matmuls on (--tf32 {options.tf32}" + (f", sm_{sm * 10:.0f})" if sm else ")"))
     elif sm is not None and sm >= 8.0:
         notes.append("TF32 matmuls off (--tf32 off)")
-    user = parse_set(options.sets)
-    own_hook = any(o.key.lstrip("+") == "actor_rollout_ref.model.external_lib" for o in user)
+    own_hook = "actor_rollout_ref.model.external_lib" in user_sets
     if sm is not None and sm >= 8.0 and own_hook:
         notes.append("cuDNN attention left as PyTorch has it: your actor_rollout_ref.model.external_lib takes the hook")
     elif sm is not None and sm >= 8.0:
