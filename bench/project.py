@@ -20,7 +20,7 @@ from pathlib import Path
 
 from verl_p40.gpu.nvml import GPUInfo
 from verl_p40.perf import projection
-from verl_p40.plan import planner as train
+from verl_p40.plan.facts import Facts
 from verl_p40.plan.planner import plan
 from verl_p40.plan.run_options import RunOptions
 from verl_p40.run.trainer_log import read_steps
@@ -67,12 +67,7 @@ def masked_p40s(options: RunOptions) -> list[GPUInfo]:
 def project_run(name: str, command: str, steps: list[dict], shape: projection.Shape, recent: bool) -> dict:
     """`recent`: run since trim_padding exists, so its config says whether it trimmed; older runs ran at full width."""
     options = options_from(command)
-    detect = train.detect_gpus
-    train.detect_gpus = lambda: masked_p40s(options)  # the layout of the machine that ran it, not of this one
-    try:
-        cfg = plan(options).config()
-    finally:
-        train.detect_gpus = detect  # a caller in the same process (a test, scale_run's report) sees this machine again
+    cfg = plan(options, Facts(gpus=tuple(masked_p40s(options)))).config()  # the machine that ran it, not this one
     phases = projection.median_phases(steps)
     generated = statistics.median(s.get("response_length/max", 0.0) for s in steps)
     trimming = recent and bool(cfg.actor_rollout_ref.model.get("trim_padding", False))

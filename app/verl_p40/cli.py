@@ -62,9 +62,12 @@ def _print_notes(notes: list[str]) -> None:
 
 
 def cmd_config(options: o.ConfigOptions) -> int:
+    from verl_p40.gpu.nvml import parse_gpus
+    from verl_p40.plan.facts import Facts
     from verl_p40.plan.planner import config_yaml, plan
 
-    run = plan(options)
+    facts = Facts.of_card(options.card, len(parse_gpus(options.gpus) or [0])) if options.card else None
+    run = plan(options, facts)
     _print_notes(run.notes)
     if options.overrides_only:
         print("\n".join(run.overrides))
@@ -243,7 +246,6 @@ COMMANDS = (
         cmd_config,
         o.ConfigOptions,
         "print the complete verl config a profile gives, as YAML",
-        hidden=("gpu_memory_cap_gb",),
     ),
     Command(
         "train",
@@ -271,7 +273,6 @@ COMMANDS = (
         o.DoctorOptions,
         "preflight checks, one line each: driver, kernels, GPU compute, verl, model, data, "
         "disk, memory (train runs them too)",
-        hidden=("gpu_memory_cap_gb",),
     ),
     Command("patch-verl", cmd_patch_verl, o.PatchVerlOptions, f"apply (or --check) the verl {VERL_VERSION} patch set"),
     Command(

@@ -11,6 +11,7 @@ from verl_p40 import VERL_VERSION, defaults
 from verl_p40.doctor.runner import SKIP_ENV, names_help
 from verl_p40.gpu.nvml import parse_gpus
 from verl_p40.options import FILE, FOLDER, option
+from verl_p40.plan.facts import CARDS
 from verl_p40.plan.run_options import RunOptions
 
 LATEST = "latest"  # a model given as the newest verl checkpoint under --checkpoints
@@ -95,6 +96,12 @@ class VerlRunOptions(RunOptions):
 @dataclass
 class ConfigOptions(VerlRunOptions):
     overrides_only: bool = option(False, "print the Hydra overrides instead of the config", switch=True)
+    card: str | None = option(
+        None,
+        "plan for this card instead of this machine's GPUs (as many as --gpus names, else one)",
+        choices=tuple(CARDS),
+        shown="this machine's GPUs",
+    )
 
 
 @dataclass

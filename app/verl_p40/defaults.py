@@ -40,6 +40,7 @@ CLUSTER_WAIT_S = Default("VERL_P40_CLUSTER_WAIT_S", "900")  # cluster head: how 
 # `--gpu-memory-cap-gb`: the trainer's workers read it when verl imports verl_p40.memcap (named here, not imported:
 # importing that module applies the cap, which must happen in a worker, never in the CLI's own process)
 GPU_MEMORY_CAP_ENV = "VERL_P40_GPU_MEMORY_CAP_GB"
+GPU_MEMORY_CAP_MIN_GB = 0.5  # the one rule for --gpu-memory-cap-gb: the option and the worker hook both use it
 MEMCAP_MODULE = "verl_p40.memcap"  # also applies TF32_ENV (`--tf32`) and NO_CUDNN_ATTENTION_ENV
 WORKER_ENV_PREFIX = "VERL_P40_WORKER_"  # what verl_p40.memcap reads in the workers: set by train's plan only
 TF32_ENV = "VERL_P40_WORKER_TF32"  # set by train for its workers; users set --tf32 ($VERL_P40_TF32)

@@ -17,15 +17,16 @@ from __future__ import annotations
 import os
 
 from verl_p40.defaults import GPU_MEMORY_CAP_ENV as ENV
-from verl_p40.defaults import NO_CUDNN_ATTENTION_ENV, TF32_ENV
+from verl_p40.defaults import GPU_MEMORY_CAP_MIN_GB, NO_CUDNN_ATTENTION_ENV, TF32_ENV
 from verl_p40.options import number_problem
 
 
 def cap_gb(text: str | float) -> float:
-    """The cap `$VERL_P40_GPU_MEMORY_CAP_GB` asks for: a finite number of GB above 0 (NaN would apply no cap)."""
-    value, problem = number_problem(text, float)
-    if problem or value <= 0:
-        raise ValueError(f"${ENV}: {problem or f'{text!r} is not above 0'}; give the cap in GB, e.g. 24")
+    """The cap `$VERL_P40_GPU_MEMORY_CAP_GB` asks for, by the option's own rule (a finite number of GB from
+    defaults.GPU_MEMORY_CAP_MIN_GB; NaN would apply no cap). `verl-p40 train` only passes values its option took."""
+    value, problem = number_problem(text, float, low=GPU_MEMORY_CAP_MIN_GB)
+    if problem:
+        raise ValueError(f"${ENV}: {problem}; give the cap in GB, e.g. 24")
     return value
 
 

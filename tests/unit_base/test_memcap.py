@@ -10,9 +10,10 @@ def test_fraction_of_device_memory():
         fraction_for(0, 10)
 
 
-@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "0", "-3", "24GB", ""])
-def test_a_worker_refuses_a_cap_that_is_no_finite_positive_number(text):
-    """min(1.0, nan) is 1.0: a NaN cap would have applied no cap without a word; the worker names the variable."""
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "0", "0.3", "-3", "24GB", ""])
+def test_a_worker_refuses_a_cap_the_option_refuses(text):
+    """min(1.0, nan) is 1.0: a NaN cap would have applied no cap without a word; the worker names the variable. The
+    rule is the option's own (defaults.GPU_MEMORY_CAP_MIN_GB): 0.3 is refused by both, not by one of them only."""
     with pytest.raises(ValueError, match=r"^\$VERL_P40_GPU_MEMORY_CAP_GB: .*; give the cap in GB"):
         cap_gb(text)
     with pytest.raises(ValueError):

@@ -6,6 +6,7 @@ from conftest import cli
 from verl_p40.plan import engines, profiles
 from verl_p40.plan import planner as train
 from verl_p40.plan.engines import Where
+from verl_p40.plan.facts import Facts
 
 P40, V100, T4, A100, H200 = 6.1, 7.0, 7.5, 8.0, 9.0
 
@@ -77,7 +78,6 @@ def test_config_and_dry_run_show_the_choice(tiny_model, prepared):
         assert "actor_rollout_ref.rollout.name=hf" in result.stdout
 
 
-def test_plan_uses_the_completed_profile(monkeypatch):
-    monkeypatch.setattr(engines, "installed", lambda module: module == "vllm")
-    run = train.plan(train.RunOptions(profile="ampere"))
+def test_plan_uses_the_completed_profile():
+    run = train.plan(train.RunOptions(profile="ampere"), Facts(gpus=None, vllm=True))
     assert "actor_rollout_ref.rollout.name=vllm" in run.overrides

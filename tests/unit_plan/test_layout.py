@@ -1,5 +1,5 @@
 """GPUs and hosts -> verl's config (verl_p40.plan.layout): which config each layout produces, on a machine without GPUs
-(NVML's answer is replaced by the GPUs each test describes)."""
+(the plan takes the GPUs each test describes as its Facts)."""
 
 import pytest
 
@@ -7,7 +7,7 @@ from conftest import cli
 from verl_p40 import UserError
 from verl_p40.gpu.nvml import GPUInfo
 from verl_p40.plan import layout
-from verl_p40.plan import planner as train
+from verl_p40.plan.facts import Facts
 from verl_p40.plan.planner import plan
 from verl_p40.plan.run_options import RunOptions
 
@@ -21,8 +21,7 @@ def gpus(*kinds):
 
 
 def composed(monkeypatch, found, model, **options):
-    monkeypatch.setattr(train, "detect_gpus", lambda: found)
-    run = plan(RunOptions(model=str(model), **options))
+    run = plan(RunOptions(model=str(model), **options), Facts(gpus=tuple(found) if found is not None else None))
     return run, run.config()
 
 

@@ -210,9 +210,9 @@ def test_a_second_sigterm_stops_the_trainer_at_once(tmp_path):
 
 def _planned(monkeypatch, found, **options):
     from verl_p40.plan import planner as train
+    from verl_p40.plan.facts import Facts
 
-    monkeypatch.setattr(train, "detect_gpus", lambda: found)
-    return train.plan(train.RunOptions(**options))
+    return train.plan(train.RunOptions(**options), Facts(gpus=tuple(found) if found is not None else None))
 
 
 def test_tf32_is_on_for_sm80_and_never_on_a_p40(monkeypatch):

@@ -69,7 +69,7 @@ class RunOptions:
         "cap PyTorch's memory per GPU process at N*10^9 bytes (size a run for a smaller card)",
         env=defaults.GPU_MEMORY_CAP_ENV,
         kind=float,
-        low=0.5,
+        low=defaults.GPU_MEMORY_CAP_MIN_GB,
         shown="no cap",
     )
     gpus: str = option(

@@ -1,0 +1,64 @@
+"""What a plan reads from the machine it plans for, as one input: the GPUs and the packages the trainer can import.
+
+`Facts.here()` reads this machine (NVML for the GPUs, a fresh interpreter for vLLM and Triton). A plan for a card you
+do not have takes `Facts.of_card(NAME)` (`verl-p40 config --card NAME`, the projection, tests): nothing is read from
+this machine's hardware then, so no monkeypatch is needed to plan for a P40 on a laptop.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+
+from verl_p40 import UserError
+from verl_p40.gpu.nvml import GPUInfo, detect_gpus
+
+# Cards people train on, as NVML reports them (name, compute capability, memory in GiB). A plan for one of these
+# needs none of it present. Memory: what NVML's total says on such a card (a 24 GB P40 reports 23.9 GiB).
+CARDS: dict[str, tuple[str, tuple[int, int], float]] = {
+    "p40": ("Tesla P40", (6, 1), 23.9),
+    "p100": ("Tesla P100-PCIE-16GB", (6, 0), 15.9),
+    "v100": ("Tesla V100-SXM2-16GB", (7, 0), 15.8),
+    "t4": ("Tesla T4", (7, 5), 15.0),
+    "rtx3090": ("NVIDIA GeForce RTX 3090", (8, 6), 24.0),
+    "a10": ("NVIDIA A10", (8, 6), 22.5),
+    "rtx4090": ("NVIDIA GeForce RTX 4090", (8, 9), 24.0),
+    "a100-40gb": ("NVIDIA A100-SXM4-40GB", (8, 0), 39.4),
+    "a100-80gb": ("NVIDIA A100-SXM4-80GB", (8, 0), 79.3),
+    "h100": ("NVIDIA H100 80GB HBM3", (9, 0), 79.6),
+    "h200": ("NVIDIA H200", (9, 0), 139.8),
+}
+
+
+@dataclass(frozen=True)
+class Facts:
+    """The machine a plan is for: its GPUs (None: no driver seen, e.g. a config made on another machine), whether
+    vLLM and Triton import there, and whether TensorBoard is installed."""
+
+    gpus: tuple[GPUInfo, ...] | None
+    vllm: bool = False
+    triton: bool = False
+    tensorboard: bool = False
+
+    @classmethod
+    def here(cls) -> Facts:
+        from verl_p40.plan.engines import installed
+
+        gpus = detect_gpus()
+        return cls(
+            gpus=tuple(gpus) if gpus is not None else None,
+            vllm=installed("vllm"),
+            triton=installed("triton"),
+            tensorboard=importlib.util.find_spec("tensorboard") is not None,
+        )
+
+    @classmethod
+    def of_card(cls, name: str, count: int = 1) -> Facts:
+        """`count` cards of a kind in CARDS, on a machine with neither vLLM nor Triton (the default image)."""
+        key = name.lower()
+        if key not in CARDS:
+            raise UserError(f"--card {name}: not a card verl-p40 knows; use one of {', '.join(CARDS)}")
+        model, capability, memory = CARDS[key]
+        tensorboard = importlib.util.find_spec("tensorboard") is not None
+        gpus = tuple(GPUInfo(i, model, capability, memory) for i in range(count))
+        return cls(gpus=gpus, tensorboard=tensorboard)

@@ -1,0 +1,226 @@
+"""GPU memory of one training step, phase by phase, and the sizes that fit a card: how many sequences generation takes
+at once, the log-prob and update micro-batches, gradient checkpointing, and which states stay on the GPU.
+
+The model counts the large terms in fp32 (4 bytes a value), for the widest sequences a step can have (the longest
+prompt plus the longest answer, `data.max_prompt_length + data.max_response_length`):
+- states: the actor's weights (4 bytes a parameter), its gradients (4) and Adam states (8) during its update, the
+  reference's weights (4) and the critic's (16 in all with its update); offloaded states are on the GPU only in the
+  phase that uses them (verl loads an offloaded optimizer for the whole update). FSDP shards every state W ways.
+- a micro-batch's logits (micro x width x vocab x 4 bytes): UPDATE_LOGIT_COPIES of them in an actor update (the
+  logits, their log-softmax, the gradient, the saved tensors of the loss), LOGPROB_LOGIT_COPIES in a log-prob pass
+  (the logits and the entropy's softmax);
+- activations kept for the backward: one hidden state a layer with gradient checkpointing, every saved tensor of a
+  layer without it (ACTIVATION_VALUES per token and layer);
+- generation: the KV cache of the longest answers for the whole chunk, and one layer's prefill intermediates.
+Calibrated on two measured runs of the grpo-gsm8k recipe on the H200 (torch's `max_memory_allocated`, steady steps):
+the p40 plan (update micro-batch 4, Adam offloaded: 14.2 GiB) and the fast plan (micro-batch 16, nothing offloaded:
+35.3 GiB; its first step, before Adam had states, 31.6 GiB, which the fit predicts within 0.1 GB). Sizes are chosen
+so that the predicted peak stays within BUDGET of what the allocator may use (the cap, else the card less the CUDA
+context), because memcap turns a prediction that is too large into an out-of-memory error.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+FP32 = 4
+UPDATE_LOGIT_COPIES = 4.17  # fitted: (37.9 GB - 9.9 GB states) at 16 x 680 logits vs (15.25 - 7.9) at 4 x 680
+LOGPROB_LOGIT_COPIES = 2.2  # the fast plan's peak bounds it: 16 states + 2.2 x 32 x 680 logits <= 37.9 GB
+FIXED_BYTES = 0.47e9  # the same fit's intercept: CUDA workspaces, the loss's small tensors
+CONTEXT_BYTES = 1.0e9  # the CUDA context and NCCL buffers, outside the allocator (seen 0.6-1 GB)
+BUDGET = 0.8  # of what the allocator may use: fragmentation, and the model's error on other shapes
+MAX_UPDATE_MICRO = 16  # sequences a micro-batch: past these an H200 is no faster (bench fast mode: 16 and 32)
+MAX_LOGPROB_MICRO = 32
+
+
+def activation_values(hidden: int, intermediate: int, kv_dim: int) -> int:
+    """fp32 values a decoder layer saves for its backward, per token: the norms' inputs, q/k/v and their rotated
+    copies, the attention output and its projection, the MLP's gate, up, activation and product."""
+    return 10 * hidden + 4 * intermediate + 2 * kv_dim
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The model's dimensions (from its config.json)."""
+
+    hidden: int
+    layers: int
+    kv_dim: int
+    vocab: int
+    intermediate: int
+    block_parameters: int  # the transformer blocks' matmul parameters
+    parameters: int  # all parameters
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Shape:
+        from verl_p40.plan.budget import parameter_count
+
+        hidden, layers = int(config["hidden_size"]), int(config["num_hidden_layers"])
+        heads = int(config["num_attention_heads"])
+        head_dim = int(config.get("head_dim") or hidden // heads)
+        kv_dim = int(config.get("num_key_value_heads") or heads) * head_dim
+        block = layers * (
+            2 * hidden * heads * head_dim + 2 * hidden * kv_dim + 3 * hidden * int(config["intermediate_size"])
+        )
+        vocab, inter = int(config["vocab_size"]), int(config["intermediate_size"])
+        return cls(hidden, layers, kv_dim, vocab, inter, block, parameter_count(config))
+
+    @classmethod
+    def of_folder(cls, folder: str | Path) -> Shape:
+        return cls.from_config(json.loads((Path(folder) / "config.json").read_text(encoding="utf-8")))
+
+
+# Qwen2.5-0.5B-Instruct's shape: the plan's model when its folder cannot be read here (a config made elsewhere)
+QWEN_05B = Shape(896, 24, 128, 151936, 4864, 357_826_560, 494_032_768)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What the memory plan chooses (sequences per GPU), and the states it keeps on the GPU."""
+
+    generation: int
+    update_micro: int
+    logprob_micro: int
+    checkpointing: bool  # gradient checkpointing of the actor (and critic)
+    resident: frozenset[str]  # of STATES: kept on the GPU between the phases that use them
+
+
+@dataclass(frozen=True)
+class Step:
+    """One GPU's share of a step: sequences, widths, what the algorithm runs."""
+
+    sequences: int
+    prompt_width: int
+    response_width: int
+    critic: bool
+    reference: bool
+    lora: bool
+    world: int = 1
+    mini_batch: int = 0  # sequences of an update's mini-batch on this GPU (its micro-batch must divide it)
+
+    @property
+    def width(self) -> int:
+        return self.prompt_width + self.response_width
+
+
+STATES = ("actor_optimizer", "reference_params", "critic_params", "critic_optimizer")
+UPDATES = ("update_actor", "update_critic")
+PASSES = ("old_log_prob", "ref", "values")
+
+
+def _state_bytes(shape: Shape, step: Step) -> dict[str, float]:
+    p, w = shape.parameters, step.world
+    return {
+        "actor_weights": FP32 * p / w,
+        "actor_grads": 0.0 if step.lora else FP32 * p / w,
+        "actor_optimizer": 0.0 if step.lora else 2 * FP32 * p / w,
+        "reference_params": FP32 * p / w if step.reference and not step.lora else 0.0,
+        "critic_params": 2 * FP32 * p / w if step.critic else 0.0,  # weights and gradients
+        "critic_optimizer": 2 * FP32 * p / w if step.critic else 0.0,
+    }
+
+
+def phase_peaks(shape: Shape, step: Step, sizes: Sizes) -> dict[str, float]:
+    """Predicted bytes the allocator holds at the peak of each phase of a step."""
+    states = _state_bytes(shape, step)
+    kept = states["actor_weights"] + sum(states[s] for s in sizes.resident)
+    with_ = lambda *names: kept + sum(states[n] for n in names if n not in sizes.resident)  # noqa: E731
+    logits = lambda micro: micro * step.width * shape.vocab * FP32  # noqa: E731
+    per_token = activation_values(shape.hidden, shape.intermediate, shape.kv_dim) * FP32 * shape.layers
+    if sizes.checkpointing:  # one hidden state a layer, and one layer's tensors while it is recomputed
+        per_token = (shape.layers * shape.hidden + activation_values(shape.hidden, shape.intermediate, 0)) * FP32
+    activations = lambda micro: micro * step.width * per_token  # noqa: E731
+    chunk = sizes.generation
+    kv_cache = chunk * step.width * shape.layers * 2 * shape.kv_dim * FP32
+    prefill = chunk * step.prompt_width * (3 * shape.intermediate + 4 * shape.hidden) * FP32
+    peaks = {
+        "generation": kept + kv_cache + prefill + 3 * chunk * shape.vocab * FP32 + FIXED_BYTES,
+        "old_log_prob": kept + LOGPROB_LOGIT_COPIES * logits(sizes.logprob_micro) + FIXED_BYTES,
+        "update_actor": with_("actor_grads", "actor_optimizer")
+        + UPDATE_LOGIT_COPIES * logits(sizes.update_micro)
+        + activations(sizes.update_micro)
+        + FIXED_BYTES,
+    }
+    if step.reference:
+        peaks["ref"] = with_("reference_params") + LOGPROB_LOGIT_COPIES * logits(sizes.logprob_micro) + FIXED_BYTES
+    if step.critic:  # a value head: no vocabulary-wide logits
+        transient = sizes.logprob_micro * step.width * (2 * shape.hidden + 3 * shape.intermediate) * FP32  # no grad
+        peaks["values"] = with_("critic_params") + transient + FIXED_BYTES
+        peaks["update_critic"] = with_("critic_params", "critic_optimizer") + activations(sizes.update_micro)
+        peaks["update_critic"] += FIXED_BYTES
+    return peaks
+
+
+def usable_bytes(card_gib: float, cap_gb: float | None) -> float:
+    """What the caching allocator may hold: the cap (memcap caps the allocator itself), else the card less the CUDA
+    context."""
+    card = card_gib * 2**30 - CONTEXT_BYTES
+    return min(card, cap_gb * 1e9) if cap_gb else card
+
+
+def _powers(low: int, high: int) -> list[int]:
+    """Powers of two from `low` up to `high`, largest first (the sizes a micro-batch may take)."""
+    out, n = [], 1
+    while n <= high:
+        if n >= low:
+            out.append(n)
+        n *= 2
+    return sorted(out, reverse=True)
+
+
+def choose(shape: Shape, step: Step, start: Sizes, budget: float, fixed: set[str], floor: Sizes | None = None) -> Sizes:
+    """The sizes for `budget` bytes, greedily in the order that buys the most speed per byte: generation in as few
+    chunks as fit, the actor update without gradient checkpointing (a quarter fewer FLOPs) at the largest
+    micro-batch that allows, states on the GPU, then larger log-prob micro-batches. `start` is the profile's plan
+    (its values where `fixed` names them: the user set them); a size that does not fit shrinks until it does, but
+    never below `floor` (the profile's own sizes, measured to fit a card of this size)."""
+    from dataclasses import replace
+
+    def dominated(s: Sizes, phases: tuple[str, ...]) -> bool:
+        """No larger than the measured plan in what these phases hold: they fit as that plan's did."""
+        if floor is None or not s.resident <= floor.resident:
+            return False
+        update = s.update_micro <= floor.update_micro and (s.checkpointing or not floor.checkpointing)
+        checks = {"generation": s.generation <= floor.generation, "update": update}
+        checks["pass"] = s.logprob_micro <= floor.logprob_micro
+        kind = lambda p: "generation" if p == "generation" else "update" if p in UPDATES else "pass"  # noqa: E731
+        return all(checks[kind(p)] for p in phases or ("generation", *UPDATES, *PASSES))
+
+    def fits(s: Sizes, phases: tuple[str, ...] = ()) -> bool:
+        peaks = phase_peaks(shape, step, s)
+        return dominated(s, phases) or max(v for k, v in peaks.items() if not phases or k in phases) <= budget
+
+    sizes = start
+    if "generation" not in fixed:
+        for chunk in [step.sequences] + _powers(1, step.sequences - 1):
+            if fits(replace(sizes, generation=chunk), ("generation",)):
+                sizes = replace(sizes, generation=chunk)
+                break
+    if "update_micro" not in fixed:
+        mini = step.mini_batch or step.sequences
+        micros = [m for m in _powers(1, min(MAX_UPDATE_MICRO, mini)) if mini % m == 0]
+        # without checkpointing only at 2 or more a micro-batch: one sequence at a time costs more in launches
+        ways = [] if "checkpointing" in fixed else [(False, m) for m in micros if m >= 2]
+        ways += [(True if "checkpointing" not in fixed else sizes.checkpointing, m) for m in micros]
+        for ckpt, micro in ways:
+            trial = replace(sizes, checkpointing=ckpt, update_micro=micro)
+            if fits(trial, UPDATES):
+                sizes = trial
+                break
+    elif "checkpointing" not in fixed and sizes.update_micro >= 2:
+        if fits(replace(sizes, checkpointing=False), UPDATES):
+            sizes = replace(sizes, checkpointing=False)
+    for state in STATES:
+        if state not in fixed and state not in sizes.resident:
+            trial = replace(sizes, resident=sizes.resident | {state})
+            if fits(trial):
+                sizes = trial
+    if "logprob_micro" not in fixed:
+        for micro in _powers(1, min(MAX_LOGPROB_MICRO, step.sequences)):
+            if fits(replace(sizes, logprob_micro=micro), PASSES):
+                sizes = replace(sizes, logprob_micro=micro)
+                break
+    return sizes

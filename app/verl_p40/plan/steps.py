@@ -1,0 +1,313 @@
+"""The plan's steps, in the order `planner.plan()` runs them. Each takes the draft (the options, the machine's facts,
+and what the steps before it decided) and returns its Part: verl overrides, trainer environment and notes.
+
+A step that decides something later steps need (the layout, the profile, the algorithm) records it on the draft;
+every other step only reads it. The run's own KEY=VALUE settings come last and win (`user_settings`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from verl_p40 import UserError, defaults, reward
+from verl_p40.plan import algorithms, engines
+from verl_p40.plan import layout as layout_mod
+from verl_p40.plan import profiles as profiles_mod
+from verl_p40.plan.facts import Facts
+from verl_p40.plan.run_options import RunOptions
+from verl_p40.plan.verlconfig import (
+    Override,
+    check_settings,
+    hydra_value,
+    parse_set,
+    profile_overrides,
+    settings_overrides,
+)
+
+REWARD_DEFAULTS = {"method": "strict", "format_bonus": 0.0}  # verl's own GSM8K rule
+MODEL_PATH_KEYS = ("actor_rollout_ref.model.path", "critic.model.path", "critic.model.tokenizer_path")
+VALIDATION_EVERY = 10  # steps between validations on val.parquet; trainer.test_freq=N (a later value) wins
+MINE = "verl-p40 options"
+
+
+@dataclass
+class Part:
+    """What one step adds to the plan."""
+
+    overrides: list[Override] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Draft:
+    """The plan as its steps build it."""
+
+    options: RunOptions
+    facts: Facts
+    user: list[Override]  # the run's own KEY=VALUE settings, parsed once
+    layout: layout_mod.Layout | None = None
+    profile: profiles_mod.Profile | None = None
+    sm: float | None = None  # the weakest GPU's compute capability (None: no GPU seen)
+    algorithm: algorithms.Algorithm | None = None
+    samples: int = 1  # answers per prompt
+    algorithm_note: int | None = None  # index of the algorithm's note, completed with the composed batch
+    notes_so_far: int = 0
+
+    @property
+    def user_sets(self) -> dict[str, str]:
+        return {o.key.lstrip("+"): o.value for o in self.user}
+
+
+def resolve_profile(name: str, gpus: tuple | None) -> tuple[profiles_mod.Profile, list[str], float | None]:
+    """The profile for the run's GPUs (the weakest of them, for auto), notes on the choice, and the weakest GPU's
+    compute capability (None without a driver)."""
+    sm = layout_mod.weakest(gpus).sm if gpus else None
+    if name != "auto":
+        return profiles_mod.load(name), [f"profile: {name} (chosen by name)"], sm
+    if not gpus:
+        from verl_p40.gpu.nvml import detect
+
+        try:
+            detect()  # the driver's own reason, with its exit code
+            reason, code = "no GPU", 3
+        except UserError as exc:
+            reason, code = str(exc), exc.exit_code
+        raise UserError(f"--profile auto: {reason}; pass --profile NAME ({', '.join(profiles_mod.available())})", code)
+    profile, notes = profiles_mod.select(gpus)
+    return profile, notes, sm
+
+
+def hardware(draft: Draft) -> Part:
+    """The layout of the GPUs and hosts, the profile for them, completed for what the machine has installed."""
+    o = draft.options
+    draft.layout = layout_mod.choose(list(draft.facts.gpus) if draft.facts.gpus is not None else None, o.gpus, o.nodes)
+    profile, notes, draft.sm = resolve_profile(o.profile, draft.layout.gpus)
+    check_settings(profile.verl, str(profile.path))
+    where = engines.Where(sm=draft.sm, vllm=draft.facts.vllm, triton=draft.facts.triton)
+    completed, choices = engines.complete(profile.verl, where, draft.user_sets)
+    draft.profile = dataclasses.replace(profile, verl=completed)
+    return Part(notes=notes + choices)
+
+
+def recipe(draft: Draft) -> Part:
+    """The algorithm, and its batch (in prompts) in place of the profile's before the layout scales it."""
+    algorithm = algorithms.load(draft.options.algorithm)
+    check_settings(algorithm.verl, str(algorithm.path))
+    draft.samples = draft.options.samples_per_prompt or algorithm.samples_per_prompt
+    verl_settings, draft.algorithm = algorithms.with_batch(draft.profile.verl, algorithm, draft.samples)
+    draft.profile = dataclasses.replace(draft.profile, verl=verl_settings)
+    return Part(overrides=profile_overrides(draft.profile))
+
+
+def placement(draft: Draft) -> Part:
+    """verl settings for the GPUs and hosts: counts, batches scaled by the world size, and offloaded states that fit
+    on the GPU once sharded (from the profile's one-GPU measurement of the same model size)."""
+    from omegaconf import OmegaConf
+
+    from verl_p40.plan import budget
+
+    layout, profile = draft.layout, draft.profile
+    values, notes = layout_mod.settings(layout, profile.verl)
+    origin = f"--gpus/--nodes ({layout.describe()})"
+    out = [Override(key, str(value), origin) for key, value in values.items()]
+    if layout.world > 1 and profile.measured:
+        try:
+            parameters = budget.model_parameters(Path(draft.options.model).expanduser())
+        except (OSError, UserError, ValueError, KeyError):
+            parameters = None
+        cap = draft.options.gpu_memory_cap_gb
+        keep, why = layout_mod.unoffload(layout, profile.verl, parameters, profile.measured, cap)
+        out += [Override(key, "false", f"{origin}: sharded {layout.world} ways") for key in keep]
+        notes += why
+    # the algorithm divides the batch per prompt: it starts from the batch the layout scaled
+    scaled = {o.key: int(o.value) for o in out if o.key in layout_mod.BATCH_KEYS}
+    if scaled:
+        tree = OmegaConf.create(profile.verl)
+        for key, value in scaled.items():
+            OmegaConf.update(tree, key, value)
+        draft.profile = dataclasses.replace(profile, verl=OmegaConf.to_container(tree))
+    return Part(overrides=out, notes=notes)
+
+
+def reward_settings(draft: Draft) -> Part:
+    """verl-p40's GSM8K rule, strict unless the algorithm file (a recipe) or the options say otherwise."""
+    o = draft.options
+    overrides = [
+        Override("custom_reward_function.path", hydra_value(reward.__file__), MINE),
+        Override("custom_reward_function.name", "compute_score", MINE),
+        *settings_overrides({"custom_reward_function": {"reward_kwargs": REWARD_DEFAULTS}}, MINE),
+        *settings_overrides(draft.algorithm.verl, str(draft.algorithm.path)),
+    ]
+    overrides += [
+        Override(f"custom_reward_function.reward_kwargs.{key}", hydra_value(value), f"--{flag}")
+        for key, flag, value in (
+            ("method", "reward-method", o.reward_method),
+            ("format_bonus", "format-bonus", o.format_bonus),
+        )
+        if value is not None
+    ]
+    return Part(overrides=overrides)
+
+
+def lora(draft: Draft) -> Part:
+    o = draft.options
+    settings = algorithms.lora(o.lora_rank, o.lora_alpha)
+    if settings:
+        return Part(
+            overrides=settings_overrides(settings.verl, f"--lora-rank {o.lora_rank} ({settings.path})"),
+            notes=[
+                f"{settings.description}, on every linear layer; the reference model is the actor with its adapter "
+                "switched off"
+            ],
+        )
+    if o.lora_alpha is not None:  # e.g. LORA_ALPHA left in .env after LORA_RANK went back to 0
+        return Part(notes=[f"--lora-alpha {o.lora_alpha} (or $VERL_P40_LORA_ALPHA) has no effect without --lora-rank"])
+    return Part()
+
+
+def samples(draft: Draft) -> Part:
+    """Answers per prompt, the batch in prompts (the profile's sequences kept), and the experiment's name."""
+    o, algorithm, n = draft.options, draft.algorithm, draft.samples
+    origin = f"--algorithm {algorithm.name}" + (f" --samples-per-prompt {n}" if o.samples_per_prompt else "")
+    out = [Override("actor_rollout_ref.rollout.n", str(n), origin)] if o.samples_per_prompt else []
+    per_prompt = algorithms.batch_per_prompt(draft.profile.verl, n, origin)
+    out += [Override(key, str(value), f"{origin} ({n} samples per prompt)") for key, value in per_prompt.items()]
+    name = algorithms.experiment_name(o.model, algorithm.name, o.lora_rank)
+    out.append(Override("trainer.experiment_name", name, MINE))
+    note = f"algorithm: {algorithm.name} ({algorithm.estimator}), {n} sample{'s' * (n > 1)} per prompt"
+    draft.algorithm_note = draft.notes_so_far  # completed with the composed batch (a --set data.train_batch_size wins)
+    return Part(overrides=out, notes=[note])
+
+
+def validation_split(data: Path, notes: list[str]) -> str:
+    """The file verl validates on: val.parquet (`prep --val-size`) when the data folder has one, else test.parquet."""
+    if (data / "val.parquet").is_file():
+        notes.append("validation: val.parquet (train rows held out by prep --val-size; the test split stays unseen)")
+        return "val.parquet"
+    return "test.parquet"
+
+
+def paths(draft: Draft) -> Part:
+    """One model for actor, reference, critic and tokenizer; the data files; the checkpoint folder; the logs."""
+    o = draft.options
+    for item in draft.user:  # a model path given as a verl key is refused before anything else reads it
+        if item.key.lstrip("+") in MODEL_PATH_KEYS:
+            raise UserError(
+                f"{item.origin}: give the model as --model {item.value} instead: it sets the actor, the reference, the "
+                "critic and the tokenizer together, and the preflight checks that folder"
+            )
+    model = str(Path(o.model).expanduser())
+    data = Path(o.data).expanduser()
+    checkpoints = Path(o.checkpoints).expanduser().absolute()
+    notes: list[str] = []
+    out = [
+        Override("actor_rollout_ref.model.path", hydra_value(model), MINE),
+        Override("critic.model.path", hydra_value(model), MINE),
+        Override("data.train_files", hydra_value(str(data / "train.parquet")), MINE),
+        Override("data.val_files", hydra_value(str(data / validation_split(data, notes))), MINE),
+        Override("trainer.default_local_dir", f"{hydra_value(str(checkpoints))}/${{trainer.experiment_name}}", MINE),
+    ]
+    if (data / "val.parquet").is_file():  # a slice held out to choose settings on: validate on it as the run goes
+        out.append(Override("trainer.test_freq", str(VALIDATION_EVERY), "val.parquet (prep --val-size)"))
+    env = {
+        "TENSORBOARD_DIR": str(Path(o.logs).expanduser().absolute() / "tensorboard"),
+        **layout_mod.env(draft.layout),
+    }
+    # Without expandable segments the caching allocator kept 4 GB reserved-but-unusable at the 24 GB cap and
+    # the actor update ran out of memory (bench/results, first p40-profile run).
+    env["PYTORCH_CUDA_ALLOC_CONF"] = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    return Part(overrides=out, env=env, notes=notes)
+
+
+def tensorboard(draft: Draft) -> Part:
+    logger = draft.profile.verl.get("trainer", {}).get("logger", ["console"])
+    if "tensorboard" in logger and not draft.facts.tensorboard:
+        logger = [name for name in logger if name != "tensorboard"]
+        return Part(
+            overrides=[Override("trainer.logger", hydra_value(logger), MINE)],
+            notes=["tensorboard is not installed: logging to the console only"],
+        )
+    return Part()
+
+
+def tf32_on(mode: str, sm: float | None) -> bool:
+    """Whether the trainer's workers switch TF32 on: `auto` on sm_80+ (Ampere and newer); never below sm_80, where
+    there are no TF32 units (a P40 keeps full fp32). Without a GPU seen here, `auto` leaves it off. The option's
+    choices (auto, on, off) are checked where the option is read."""
+    if mode == "on" and sm is not None and sm < 8.0:
+        raise UserError(
+            f"--tf32 on: TF32 needs an sm_80+ GPU (Ampere or newer); this one is sm_{sm * 10:.0f}. "
+            "Use --tf32 auto or off"
+        )
+    return mode == "on" or (mode == "auto" and sm is not None and sm >= 8.0)
+
+
+def worker_hooks(draft: Draft) -> Part:
+    """What every trainer worker sets before it builds a model (verl_p40.memcap, through verl's external_lib): the
+    memory cap, TF32, cuDNN attention off."""
+    o, sm = draft.options, draft.sm
+    part, hooked = Part(), []
+    if o.gpu_memory_cap_gb is not None:  # checked where the option is read (run_options)
+        part.env[defaults.GPU_MEMORY_CAP_ENV] = f"{o.gpu_memory_cap_gb:g}"
+        hooked.append("--gpu-memory-cap-gb")
+        part.notes.append(f"GPU memory capped at {o.gpu_memory_cap_gb:g} GB per process")
+    if tf32_on(o.tf32, sm):
+        part.env[defaults.TF32_ENV] = "1"
+        hooked.append("--tf32")
+        part.notes.append(f"TF32 matmuls on (--tf32 {o.tf32}" + (f", sm_{sm * 10:.0f})" if sm else ")"))
+    elif sm is not None and sm >= 8.0:
+        part.notes.append("TF32 matmuls off (--tf32 off)")
+    own_hook = "actor_rollout_ref.model.external_lib" in draft.user_sets
+    if sm is not None and sm >= 8.0 and own_hook:
+        part.notes.append(
+            "cuDNN attention left as PyTorch has it: your actor_rollout_ref.model.external_lib takes the hook"
+        )
+    elif sm is not None and sm >= 8.0:
+        # A precaution: cuDNN's SDPA backward on sm_90 with an attention mask is reported upstream to give NaN
+        # gradients in bf16/fp16 (pytorch/pytorch#196678, torch 2.11+); bench/sdpa_nan_check.py did not show it
+        # on an H200 (bench/results/precision-2026-12-01/). fp32 never uses it, and FlashAttention or the
+        # memory-efficient kernel take its place. Off in every worker, so a bf16 plan never meets it.
+        part.env[defaults.NO_CUDNN_ATTENTION_ENV] = "1"
+        hooked.append("cuDNN attention off")
+        part.notes.append(
+            "cuDNN attention off in the workers (a precaution: pytorch#196678 reports NaN bf16 gradients)"
+        )
+    if hooked and own_hook:
+        raise UserError(
+            f"{' and '.join(hooked)} work through actor_rollout_ref.model.external_lib; "
+            "it cannot be combined with your own external_lib ("
+            + ", ".join("use --tf32 off" if h == "--tf32" else f"leave out {h}" for h in hooked)
+            + ", or drop your external_lib)"
+        )
+    if hooked:
+        part.overrides.append(
+            Override("actor_rollout_ref.model.external_lib", defaults.MEMCAP_MODULE, " and ".join(hooked))
+        )
+    return part
+
+
+def user_settings(draft: Draft) -> Part:
+    """The run's own KEY=VALUE settings: last, so they win."""
+    return Part(overrides=list(draft.user))
+
+
+STEPS = (
+    hardware,
+    recipe,
+    placement,
+    reward_settings,
+    lora,
+    samples,
+    tensorboard,
+    paths,
+    worker_hooks,
+    user_settings,
+)
+
+
+def new_draft(options: RunOptions, facts: Facts) -> Draft:
+    return Draft(options=options, facts=facts, user=parse_set(options.sets))
