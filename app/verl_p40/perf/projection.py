@@ -5,8 +5,8 @@ Model (per phase, fp32, no padding removal, so every sequence runs at the full p
 trim_padding (patches/p40_trim.py) at the step's longest prompt + longest response, a bound for every micro-batch):
 - forward passes (old log-probs, reference, values): 2 x matmul parameters x padded tokens, plus attention
   (4 x width^2 x hidden per layer and sequence) and the logits' memory traffic (vocab x tokens x 4 bytes, 3 passes);
-- updates: forward + backward + the recomputation of gradient checkpointing = 4 forwards' FLOPs, plus the Adam step's
-  memory traffic (16 bytes read + 12 written per parameter);
+- updates: forward + backward (2 forwards' FLOPs) + the recomputation of gradient checkpointing where it is on = 4
+  forwards' FLOPs (3 without it), plus the Adam step's memory traffic (16 bytes read + 12 written per parameter);
 - host transfers of offloaded state over PCIe (optimizer states, critic and reference weights);
 - on several GPUs each does its share of the sequences, and FSDP (full sharding) moves the weights between them: an
   all-gather per forward micro-batch, and an all-gather for the forward, another for the backward and a
@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from verl_p40.plan.budget import ADAM_STATES, FP32
+from verl_p40.plan.memory import Shape  # the model's dimensions, one home for the plan and the projection
 
 
 @dataclass(frozen=True)
@@ -57,33 +58,6 @@ P40 = Card(
 
 
 @dataclass(frozen=True)
-class Shape:
-    """The model's dimensions (from its config.json)."""
-
-    hidden: int
-    layers: int
-    kv_dim: int
-    vocab: int
-    intermediate: int
-    block_parameters: int  # the transformer blocks' matmul parameters
-    parameters: int  # all parameters
-
-    @classmethod
-    def from_config(cls, config: dict[str, Any]) -> Shape:
-        from verl_p40.plan.budget import parameter_count
-
-        hidden, layers = int(config["hidden_size"]), int(config["num_hidden_layers"])
-        heads = int(config["num_attention_heads"])
-        head_dim = int(config.get("head_dim") or hidden // heads)
-        kv_dim = int(config.get("num_key_value_heads") or heads) * head_dim
-        vocab = int(config["vocab_size"])
-        block = layers * (
-            2 * hidden * heads * head_dim + 2 * hidden * kv_dim + 3 * hidden * int(config["intermediate_size"])
-        )
-        return cls(hidden, layers, kv_dim, vocab, int(config["intermediate_size"]), block, parameter_count(config))
-
-
-@dataclass(frozen=True)
 class Run:
     """What one step processes, from the verl config and the step's logged lengths."""
 
@@ -101,6 +75,7 @@ class Run:
     gpus: int = 1  # GPUs of all hosts (FSDP's world size)
     # micro-batches each GPU runs per phase in one step (each costs FSDP collectives when gpus > 1)
     micro_batches: dict[str, int] | None = None
+    recompute: bool = True  # gradient checkpointing: the backward runs the forward again (an update = 4 forwards)
 
     @property
     def width(self) -> float:
@@ -122,11 +97,12 @@ def phases(shape: Shape, run: Run) -> dict[str, dict[str, float]]:
     optim = shape.parameters * FP32 * ADAM_STATES
     adam_bytes = 28 * shape.parameters
     actor_fwd = _forward_flops(shape, tokens, width, lm_head=True)
+    passes = 4 if run.recompute else 3  # forward, backward (2 forwards' FLOPs), and the recomputed forward
     critic_fwd = _forward_flops(shape, tokens, width, lm_head=False)
     out: dict[str, dict[str, float]] = {
         "old_log_prob": {"flops": actor_fwd, "bytes": logits_bytes, "host_bytes": 0.0},
         "update_actor": {
-            "flops": 4 * actor_fwd,
+            "flops": passes * actor_fwd,
             "bytes": 3 * logits_bytes + (0 if run.lora else adam_bytes),
             "host_bytes": 2 * optim if run.offload.get("actor_optimizer") and not run.lora else 0.0,
         },
@@ -141,7 +117,7 @@ def phases(shape: Shape, run: Run) -> dict[str, dict[str, float]]:
         params_moves = 2 * weights if run.offload.get("critic_params") else 0.0
         out["values"] = {"flops": critic_fwd, "bytes": 0.0, "host_bytes": params_moves}
         out["update_critic"] = {
-            "flops": 4 * critic_fwd,
+            "flops": passes * critic_fwd,
             "bytes": adam_bytes,
             "host_bytes": params_moves + (2 * optim if run.offload.get("critic_optimizer") else 0.0),
         }
@@ -227,6 +203,7 @@ def run_from_config(cfg: Any, generated: float, longest: tuple[float, float] | N
             "critic_optimizer": bool(get("critic.model.fsdp_config.optimizer_offload", False)),
         },
         pass_width=min(float(sum(longest)), full) if trims and longest else None,
+        recompute=bool(get("actor_rollout_ref.model.enable_gradient_checkpointing", False)),
         gpus=gpus,
         micro_batches={
             "old_log_prob": micro("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"),

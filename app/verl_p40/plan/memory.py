@@ -129,9 +129,11 @@ def phase_peaks(shape: Shape, step: Step, sizes: Sizes) -> dict[str, float]:
     kept = states["actor_weights"] + sum(states[s] for s in sizes.resident)
     with_ = lambda *names: kept + sum(states[n] for n in names if n not in sizes.resident)  # noqa: E731
     logits = lambda micro: micro * step.width * shape.vocab * FP32  # noqa: E731
-    per_token = activation_values(shape.hidden, shape.intermediate, shape.kv_dim) * FP32 * shape.layers
-    if sizes.checkpointing:  # one hidden state a layer, and one layer's tensors while it is recomputed
-        per_token = (shape.layers * shape.hidden + activation_values(shape.hidden, shape.intermediate, 0)) * FP32
+    # what a backward without checkpointing keeps beyond what the calibrated copies already hold (the runs that
+    # calibrated them checkpointed: one hidden state a layer, and one layer's tensors while it is recomputed)
+    every = activation_values(shape.hidden, shape.intermediate, shape.kv_dim) * shape.layers
+    checkpointed = shape.layers * shape.hidden + activation_values(shape.hidden, shape.intermediate, shape.kv_dim)
+    per_token = 0 if sizes.checkpointing else (every - checkpointed) * FP32
     activations = lambda micro: micro * step.width * per_token  # noqa: E731
     chunk = sizes.generation
     kv_cache = chunk * step.width * shape.layers * 2 * shape.kv_dim * FP32
@@ -149,8 +151,8 @@ def phase_peaks(shape: Shape, step: Step, sizes: Sizes) -> dict[str, float]:
     if step.critic:  # a value head: no vocabulary-wide logits
         transient = sizes.logprob_micro * step.width * (2 * shape.hidden + 3 * shape.intermediate) * FP32  # no grad
         peaks["values"] = with_("critic_params") + transient + FIXED_BYTES
-        peaks["update_critic"] = with_("critic_params", "critic_optimizer") + activations(sizes.update_micro)
-        peaks["update_critic"] += FIXED_BYTES
+        kept_for_backward = (checkpointed if sizes.checkpointing else every) * FP32 * sizes.update_micro * step.width
+        peaks["update_critic"] = with_("critic_params", "critic_optimizer") + kept_for_backward + FIXED_BYTES
     return peaks
 
 

@@ -53,7 +53,7 @@ def plan(options: RunOptions, facts: Facts | None = None) -> RunPlan:
     draft = plan_steps.new_draft(options, facts if facts is not None else Facts.here())
     overrides, env, notes = [], {}, []
     for step in plan_steps.STEPS:
-        draft.notes_so_far = len(notes)
+        draft.notes_so_far, draft.overrides_so_far = len(notes), overrides
         part = step(draft)
         overrides += part.overrides
         env.update(part.env)
@@ -97,6 +97,7 @@ def run_record(cfg: Any, draft: plan_steps.Draft) -> dict:
             if model_cfg.lora_rank
             else None
         ),
+        "memory": draft.memory,  # the memory plan's prediction; verl logs the measured peak every step
     }
 
 

@@ -56,6 +56,8 @@ class Draft:
     samples: int = 1  # answers per prompt
     algorithm_note: int | None = None  # index of the algorithm's note, completed with the composed batch
     notes_so_far: int = 0
+    overrides_so_far: list[Override] = field(default_factory=list)  # what the steps before this one returned
+    memory: dict | None = None  # the memory plan's card, budget and predicted peaks (the run record keeps it)
 
     @property
     def user_sets(self) -> dict[str, str]:
@@ -183,6 +185,141 @@ def samples(draft: Draft) -> Part:
     return Part(overrides=out, notes=[note])
 
 
+# the memory plan's sizes and the verl keys that carry each (Sizes field -> keys)
+MEMORY_KEYS = {
+    "generation": ("actor_rollout_ref.rollout.micro_batch_size",),
+    "update_micro": ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "critic.ppo_micro_batch_size_per_gpu"),
+    "logprob_micro": (
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+    ),
+    "checkpointing": (
+        "actor_rollout_ref.model.enable_gradient_checkpointing",
+        "critic.model.enable_gradient_checkpointing",
+    ),
+}
+STATE_KEYS = {  # memory.STATES -> the offload key that keeps it off the GPU
+    "actor_optimizer": "actor_rollout_ref.actor.fsdp_config.optimizer_offload",
+    "reference_params": "actor_rollout_ref.ref.fsdp_config.param_offload",
+    "critic_params": "critic.model.fsdp_config.param_offload",
+    "critic_optimizer": "critic.model.fsdp_config.optimizer_offload",
+}
+STATE_WORDS = {
+    "actor_optimizer": "actor Adam states",
+    "reference_params": "reference weights",
+    "critic_params": "critic weights",
+    "critic_optimizer": "critic Adam states",
+}
+
+
+def _card_gib(draft: Draft) -> float | None:
+    """The memory of the weakest GPU the run uses; without GPU facts, the card the profile is sized for."""
+    if draft.layout.gpus:
+        return layout_mod.weakest(draft.layout.gpus).memory_total_gib
+    return draft.profile.match.get("memory_gib")
+
+
+def _memory_step(cfg, shape) -> tuple:
+    from omegaconf import OmegaConf
+
+    from verl_p40.plan import memory as mem
+
+    get = lambda key, default=None: OmegaConf.select(cfg, key, default=default)  # noqa: E731
+    world = int(get("trainer.n_gpus_per_node", 1)) * int(get("trainer.nnodes", 1))
+    n = int(get("actor_rollout_ref.rollout.n", 1))
+    step = mem.Step(
+        sequences=max(1, int(get("data.train_batch_size")) * n // world),
+        prompt_width=int(get("data.max_prompt_length")),
+        response_width=int(get("data.max_response_length")),
+        critic=get("algorithm.adv_estimator", "gae") == "gae",
+        reference=bool(get("algorithm.use_kl_in_reward", False) or get("actor_rollout_ref.actor.use_kl_loss", False)),
+        lora=int(get("actor_rollout_ref.model.lora_rank", 0) or 0) > 0,
+        world=world,
+        mini_batch=max(1, int(get("actor_rollout_ref.actor.ppo_mini_batch_size")) * n // world),
+    )
+    start = mem.Sizes(
+        generation=int(get(MEMORY_KEYS["generation"][0]) or step.sequences),
+        update_micro=int(get(MEMORY_KEYS["update_micro"][0]) or 1),
+        logprob_micro=int(get(MEMORY_KEYS["logprob_micro"][0]) or 1),
+        checkpointing=bool(get(MEMORY_KEYS["checkpointing"][0], False)),
+        resident=frozenset(s for s, key in STATE_KEYS.items() if get(key, False) is not True),
+    )
+    return step, start
+
+
+def memory_plan(draft: Draft) -> Part:
+    """Generation chunk, micro-batches, gradient checkpointing and states on the GPU, sized from the card's memory
+    (NVML's total, or --gpu-memory-cap-gb) by verl_p40.plan.memory's model. A size the run's own settings give stays
+    theirs. Without a card (no GPU seen, no profile size), the profile's plan is kept."""
+    from verl_p40.plan import memory as mem
+    from verl_p40.plan.verlconfig import preview
+
+    card = _card_gib(draft)
+    if not card:
+        return Part()
+    try:
+        shape = mem.Shape.of_folder(Path(draft.options.model).expanduser())
+    except (OSError, ValueError, KeyError):
+        shape = mem.QWEN_05B  # the model is not here (a config made elsewhere): size it as the product's model
+    cfg = preview(draft.overrides_so_far + draft.user)
+    step, start = _memory_step(cfg, shape)
+    user = draft.user_sets
+    fixed = {name for name, keys in MEMORY_KEYS.items() if any(k in user for k in keys)}
+    fixed |= {state for state, key in STATE_KEYS.items() if key in user}
+    usable = mem.usable_bytes(card, draft.options.gpu_memory_cap_gb)
+    budget = mem.BUDGET * usable
+    # a card as large as the one the profile was measured on runs the profile's own sizes at least
+    sized_for = draft.profile.match.get("memory_gib") or 0.0
+    cap = draft.options.gpu_memory_cap_gb
+    floor = start if min(card * 2**30 / 1e9, cap or float("inf")) >= 0.95 * sized_for * 2**30 / 1e9 else None
+    sizes = mem.choose(shape, step, start, budget, fixed, floor)
+    peaks = mem.phase_peaks(shape, step, sizes)
+    top = max(peaks, key=peaks.get)
+    origin = f"memory plan ({usable / 1e9:.1f} GB for the allocator)"
+    out = [
+        Override(key, hydra_value(getattr(sizes, name)), origin)
+        for name, keys in MEMORY_KEYS.items()
+        if name not in fixed
+        for key in keys
+    ]
+    out += [
+        Override(key, hydra_value(state not in sizes.resident), origin)
+        for state, key in STATE_KEYS.items()
+        if state not in fixed
+    ]
+    kept = [STATE_WORDS[s] for s in mem.STATES if s in sizes.resident and peaks and _state_used(s, step)]
+    ckpt = "with" if sizes.checkpointing else "without"
+    note = (
+        f"memory plan for {usable / 1e9:.1f} GB: generation {sizes.generation} sequences at once, update micro-batch "
+        f"{sizes.update_micro} {ckpt} gradient checkpointing, log-prob micro-batch {sizes.logprob_micro}; "
+        f"on the GPU: {', '.join(kept) if kept else 'weights only (the rest offloaded)'}; predicted peak "
+        f"{peaks[top] / 1e9:.1f} GB ({top}), "
+        + (f"within {budget / 1e9:.1f} GB" if peaks[top] <= budget else "the profile's measured sizes")
+    )
+    draft.memory = {
+        "allocator_gb": round(usable / 1e9, 2),
+        "budget_gb": round(budget / 1e9, 2),
+        "predicted_peak_gb": round(peaks[top] / 1e9, 2),
+        "predicted_phase_peaks_gb": {k: round(v / 1e9, 2) for k, v in peaks.items()},
+        "sizes": {
+            "generation": sizes.generation,
+            "update_micro": sizes.update_micro,
+            "logprob_micro": sizes.logprob_micro,
+            "gradient_checkpointing": sizes.checkpointing,
+            "on_gpu": sorted(sizes.resident),
+        },
+    }
+    return Part(overrides=out, notes=[note])
+
+
+def _state_used(state: str, step) -> bool:
+    return (
+        (state.startswith("critic") and step.critic)
+        or (state == "reference_params" and step.reference)
+        or (state == "actor_optimizer" and not step.lora)
+    )
+
+
 def validation_split(data: Path, notes: list[str]) -> str:
     """The file verl validates on: val.parquet (`prep --val-size`) when the data folder has one, else test.parquet."""
     if (data / "val.parquet").is_file():
@@ -302,6 +439,7 @@ STEPS = (
     reward_settings,
     lora,
     samples,
+    memory_plan,
     tensorboard,
     paths,
     worker_hooks,

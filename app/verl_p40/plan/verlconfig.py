@@ -219,6 +219,21 @@ def to_hydra(overrides: list[Override]) -> list[str]:
     return list(last.values())
 
 
+def preview(overrides: list[Override]):
+    """verl's defaults with `overrides` applied value by value, without Hydra's compose: what a plan step reads of the
+    settings so far (cheap; the plan composes and checks the whole list once at its end)."""
+    from omegaconf import OmegaConf
+
+    tree = OmegaConf.create(OmegaConf.to_container(base_config()))
+    for item in overrides:
+        key = item.key.lstrip("+~")
+        if item.key.startswith("~"):
+            continue
+        value = _parsed(f"{key}={item.value}", _where(item)).value()
+        OmegaConf.update(tree, key, value, force_add=True)
+    return tree
+
+
 def parse_set(items: list[str]) -> list[Override]:
     overrides = []
     for item in items:

@@ -1,0 +1,224 @@
+"""Every card at its own speed (issue 41): the memory-aware plan against the plans it replaces, on the lent GPU.
+
+Each run is `verl-p40 train` of the GSM8K recipe for a few steps on random weights of Qwen2.5-0.5B's shape (their
+answers always run to the 512-token limit, as the longest answer of a real step does, so a step's generation and its
+passes' widths are those of a real step), one trainer at a time, one after another:
+
+- p40-after / p40-before: the p40 profile under the Pascal mask with the 24 GB cap, the memory plan's sizes against
+  the sizes the profile had before it (P40_BEFORE); ppo-p40: the seed's PPO on the same path;
+- h200-plain: what a user runs on the unmasked H200 (`--algorithm grpo-gsm8k`, nothing else) against h200-hand, the
+  hand-set fast mode of bench/learning_run.py before this issue (HAND_SET);
+- cap16 / cap24 / cap40: the plain command under each cap, validation included (before the first step and at the
+  last, on 256 held-out train rows).
+
+For each: seconds a step (median without the first), phases, torch's measured peak (verl's max_memory_allocated)
+beside the plan's predicted peak (the run record's `memory`), and the P40 projection of the run's own config.
+
+    python3 bench/speed_run.py run --runs p40-after,p40-before --steps 3 --out $OUT/speed   (setsid on the GPU)
+    python3 bench/speed_run.py wait --timeout-s 540 --copy-to $OUT/speed                      (each device call)
+    python3 bench/speed_run.py report --results bench/results/speed-2026-12-02                (here, CPU only)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from generations import mask_env
+from real_weights import ray_stop
+from verl_p40.perf import bench as product_bench
+from verl_p40.perf import projection
+from verl_p40.plan.facts import Facts
+from verl_p40.plan.planner import plan
+from verl_p40.plan.run_options import RunOptions
+from verl_p40.run.trainer_log import read_steps
+
+RECIPE = "grpo-gsm8k"
+# the p40 profile's sizes before the memory plan (config/profiles/p40.yaml at bf8d874)
+P40_BEFORE = [
+    "actor_rollout_ref.rollout.micro_batch_size=64",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+    "critic.ppo_micro_batch_size_per_gpu=4",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
+    "actor_rollout_ref.model.enable_gradient_checkpointing=true",
+    "critic.model.enable_gradient_checkpointing=true",
+    "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
+    "actor_rollout_ref.ref.fsdp_config.param_offload=true",
+    "critic.model.fsdp_config.param_offload=true",
+    "critic.model.fsdp_config.optimizer_offload=true",
+]
+# bench/learning_run.py's fast mode before the memory plan (MODES["fast"]["sets"] at bf8d874)
+HAND_SET = [
+    "actor_rollout_ref.rollout.micro_batch_size=256",
+    "actor_rollout_ref.actor.fsdp_config.optimizer_offload=false",
+    "actor_rollout_ref.ref.fsdp_config.param_offload=false",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=32",
+    "actor_rollout_ref.model.enable_gradient_checkpointing=true",
+]
+P40_CLI = ["--profile", "p40", "--gpu-memory-cap-gb", "24", "--skip-check", "kernels"]
+# name: (Pascal mask or None, options, verl settings, validated, algorithm)
+RUNS: dict[str, tuple[str | None, list[str], list[str], bool, str]] = {
+    "p40-after": ("6.1", P40_CLI, [], False, RECIPE),
+    "p40-before": ("6.1", P40_CLI, P40_BEFORE, False, RECIPE),
+    "ppo-p40": ("6.1", P40_CLI, [], False, "ppo"),
+    "h200-plain": (None, [], [], False, RECIPE),
+    "h200-hand": (None, ["--profile", "ampere", "--tf32", "auto"], HAND_SET, False, RECIPE),
+    "cap16": (None, ["--gpu-memory-cap-gb", "16"], [], True, RECIPE),
+    "cap24": (None, ["--gpu-memory-cap-gb", "24"], [], True, RECIPE),
+    "cap40": (None, ["--gpu-memory-cap-gb", "40"], [], True, RECIPE),
+}
+
+
+def train_command(name: str, work: Path, steps: int) -> list[str]:
+    _, cli, sets, validated, algorithm = RUNS[name]
+    when = (
+        ["trainer.val_before_train=true"] if validated else ["trainer.val_before_train=false", "trainer.test_freq=-1"]
+    )
+    return [
+        sys.executable,
+        "-m",
+        "verl_p40.cli",
+        "train",
+        "--algorithm",
+        algorithm,
+        *cli,
+        "--model",
+        str(work / "model"),
+        "--data",
+        str(work / "gsm8k"),
+        "--checkpoints",
+        str(work / name / "ckpt"),
+        "--logs",
+        str(work / name / "logs"),
+        f"trainer.total_training_steps={steps}",
+        "trainer.save_freq=-1",
+        "trainer.resume_mode=disable",
+        *when,
+        *sets,
+    ]
+
+
+def options_of(command: list[str]) -> tuple[RunOptions, Facts]:
+    """The RunOptions and Facts a run's plan had (a P40 under the mask, this machine's GPU otherwise)."""
+    words = command[4:]
+    opts = RunOptions()
+    value = lambda flag: words[words.index(flag) + 1] if flag in words else None  # noqa: E731
+    opts.algorithm = value("--algorithm") or opts.algorithm
+    opts.profile = value("--profile") or "auto"
+    opts.tf32 = value("--tf32") or opts.tf32
+    opts.model = value("--model")
+    cap = value("--gpu-memory-cap-gb")
+    opts.gpu_memory_cap_gb = float(cap) if cap else None
+    opts.sets = [w for w in words if "=" in w and not w.startswith("-")]
+    return opts, (Facts.of_card("p40") if "--skip-check" in words else Facts.here())
+
+
+def summary(name: str, command: list[str], code: int, wall: float, work: Path) -> dict:
+    logs = sorted((work / name / "logs").glob("train-*.log"))
+    steps = [s for s in read_steps(logs[-1])] if logs else []
+    training = [s for s in steps if "timing_s/step" in s]
+    out = {"run": name, "command": "verl-p40 " + shlex.join(command[4:]), "returncode": code, "wall_s": wall}
+    out["setup"] = "Pascal mask (Tesla P40), op audit off" if RUNS[name][0] else "unmasked H200"
+    if not training:
+        return out
+    options, facts = options_of(command)
+    run = plan(options, facts)
+    shape = projection.Shape.of_folder(work / "model")
+    timed = product_bench.summarise(training, run.config(), shape, _h200())
+    peak_gib = max((s.get("perf/max_memory_allocated_gb", 0.0) for s in training), default=0.0)
+    out.update(
+        {
+            "steps": len(training),
+            "seconds_per_step": timed["seconds_per_step"],
+            "step_seconds": [round(s["timing_s/step"], 1) for s in training],
+            "phases_s": timed["phases_s"],
+            "torch_max_allocated_gb": round(peak_gib * 2**30 / 1e9, 2),
+            "predicted": run.record.get("memory"),
+            "validation": {int(s["step"]): v for s in steps for k, v in s.items() if k.startswith("val-core/")},
+            "p40_projection": timed["projection"]["p40"],
+            "pass_width": timed["projection"]["pass_width"],
+            "notes": [n for n in run.notes if n.startswith(("memory plan", "auto profile", "profile"))],
+        }
+    )
+    return out
+
+
+def _h200() -> projection.Card:
+    from project import H200
+
+    return H200
+
+
+def run_all(args: argparse.Namespace) -> None:
+    work, out = Path(args.work), Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (work / "pid").write_text(str(__import__("os").getpid()))
+    for name in args.runs.split(","):
+        command = train_command(name, work, args.steps)
+        print(f"[speed_run] {name}: $ {shlex.join(command)}", flush=True)
+        ray_stop()
+        started = time.time()
+        code = subprocess.run(command, env=mask_env(RUNS[name][0])).returncode
+        result = summary(name, command, code, round(time.time() - started, 1), work)
+        (out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+        print(f"[speed_run] {name}: exit {code}, {result.get('seconds_per_step')} s/step", flush=True)
+    ray_stop()
+    (work / "done").touch()
+
+
+def wait(args: argparse.Namespace) -> None:
+    work, started = Path(args.work), time.time()
+    while not (work / "done").exists() and time.time() - started < args.timeout_s:
+        time.sleep(5)
+    if args.copy_to:
+        target = Path(args.copy_to)
+        target.mkdir(parents=True, exist_ok=True)
+        for path in Path(args.out).glob("*.json"):
+            shutil.copy(path, target / path.name)
+    print("done" if (work / "done").exists() else "still running", flush=True)
+
+
+def report(args: argparse.Namespace) -> None:
+    rows = [json.loads(p.read_text()) for p in sorted(Path(args.results).glob("*.json")) if p.name != "speed.json"]
+    lines = [
+        "| run | setup | s a step (H200) | P40 projection | torch peak GB | predicted GB | validation |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        predicted = (r.get("predicted") or {}).get("predicted_peak_gb")
+        val = ", ".join(f"{k}: {100 * v:.1f} %" for k, v in (r.get("validation") or {}).items()) or "-"
+        p40 = (r.get("p40_projection") or {}).get("step") if r["setup"].startswith("Pascal") else "-"
+        lines.append(
+            f"| {r['run']} | {r['setup']} | {r.get('seconds_per_step')} | {p40}"
+            f" | {r.get('torch_max_allocated_gb')} | {predicted} | {val} |"
+        )
+    text = "\n".join(lines) + "\n"
+    Path(args.results, "speed.md").write_text(text)
+    print(text, end="")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("action", choices=("run", "wait", "report"))
+    parser.add_argument("--runs", default=",".join(RUNS))
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--work", default="/tmp/speed")
+    parser.add_argument("--out", default="/tmp/speed/out")
+    parser.add_argument("--timeout-s", type=float, default=540)
+    parser.add_argument("--copy-to")
+    parser.add_argument("--results", default="bench/results/speed-2026-12-02")
+    args = parser.parse_args()
+    {"run": run_all, "wait": wait, "report": report}[args.action](args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""The memory plan (verl_p40.plan.memory and the plan's memory step): its model reproduces the peaks it was calibrated
+on, and the sizes it picks fit each card, grow with the card, and leave the run's own settings alone."""
+
+import pytest
+
+from verl_p40.plan import memory
+from verl_p40.plan.facts import Facts
+from verl_p40.plan.planner import plan
+from verl_p40.plan.run_options import RunOptions
+
+RECIPE = memory.Step(
+    sequences=256, prompt_width=168, response_width=512, critic=False, reference=True, lora=False, mini_batch=128
+)  # grpo-gsm8k's step at the widths its runs had (longest prompt ~168 + 512)
+ALL = frozenset(memory.STATES)
+
+
+@pytest.mark.parametrize(
+    "sizes,measured_gib",
+    [
+        # bench/results/learning-2026-12-01/p40: the p40 plan, 8 steps, torch peak 14.2 GiB
+        (memory.Sizes(64, 4, 8, True, frozenset()), 14.2),
+        # ../shared/learning-2026-12-02 (fast mode, 20 steps): 35.3 GiB from the second step on
+        (memory.Sizes(256, 16, 32, True, ALL), 35.28),
+    ],
+)
+def test_the_model_reproduces_the_peaks_it_was_calibrated_on(sizes, measured_gib):
+    peak = max(memory.phase_peaks(memory.QWEN_05B, RECIPE, sizes).values())
+    assert peak == pytest.approx(measured_gib * 2**30, rel=0.03)
+
+
+def _sizes(card: str, cap: float | None = None, algorithm: str = "grpo-gsm8k", sets=()):
+    run = plan(
+        RunOptions(profile="auto", algorithm=algorithm, gpu_memory_cap_gb=cap, sets=list(sets)), Facts.of_card(card)
+    )
+    return run, run.record["memory"]
+
+
+def test_a_p40_generates_the_whole_step_at_once_and_updates_without_recomputation():
+    run, mem = _sizes("p40", cap=24)
+    cfg = run.config()
+    assert cfg.actor_rollout_ref.rollout.micro_batch_size == 256  # one chunk (the profile's was 64: four)
+    assert cfg.actor_rollout_ref.model.enable_gradient_checkpointing is False
+    assert mem["predicted_peak_gb"] <= mem["budget_gb"] <= 0.8 * 24 + 1e-9
+    assert any(n.startswith("memory plan for 24.0 GB: generation 256 sequences at once") for n in run.notes)
+
+
+def test_sizes_grow_with_the_card_and_states_stay_on_a_large_one():
+    small, large = _sizes("h200", cap=16)[1], _sizes("h200")[1]
+    assert small["sizes"]["generation"] <= large["sizes"]["generation"]
+    assert small["sizes"]["update_micro"] <= large["sizes"]["update_micro"] == memory.MAX_UPDATE_MICRO
+    assert large["sizes"]["logprob_micro"] == memory.MAX_LOGPROB_MICRO
+    assert {"actor_optimizer", "reference_params"} <= set(large["sizes"]["on_gpu"])
+    assert small["predicted_peak_gb"] <= small["budget_gb"]
+
+
+def test_the_runs_own_sizes_stay_theirs():
+    run, mem = _sizes(
+        "h200",
+        sets=["actor_rollout_ref.rollout.micro_batch_size=32", "actor_rollout_ref.ref.fsdp_config.param_offload=true"],
+    )
+    cfg = run.config()
+    assert cfg.actor_rollout_ref.rollout.micro_batch_size == 32
+    assert cfg.actor_rollout_ref.ref.fsdp_config.param_offload is True
+    assert mem["sizes"]["generation"] == 32 and "reference_params" not in mem["sizes"]["on_gpu"]
+
+
+def test_a_card_the_profile_was_measured_on_keeps_at_least_the_profiles_sizes():
+    """The 16 GB profiles' sizes were measured to fit 16 GB (FSDP2): the model, calibrated on FSDP1, predicts more,
+    and the plan keeps the measured micro-batch rather than shrinking below it."""
+    run, mem = _sizes("v100")
+    assert run.profile.name == "volta-turing"
+    assert mem["sizes"]["update_micro"] >= 2
+
+
+def test_the_update_micro_batch_divides_the_mini_batch():
+    for card in ("p40", "a100-40gb", "h200"):
+        cfg = _sizes(card, algorithm="ppo")[0].config()
+        assert (
+            cfg.actor_rollout_ref.actor.ppo_mini_batch_size % cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu
+            == 0
+        )
