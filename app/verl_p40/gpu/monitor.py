@@ -24,8 +24,9 @@ from pathlib import Path
 from verl_p40 import UserError
 from verl_p40.gpu import plots
 from verl_p40.gpu.csv_log import CsvLog, header, read_gpu_csv, rotated
-from verl_p40.gpu.nvml import GPU_COLUMNS, PROCESS_COLUMNS, GPUSample, NvmlSource, ProcessSample, parse_gpus
+from verl_p40.gpu.nvml import parse_gpus
 from verl_p40.gpu.prometheus import Exporter
+from verl_p40.gpu.sampler import GPU_COLUMNS, PROCESS_COLUMNS, GPUSample, NvmlSource, ProcessSample
 from verl_p40.outputs import OutputFolder
 
 # ------------------------------------------------------------------------------------------------ its files
