@@ -12,7 +12,20 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "app" / "verl_p40"
 
 # Top first. A stage may import the stages of the levels below its own; never one above it, nor a stage beside it.
-# "base" is what every stage may use, and what verl loads by name or by path (reward.py, memcap.py, patches/).
+# "base" is what every stage may use, and what verl loads by name or by path (reward.py, worker_hooks.py, patches/).
+# Inside base the same rule holds between the levels of BASE_LEVELS: a base module imports only lower ones.
+BASE_LEVELS = {
+    "__init__": 0,  # UserError, the pinned verl version
+    "defaults": 0,
+    "atomic": 0,
+    "child": 0,
+    "reward": 0,  # loaded by verl by file path: it stands alone
+    "options": 1,  # option declarations (UserError)
+    "outputs": 1,  # output folders (atomic writes)
+    "patches": 1,  # the verl 0.5.0 patch set (atomic writes, the worker settings of defaults)
+    "memcap": 2,  # the memory cap's rule and its application (defaults, options)
+    "worker_hooks": 3,  # what verl's workers import: the memory cap, TF32, cuDNN attention
+}
 STAGES = {
     "cli": (6, ["cli", "cli_options"]),
     "perf": (5, ["perf"]),
@@ -23,7 +36,7 @@ STAGES = {
     "data": (1, ["data"]),
     "models": (1, ["models"]),
     "gpu": (1, ["gpu"]),
-    "base": (0, ["__init__", "defaults", "options", "atomic", "outputs", "child", "reward", "memcap", "patches"]),
+    "base": (0, list(BASE_LEVELS)),
 }
 STAGE_OF = {part: stage for stage, (_, parts) in STAGES.items() for part in parts}
 
@@ -45,6 +58,23 @@ def _stage(module: str) -> str:
     return STAGE_OF[parts[1] if len(parts) > 1 else "__init__"]
 
 
+def _names_a_module(node: ast.AST) -> bool:
+    """`importlib.import_module("verl_p40.x")` or `__import__("verl_p40.x")`: an import all the same."""
+    if not isinstance(node, ast.Call) or not node.args:
+        return False
+    func = node.func
+    called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    first = node.args[0]
+    return (
+        called in ("import_module", "__import__") and isinstance(first, ast.Constant) and isinstance(first.value, str)
+    )
+
+
+def _base_part(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
 def _imports(module: str, path: Path) -> set[str]:
     """The package's modules that `module` imports, at the top or inside a function."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
@@ -60,6 +90,8 @@ def _imports(module: str, path: Path) -> set[str]:
                 )
             # `from PKG import NAME`: the submodule NAME where there is one, else PKG itself
             names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names]
+        elif _names_a_module(node):
+            names = [node.args[0].value]
         else:
             continue
         for name in names:
@@ -115,6 +147,19 @@ def test_the_graph_is_the_package_s_real_one():
     assert "verl_p40.run.trainer_log" in GRAPH["verl_p40.run.trainer"]
 
 
+def test_the_base_modules_import_down_their_levels():
+    wrong = []
+    for module, targets in GRAPH.items():
+        if _stage(module) != "base":
+            continue
+        for target in sorted(targets):
+            if _stage(target) == "base" and _base_part(target) != _base_part(module):
+                if BASE_LEVELS[_base_part(target)] >= BASE_LEVELS[_base_part(module)]:
+                    wrong.append(f"{module} ({BASE_LEVELS[_base_part(module)]}) -> {target}")
+    assert not wrong, "imports up or across the base levels:\n" + "\n".join(wrong)
+    assert "verl_p40.memcap" in GRAPH["verl_p40.worker_hooks"] and "verl_p40.atomic" in GRAPH["verl_p40.outputs"]
+
+
 def test_the_reward_stands_alone():
     """verl loads reward.py by file path as a stand-alone module: it imports nothing of the package."""
     assert GRAPH["verl_p40.reward"] == set()
@@ -126,6 +171,8 @@ def test_the_checker_sees_an_arrow_back_up(tmp_path):
     path.write_text("def f():\n    from verl_p40.plan import planner\n")
     assert _imports(module, path) == {"verl_p40.plan.planner"}
     assert STAGES[_stage("verl_p40.plan.planner")][0] > STAGES[_stage(module)][0]
+    path.write_text('import importlib\n\ndef f():\n    return importlib.import_module("verl_p40.cli")\n')
+    assert _imports(module, path) == {"verl_p40.cli"}  # an import by name counts as one
 
 
 def test_pyproject_ships_every_subpackage():
