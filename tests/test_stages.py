@@ -180,3 +180,34 @@ def test_pyproject_ships_every_subpackage():
     listed = set(re.findall(r'"(verl_p40(?:\.\w+)*)"', text.split("packages = [", 1)[1].split("]", 1)[0]))
     folders = {m for m, p in MODULES.items() if p.name == "__init__.py"}
     assert folders <= listed, f"not in pyproject.toml's packages: {sorted(folders - listed)}"
+
+
+def _architecture_rows() -> dict[str, set[str]]:
+    """docs/architecture.md's stage table: {stage: the files and folders its folder column names}."""
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = {}
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[0].isdigit():
+            rows[cells[1]] = set(re.findall(r"`([^`]+)`", cells[2]))
+    return rows
+
+
+def test_the_architecture_page_names_every_folder_and_module():
+    """The page's folder table is the package as it stands: a folder or module missing from it (or named in another
+    folder's row), or one it names that is gone, fails here."""
+    rows = list(_architecture_rows().values())
+    missing, wanted = [], set()
+    for path in MODULES.values():
+        parts = path.relative_to(PACKAGE).parts
+        if len(parts) == 1:  # a top-level module: cli.py, memcap.py, ...
+            names, row = {parts[0]}, next((r for r in rows if parts[0] in r), set())
+        else:  # a folder's module is named in the row that names its folder (patches/ as one folder)
+            folder = f"{parts[0]}/"
+            names = {folder} | ({parts[-1]} if parts[-1] != "__init__.py" and parts[0] != "patches" else set())
+            row = next((r for r in rows if folder in r), set())
+        wanted |= names
+        missing += [f"{'/'.join(parts[:-1] + (name,)) if name != parts[0] + '/' else name}" for name in names - row]
+    named = set().union(*rows)
+    assert not missing, f"docs/architecture.md's folder table misses: {sorted(set(missing))}"
+    assert not named - wanted, f"docs/architecture.md's folder table names what is not there: {sorted(named - wanted)}"
