@@ -1,4 +1,5 @@
-"""Monitor logic on recorded samples (the NVML reading itself runs on the GPU machine: bench/monitor_run.sh)."""
+"""Monitor logic on recorded samples (the NVML reading itself runs on the GPU machine:
+bench/experiments/monitor_run.py)."""
 
 import json
 import sys
