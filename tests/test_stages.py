@@ -211,3 +211,63 @@ def test_the_architecture_page_names_every_folder_and_module():
     named = set().union(*rows)
     assert not missing, f"docs/architecture.md's folder table misses: {sorted(set(missing))}"
     assert not named - wanted, f"docs/architecture.md's folder table names what is not there: {sorted(named - wanted)}"
+
+
+# ------------------------------------------------------------------------------------------------ bench/ beside it
+
+BENCH = REPO / "bench"
+BENCH_FILES = sorted(p for p in BENCH.rglob("*.py") if "results" not in p.relative_to(BENCH).parts)
+# what a bench file may import of bench/: the helpers of bench/lib/ (bench/ is on every bench script's path)
+BENCH_HELPERS = {"lib"} | {f"lib.{p.stem}" for p in (BENCH / "lib").glob("*.py") if p.stem != "__init__"}
+BENCH_SCRIPTS = {p.stem for p in BENCH_FILES if p.parent.name != "lib"}  # run, never imported
+
+
+def _top_imports(path: Path) -> set[str]:
+    """Every module name `path` imports (absolute imports, at the top or inside a function; import_module strings)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names if node.module == "lib"}
+        elif _names_a_module(node):
+            found.add(node.args[0].value)
+    return found
+
+
+def test_bench_imports_the_package_and_the_package_never_bench():
+    """bench/ uses the product; the product never uses bench/ (a benchmark may change: what ships may not need it)."""
+    bench_names = BENCH_HELPERS | BENCH_SCRIPTS
+    wrong = [
+        f"{path.relative_to(REPO)} -> {name}"
+        for path in MODULES.values()
+        for name in _top_imports(path)
+        if name.split(".")[0] in bench_names or name.startswith("bench")
+    ]
+    assert not wrong, "the package imports bench/:\n" + "\n".join(wrong)
+    stale = [
+        f"{path.relative_to(REPO)} -> {name}"
+        for path in BENCH_FILES
+        for name in _top_imports(path)
+        if name.startswith("verl_p40.") and name not in MODULES and name.rpartition(".")[0] not in MODULES
+    ]
+    assert not stale, "bench/ imports package modules that are not there:\n" + "\n".join(stale)
+
+
+def test_bench_scripts_share_helpers_through_bench_lib_only():
+    """A helper two scripts need is a module of bench/lib/, never an experiment or benchmark imported as a library."""
+    wrong = [
+        f"{path.relative_to(REPO)} -> {name}"
+        for path in BENCH_FILES
+        for name in _top_imports(path)
+        if name.split(".")[0] in BENCH_SCRIPTS or (name.split(".")[0] == "lib" and name not in BENCH_HELPERS)
+    ]
+    assert not wrong, "bench/ imports a script, or a helper that is not in bench/lib/:\n" + "\n".join(wrong)
+    assert "lib.device_runs" in _top_imports(BENCH / "scale_run.py")  # the check sees the real imports
+
+
+def test_the_bench_checker_sees_a_script_imported_as_a_library(tmp_path):
+    path = tmp_path / "new_run.py"
+    path.write_text("def f():\n    from generations import mask_env\n")
+    assert "generations" in _top_imports(path) and "generations" in BENCH_SCRIPTS
