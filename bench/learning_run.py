@@ -7,8 +7,8 @@ Qwen2.5-0.5B-Instruct's exact shape, staged as in bench/results/README.md, "Real
 - `--mode fast`: the same recipe unmasked with the hardware used (`--profile ampere`, TF32 by `--tf32 auto`, and the
   FAST_SETS values below: states kept on the GPU, generation in one batch), so that a learning check of the order
   of an epoch fits one GPU session. Its curve stands for the P40 path when a p40-mode run tracks it.
-After `bash .gpu-bundle/install.sh && VERL_P40_NO_RANDOM=1 source bench/gpu_setup.sh`, in device calls kept back to
-back (/tmp lives only while the machine stays warm):
+After `bash .gpu-bundle/install.sh && VERL_P40_NO_RANDOM=1 source bench/device/gpu_setup.sh`, in device calls kept
+back to back (/tmp lives only while the machine stays warm):
 
     python3 bench/learning_run.py prepare --out $OUT
     setsid python3 bench/learning_run.py session --mode fast --budget-s 1000 > /tmp/learn/session.log 2>&1 < /dev/null &
@@ -21,8 +21,8 @@ never `pkill -f` a pattern on that machine: it also matches the device call's ow
 machine down once, 2026-11-30).
 
 All through the product's CLI:
-- prepare: bench/gguf_to_hf.py, then `verl-p40 prep --val-size 256`: 256 train rows held out as val.parquet, which
-  the trainer validates on. The held-out set is the whole test split (1,319 questions): nothing in the recipe's
+- prepare: bench/device/gguf_to_hf.py, then `verl-p40 prep --val-size 256`: 256 train rows held out as val.parquet,
+  which the trainer validates on. The held-out set is the whole test split (1,319 questions): nothing in the recipe's
   selection or the run reads it until `final`.
 - session: `verl-p40 monitor` beside `verl-p40 train --algorithm grpo-gsm8k` (the mode's profile and settings) on
   every GPU; when --budget-s would run out it sends the trainer one SIGTERM, which finishes the step, saves it and
@@ -55,8 +55,8 @@ import tarfile
 import time
 from pathlib import Path
 
-from generations import mask_env
-from real_weights import State, cli, monitor_peaks, ray_stop, real_model, run, wait
+from lib.device_runs import mask_env
+from lib.real_runs import State, cli, monitor_peaks, ray_stop, real_model, run, wait
 from verl_p40.run.trainer_log import read_steps
 
 HERE = Path(__file__).resolve().parent
@@ -211,7 +211,7 @@ def session(args: argparse.Namespace, work: Path, out: Path, state: State) -> No
 def audit(args: argparse.Namespace, work: Path, out: Path) -> dict:
     """One step of the recipe on the P40 path with the Pascal mask's op audit on: every aten op on a bf16/fp16 CUDA
     tensor and every SDPA kernel, in the driver and every worker. A P40 plan must show no half-precision op."""
-    from generations import audit_summary
+    from lib.device_runs import audit_summary
 
     if args.mode != "p40":
         raise SystemExit("audit: the op audit is of the P40 path (--mode p40)")
@@ -452,7 +452,7 @@ def p40_projection(mode: str, steps: list[dict], work: Path) -> dict:
     profile runs it, at this run's logged answer lengths and phase times."""
     if not steps:
         return {"note": "no training step was logged: nothing to project"}
-    import project
+    from lib import run_projection as project
     from verl_p40.perf import projection
 
     config = work / "qwen-real" / "config.json"

@@ -5,7 +5,8 @@ through `verl-p40 bench` (random-weight Qwen2.5-0.5B shape, real GSM8K prompts, 
 - bf16: the same with FSDP mixed precision in bf16 (params fp32, compute bf16, reduce and buffers fp32) for the
   actor, the reference and the critic, and the HF rollout in bf16.
 Each row keeps every step's `actor/grad_norm` and `critic/grad_norm` as logged (a NaN is recorded as NaN: a bf16
-plan is only worth shipping when they are finite). After `bash .gpu-bundle/install.sh && source bench/gpu_setup.sh`:
+plan is only worth shipping when they are finite). After
+`bash .gpu-bundle/install.sh && source bench/device/gpu_setup.sh`:
 
     python3 bench/precision_run.py rows fp32 fp32-tf32 --out $OUT     # ~190 s a row; bf16 in the next call
     python3 bench/precision_run.py report --dir DIR                   # here, from the returned JSONs
@@ -28,7 +29,7 @@ import math
 import time
 from pathlib import Path
 
-from generations import COMMON, WORK, markdown_table, mask_env, pack_logs, save, verl_p40
+from lib.device_runs import COMMON, WORK, markdown_table, mask_env, pack_logs, save, verl_p40
 from verl_p40.run.trainer_log import read_steps
 
 BF16 = [

@@ -11,89 +11,16 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shlex
-import statistics
 import sys
 import tarfile
 import tempfile
 from pathlib import Path
 
-from verl_p40.gpu.nvml import GPUInfo
+from lib.run_projection import H200, SHARED, project_run
 from verl_p40.perf import projection
-from verl_p40.plan.facts import Facts
-from verl_p40.plan.planner import plan
-from verl_p40.plan.run_options import RunOptions
 from verl_p40.run.trainer_log import read_steps
 
 RESULTS = Path(__file__).parent / "results"
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "qwen2.5-0.5b-instruct"
-# The H200's constants as calibrate() measured them under the mask (bench/results/generations-2026-11-30/bench-p40.json)
-H200 = projection.Card(
-    "NVIDIA H200 (measured 2026-11-30)", 41.14, 4251.0, 22.3, "generations-2026-11-30/bench-p40.json"
-)
-
-
-def options_from(command: str) -> RunOptions:
-    """The verl config a recorded `verl-p40 train|bench ...` command ran with (paths do not matter here)."""
-    words, sets, profile, gpus, algorithm = shlex.split(command)[2:], [], "p40", None, "ppo"
-    i = 0
-    while i < len(words):
-        word = words[i]
-        if word == "--profile":
-            profile, i = words[i + 1], i + 2
-        elif word == "--algorithm":
-            algorithm, i = words[i + 1], i + 2
-        elif word == "--gpus":
-            gpus, i = words[i + 1], i + 2
-        elif word == "--set":
-            sets.append(words[i + 1])
-            i += 2
-        elif word.startswith("--"):
-            i += 1 if word in ("--dry-run",) else 2
-        elif "=" in word:
-            sets.append(word)
-            i += 1
-        else:
-            i += 1
-    return RunOptions(profile=profile, sets=sets, gpus=gpus or "all", algorithm=algorithm)
-
-
-def masked_p40s(options: RunOptions) -> list[GPUInfo]:
-    """The GPUs the run's layout saw: P40s under the mask, as many as it was given (one where it named none)."""
-    count = 1 if options.gpus == "all" else len(options.gpus.split(","))
-    return [GPUInfo(index=i, name="Tesla P40", compute_capability=(6, 1), memory_total_gib=23.9) for i in range(count)]
-
-
-def project_run(name: str, command: str, steps: list[dict], shape: projection.Shape, recent: bool) -> dict:
-    """`recent`: run since trim_padding exists, so its config says whether it trimmed; older runs ran at full width."""
-    options = options_from(command)
-    cfg = plan(options, Facts(gpus=tuple(masked_p40s(options)))).config()  # the machine that ran it, not this one
-    phases = projection.median_phases(steps)
-    generated = statistics.median(s.get("response_length/max", 0.0) for s in steps)
-    trimming = recent and bool(cfg.actor_rollout_ref.model.get("trim_padding", False))
-    run = projection.run_from_config(cfg, generated, projection.longest_lengths(steps) if trimming else None)
-    host = projection.host_overhead_per_token(phases.get("gen", 0.0), shape, run, H200)
-    here, p40 = projection.project(shape, run, H200, host), projection.project(shape, run, projection.P40, host)
-    prompts = int(cfg.data.train_batch_size)
-    # what trim_padding (on in every profile since) is projected to make of the same steps: their logged lengths
-    trimmed = projection.run_from_config(cfg, generated, projection.longest_lengths(steps))
-    p40_trimmed = projection.project(shape, trimmed, projection.P40, host)
-    return {
-        "run": name,
-        "gpus": run.gpus,
-        "measured_s_per_step": phases.get("step"),
-        "measured_phases_s": phases,
-        "h200_projection": here,
-        "p40_projection": p40,
-        "p40_hours_per_gsm8k_epoch": projection.epoch_hours(p40["step"], prompts),
-        "train_batch_size": prompts,
-        "with_trim_padding": {
-            "pass_width": trimmed.width,
-            "p40_projection": p40_trimmed,
-            "p40_hours_per_gsm8k_epoch": projection.epoch_hours(p40_trimmed["step"], prompts),
-        },
-        "command": command,
-    }
 
 
 def collect() -> list[tuple[str, str, list[dict], bool]]:

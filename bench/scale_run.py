@@ -9,7 +9,7 @@
   --nodes 2 --gpus 0` training 2 steps with a checkpoint, `verl-p40 cluster join --gpus 1`), then that 2-GPU
   checkpoint resumed on 1 GPU (expected: exit 2 and one line) and read by `verl-p40 eval --model latest`.
 
-After `bash .gpu-bundle/install.sh && source bench/gpu_setup.sh`, one device call each:
+After `bash .gpu-bundle/install.sh && source bench/device/gpu_setup.sh`, one device call each:
     python3 bench/scale_run.py bench --counts 1,2,4 --out $OUT     # x4 machine; --counts 1,2 on the x2 one
     python3 bench/scale_run.py cluster --out $OUT
 `report` prints the table: python3 bench/scale_run.py report --dir DIR
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from generations import markdown_table, mask_env, pack_logs, save, verl_p40
+from lib.device_runs import markdown_table, mask_env, pack_logs, save, verl_p40
 
 WORK = Path("/tmp/scale")
 COMMON = ["--profile", "p40", "--gpu-memory-cap-gb", "24", "--data", "/tmp/gsm8k"]
@@ -211,7 +211,7 @@ def kept_on_gpu(notes: list[str]) -> str:
 def p40_rate(result: dict) -> tuple[float, float]:
     """(s/step, prompts/s) of the same layout on P40s, by bench/project.py from the run's own steps: each GPU's share
     of the work, and FSDP's traffic between the cards over PCIe 3.0 (P40s have no NVLink)."""
-    import project
+    from lib import run_projection as project
     from verl_p40.perf import projection
 
     shape = projection.Shape.from_config(json.loads((project.SHARED / "config.json").read_text()))

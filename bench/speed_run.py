@@ -30,8 +30,8 @@ import sys
 import time
 from pathlib import Path
 
-from generations import mask_env
-from real_weights import ray_stop
+from lib.device_runs import mask_env
+from lib.real_runs import ray_stop
 from verl_p40.perf import bench as product_bench
 from verl_p40.perf import projection
 from verl_p40.plan.facts import Facts
@@ -153,7 +153,7 @@ def summary(name: str, command: list[str], code: int, wall: float, work: Path) -
 
 
 def _h200() -> projection.Card:
-    from project import H200
+    from lib.run_projection import H200
 
     return H200
 

@@ -37,18 +37,18 @@ RAY_NODE_IP = Default("RAY_NODE_IP", "")  # cluster --node-ip; empty: Ray's gues
 RAY_PORT = Default("RAY_PORT", "6379")  # cluster: the head's Ray port; every host also uses the 102 after it
 CLUSTER_WAIT_S = Default("VERL_P40_CLUSTER_WAIT_S", "900")  # cluster head: how long to wait for the other hosts
 
-# `--gpu-memory-cap-gb`: the trainer's workers read it when verl imports verl_p40.memcap (named here, not imported:
-# importing that module applies the cap, which must happen in a worker, never in the CLI's own process)
-GPU_MEMORY_CAP_ENV = "VERL_P40_GPU_MEMORY_CAP_GB"
+# What the trainer's workers apply when verl imports verl_p40.worker_hooks (named here, not imported: importing that
+# module applies the memory cap, TF32 and cuDNN attention settings, which must happen in a worker, never in the CLI)
+GPU_MEMORY_CAP_ENV = "VERL_P40_GPU_MEMORY_CAP_GB"  # `--gpu-memory-cap-gb` (verl_p40.memcap)
 GPU_MEMORY_CAP_MIN_GB = 0.5  # the one rule for --gpu-memory-cap-gb: the option and the worker hook both use it
-MEMCAP_MODULE = "verl_p40.memcap"  # also applies TF32_ENV (`--tf32`) and NO_CUDNN_ATTENTION_ENV
-WORKER_ENV_PREFIX = "VERL_P40_WORKER_"  # what verl_p40.memcap reads in the workers: set by train's plan only
+WORKER_HOOKS_MODULE = "verl_p40.worker_hooks"  # also applies TF32_ENV (`--tf32`) and NO_CUDNN_ATTENTION_ENV
+WORKER_ENV_PREFIX = "VERL_P40_WORKER_"  # what verl_p40.worker_hooks reads in the workers: set by train's plan only
 TF32_ENV = "VERL_P40_WORKER_TF32"  # set by train for its workers; users set --tf32 ($VERL_P40_TF32)
 NO_CUDNN_ATTENTION_ENV = "VERL_P40_WORKER_NO_CUDNN_ATTENTION"  # set by train for its workers on sm_80+
 
 
 def is_worker_setting(name: str) -> bool:
-    """An environment variable verl_p40.memcap applies in the trainer's workers (the memory cap, TF32, cuDNN
+    """An environment variable verl_p40.worker_hooks applies in the trainer's workers (the memory cap, TF32, cuDNN
     attention): the one rule for what the run's plan alone sets (run/trainer.py) and what travels with verl's job to
     every Ray host (the patch set's worker-settings-reach-every-host edit)."""
     return name == GPU_MEMORY_CAP_ENV or name.startswith(WORKER_ENV_PREFIX)

@@ -1,13 +1,10 @@
-"""What every trainer worker process sets before it builds a model: the memory cap, TF32 matmuls, cuDNN attention.
+"""The memory cap of every trainer worker process: cap PyTorch's GPU memory per process, to size a run for a smaller
+card (a 24 GB P40 on a bigger GPU). Applied by `verl_p40.worker_hooks`, the module verl's workers import; importing
+this module applies nothing, so the CLI may read the cap's rule from here.
 
-verl has no key for any of them, and each must hold in each Ray worker, not in the CLI's process: `verl-p40 train`
-names this module in verl's `actor_rollout_ref.model.external_lib` when one is asked for.
-
-Memory: cap PyTorch's GPU memory per process, to size a run for a smaller card (a 24 GB P40 on a bigger GPU).
-
-`verl-p40 train --gpu-memory-cap-gb N` sets `VERL_P40_GPU_MEMORY_CAP_GB=N` and names this module in verl's
+`verl-p40 train --gpu-memory-cap-gb N` sets `VERL_P40_GPU_MEMORY_CAP_GB=N` and names `verl_p40.worker_hooks` in verl's
 `actor_rollout_ref.model.external_lib`, which every verl FSDP worker imports in `init_model` before it builds a
-model. Importing it caps the worker's CUDA caching allocator at N * 10^9 bytes through
+model. `apply()` then caps the worker's CUDA caching allocator at N * 10^9 bytes through
 `torch.cuda.set_per_process_memory_fraction`; allocations beyond it raise CUDA out-of-memory as they would on
 the smaller card. The CUDA context and NCCL buffers (a few hundred MB) are outside the allocator and the cap.
 """
@@ -17,7 +14,7 @@ from __future__ import annotations
 import os
 
 from verl_p40.defaults import GPU_MEMORY_CAP_ENV as ENV
-from verl_p40.defaults import GPU_MEMORY_CAP_MIN_GB, NO_CUDNN_ATTENTION_ENV, TF32_ENV
+from verl_p40.defaults import GPU_MEMORY_CAP_MIN_GB
 from verl_p40.options import number_problem
 
 
@@ -50,36 +47,3 @@ def apply() -> float | None:
     torch.cuda.set_per_process_memory_fraction(fraction, device)
     print(f"[verl-p40] pid {os.getpid()}: GPU memory capped at {cap:g} GB ({fraction:.4f} of cuda:{device})")
     return fraction
-
-
-def apply_tf32() -> bool:
-    """TF32 for fp32 matmuls and convolutions when `VERL_P40_WORKER_TF32=1` (set by `verl-p40 train` on sm_80+ only: the
-    tensor cores then run the fp32 plan's matmuls with a 10-bit mantissa, the trade every fp32 trainer on these
-    cards makes; PyTorch leaves it off by default). True when it was switched on."""
-    if os.environ.get(TF32_ENV) != "1":
-        return False
-    import torch
-
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
-    print(f"[verl-p40] pid {os.getpid()}: TF32 matmuls on")
-    return True
-
-
-def apply_attention() -> bool:
-    """cuDNN's scaled-dot-product attention off when `VERL_P40_WORKER_NO_CUDNN_ATTENTION=1` (set by `verl-p40 train` on
-    sm_80+, where PyTorch may pick it for bf16/fp16), a precaution: its backward with an attention mask is reported to
-    give NaN gradients on sm_90 (pytorch/pytorch#196678; not shown by bench/sdpa_nan_check.py's small case). SDPA then
-    runs FlashAttention or the memory-efficient kernel; fp32 never used cuDNN's. True when it was switched off."""
-    if os.environ.get(NO_CUDNN_ATTENTION_ENV) != "1":
-        return False
-    import torch
-
-    torch.backends.cuda.enable_cudnn_sdp(False)
-    print(f"[verl-p40] pid {os.getpid()}: cuDNN attention off")
-    return True
-
-
-apply()
-apply_tf32()
-apply_attention()

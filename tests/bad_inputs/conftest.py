@@ -48,7 +48,7 @@ def world(tmp_path, gsm8k_dir, tokenizer_dir):
         row["extra_info"] = None
     pq.write_table(pa.Table.from_pylist(table), nulls / "test.parquet")
     (tmp_path / "bad.csv").write_text("this,is\nnot,a gpu csv\n")
-    from verl_p40.gpu.nvml import GPU_COLUMNS
+    from verl_p40.gpu.sampler import GPU_COLUMNS
 
     good = {c: "1" for c in GPU_COLUMNS} | {"name": "Tesla P40", "throttle_reasons": "none"}
     rows = [",".join(GPU_COLUMNS), ",".join(good[c] for c in GPU_COLUMNS)]

@@ -134,7 +134,7 @@ def _outputs(world: Path) -> None:
 def _monitor_and_bench_outputs(world: Path) -> None:
     from verl_p40.gpu import monitor as gpu_monitor
     from verl_p40.gpu.csv_log import CsvLog
-    from verl_p40.gpu.nvml import GPU_COLUMNS, GPUSample
+    from verl_p40.gpu.sampler import GPU_COLUMNS, GPUSample
 
     for name in ("m-users", "m-link", "m-rotated", "m-summary", "m-ledger", "b-users", "b-link"):
         (world / name).mkdir()

@@ -10,7 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import learning_run  # noqa: E402
-from real_weights import State  # noqa: E402
+from lib.real_runs import State  # noqa: E402
 
 COMMAND = (
     "$ /usr/bin/python3 -m verl.trainer.main_ppo data.train_batch_size=16 actor_rollout_ref.rollout.n=8 "

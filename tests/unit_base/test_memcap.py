@@ -21,7 +21,7 @@ def test_a_worker_refuses_a_cap_the_option_refuses(text):
 
 
 def test_apply_sets_the_fraction_on_the_current_device(monkeypatch, capsys):
-    """What every Ray worker does at import (actor_rollout_ref.model.external_lib=verl_p40.memcap)."""
+    """What every Ray worker does when it imports verl_p40.worker_hooks (actor_rollout_ref.model.external_lib)."""
     import types
 
     import torch
@@ -48,14 +48,14 @@ def test_apply_sets_the_fraction_on_the_current_device(monkeypatch, capsys):
 
 def test_the_cli_process_never_applies_the_cap(tmp_path):
     """compose sets VERL_P40_GPU_MEMORY_CAP_GB for the trainer container: the CLI must hand it to verl's workers and
-    not import verl_p40.memcap itself (that would make a CUDA context in the driver process)."""
+    not import verl_p40.worker_hooks itself (that would make a CUDA context in the driver process)."""
     import subprocess
     import sys
 
     code = (
         "import sys; from verl_p40 import cli; cli.build_parser(); "
         "import verl_p40.plan.planner, verl_p40.doctor.runner; "
-        "print('verl_p40.memcap' in sys.modules)"
+        "print('verl_p40.worker_hooks' in sys.modules)"
     )
     result = subprocess.run(
         [sys.executable, "-c", code],
@@ -65,3 +65,20 @@ def test_the_cli_process_never_applies_the_cap(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
+
+
+def test_importing_the_cap_applies_nothing_the_worker_hooks_apply_it(monkeypatch):
+    """verl's workers import verl_p40.worker_hooks (defaults.WORKER_HOOKS_MODULE), which applies the cap, TF32 and
+    cuDNN attention; verl_p40.memcap alone only holds the cap's rule, so importing it sets nothing."""
+    import subprocess
+    import sys
+
+    from verl_p40 import defaults
+
+    assert defaults.WORKER_HOOKS_MODULE == "verl_p40.worker_hooks"
+    code = "import torch, verl_p40.{}; print(torch.backends.cuda.matmul.allow_tf32)"
+    env = {**__import__("os").environ, defaults.TF32_ENV: "1"}
+    alone = subprocess.run([sys.executable, "-c", code.format("memcap")], capture_output=True, text=True, env=env)
+    assert alone.returncode == 0 and alone.stdout.strip() == "False", alone.stderr
+    hooks = subprocess.run([sys.executable, "-c", code.format("worker_hooks")], capture_output=True, text=True, env=env)
+    assert hooks.returncode == 0 and hooks.stdout.strip().splitlines()[-1] == "True", hooks.stderr

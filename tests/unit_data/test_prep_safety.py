@@ -15,6 +15,7 @@ import pytest
 
 import gsm8k_sources
 from conftest import REPO, cli
+from verl_p40.data import folder_checks
 from verl_p40.data import gsm8k as data
 from verl_p40.data.manifest import MANIFEST, manifest_problems, request
 
@@ -122,9 +123,9 @@ def test_prep_refuses_to_overwrite_its_source(gsm8k_dir, tmp_path):
 def test_doctor_sees_a_parquet_changed_after_prep(small_source, tmp_path):
     out = tmp_path / "data"
     assert _prep(small_source, out).returncode == 0
-    assert data.folder_problems(out)[0] == []
+    assert folder_checks.folder_problems(out)[0] == []
     shutil.copy(out / "test.parquet", out / "train.parquet")
-    problems, _ = data.folder_problems(out)
+    problems, _ = folder_checks.folder_problems(out)
     assert problems == ["train.parquet: changed since verl-p40 prep wrote it (.verl-p40-data.json)"]
 
 

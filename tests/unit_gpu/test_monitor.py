@@ -1,4 +1,5 @@
-"""Monitor logic on recorded samples (the NVML reading itself runs on the GPU machine: bench/monitor_run.sh)."""
+"""Monitor logic on recorded samples (the NVML reading itself runs on the GPU machine:
+bench/experiments/monitor_run.py)."""
 
 import json
 import sys
@@ -11,8 +12,8 @@ from conftest import cli
 from verl_p40 import UserError
 from verl_p40.gpu import csv_log as gpu_csv
 from verl_p40.gpu import monitor as m
-from verl_p40.gpu import nvml as samples
-from verl_p40.gpu import prometheus
+from verl_p40.gpu import nvml, prometheus
+from verl_p40.gpu import sampler as samples
 
 
 def _gpu(ts, gpu=0, used=10e9, util=50.0, total=24e9, name="Tesla P40", throttle="none"):
@@ -327,10 +328,10 @@ def test_nvml_is_initialised_once_per_process(monkeypatch):
     )
     exits = []
     monkeypatch.setitem(sys.modules, "pynvml", fake)
-    monkeypatch.setattr(samples, "_initialized", False)
-    monkeypatch.setattr(samples.atexit, "register", lambda fn, *args: exits.append((fn, args)))
-    assert [g.name for g in samples.detect()] == ["Tesla P40"]
-    assert samples.driver_versions() == ("535.183.01", (12, 2))
+    monkeypatch.setattr(nvml, "_initialized", False)
+    monkeypatch.setattr(nvml.atexit, "register", lambda fn, *args: exits.append((fn, args)))
+    assert [g.name for g in nvml.detect()] == ["Tesla P40"]
+    assert nvml.driver_versions() == ("535.183.01", (12, 2))
     samples.NvmlSource([0]).close()
     assert calls == ["init"] and len(exits) == 1
     fn, args = exits[0]
@@ -351,3 +352,80 @@ def test_the_alert_threshold_comes_from_the_environment_the_service_sets(monkeyp
     assert resolve(cli_options.MonitorOptions, parser.parse_args(["monitor"])).alert_mem_pct == 98.0
     flagged = parser.parse_args(["monitor", "--alert-mem-pct", "90"])
     assert resolve(cli_options.MonitorOptions, flagged).alert_mem_pct == 90.0
+
+
+def _fake_driver(lost_gpu=None):
+    """A pynvml stand-in with two GPUs: GPU 1 has no power reading; `lost_gpu` has fallen off the bus."""
+    import types
+
+    class NVMLError(Exception):
+        pass
+
+    class GpuIsLost(NVMLError):
+        pass
+
+    def memory(h):
+        if h == lost_gpu:
+            raise GpuIsLost("GPU is lost")
+        return types.SimpleNamespace(total=24_000, used=1_000 * (h + 1))
+
+    def power(h):
+        if h == 1:
+            raise NVMLError("Not Supported")
+        return 125_000
+
+    return types.SimpleNamespace(
+        NVMLError=NVMLError,
+        NVMLError_GpuIsLost=GpuIsLost,
+        NVML_TEMPERATURE_GPU=0,
+        NVML_CLOCK_SM=0,
+        NVML_CLOCK_MEM=1,
+        NVML_PCIE_UTIL_TX_BYTES=0,
+        NVML_PCIE_UTIL_RX_BYTES=1,
+        nvmlClocksThrottleReasonSwPowerCap=4,
+        nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetName=lambda h: b"Tesla P40",
+        nvmlDeviceGetMemoryInfo=memory,
+        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=40, memory=20),
+        nvmlDeviceGetTemperature=lambda h, kind: 61,
+        nvmlDeviceGetPowerUsage=power,
+        nvmlDeviceGetEnforcedPowerLimit=lambda h: 250_000,
+        nvmlDeviceGetClockInfo=lambda h, kind: (1531, 3615)[kind],
+        nvmlDeviceGetCurrentClocksThrottleReasons=lambda h: 4,
+        nvmlDeviceGetPcieThroughput=lambda h, kind: (10, 20)[kind],
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [types.SimpleNamespace(pid=4242, usedGpuMemory=500)][: 1 - h],
+        nvmlSystemGetProcessName=lambda pid: b"/usr/bin/python3",
+    )
+
+
+def test_the_sampler_reads_every_field_and_empties_the_ones_a_gpu_lacks(monkeypatch):
+    """One sample per GPU with each field NVML gives; a field the card lacks is empty and said once, not each time."""
+    monkeypatch.setattr(samples, "nvml", lambda: _fake_driver())
+    lines = []
+    source = samples.NvmlSource(log=lines.append)
+    gpus, procs = source.read()
+    first = gpus[0]
+    assert (first.gpu, first.name, first.memory_used_bytes, first.memory_total_bytes) == (0, "Tesla P40", 1000, 24000)
+    assert (first.utilization_gpu_pct, first.utilization_memory_pct, first.temperature_c) == (40.0, 20.0, 61.0)
+    assert (first.power_w, first.power_limit_w, first.sm_clock_mhz, first.memory_clock_mhz) == (
+        125.0,
+        250.0,
+        1531.0,
+        3615.0,
+    )
+    assert (first.throttle_reasons, first.pcie_tx_kbs, first.pcie_rx_kbs) == ("sw_power_cap", 10.0, 20.0)
+    assert gpus[1].power_w is None and gpus[1].memory_used_bytes == 2000
+    assert [(p.gpu, p.pid, p.name, p.used_memory_bytes) for p in procs] == [(0, 4242, "python3", 500)]
+    assert lines == ["[monitor] GPU 1: power unavailable (Not Supported); recording it as empty"]
+    source.read()
+    assert len(lines) == 1  # said once
+
+
+def test_a_gpu_that_falls_off_the_bus_is_dropped_and_said(monkeypatch):
+    monkeypatch.setattr(samples, "nvml", lambda: _fake_driver(lost_gpu=1))
+    lines = []
+    source = samples.NvmlSource(log=lines.append)
+    gpus, _ = source.read()
+    assert [g.gpu for g in gpus] == [0] and list(source.handles) == [0]
+    assert "[monitor] GPU 1 (Tesla P40) disappeared (GPU is lost); no longer sampled" in lines

@@ -50,7 +50,7 @@ def test_config_takes_a_card_and_the_cap_that_compose_sets():
     assert result.returncode == 0, result.stderr
     assert "[verl-p40] auto profile: p40 for GPU 0: Tesla P40, sm_61, 23.9 GiB" in result.stderr
     assert "[verl-p40] GPU memory capped at 24 GB per process" in result.stderr
-    assert "actor_rollout_ref.model.external_lib=verl_p40.memcap" in result.stdout
+    assert "actor_rollout_ref.model.external_lib=verl_p40.worker_hooks" in result.stdout
 
 
 def test_config_refuses_an_unknown_card_in_one_line():

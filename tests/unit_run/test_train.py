@@ -23,7 +23,7 @@ def test_dry_run_prints_verl_main_ppo_with_overrides(tiny_model, prepared):
     words = shlex.split(result.stdout.replace("\\\n", " "))
     assert words[words.index("-m") + 1] == "verl.trainer.main_ppo"
     assert "VERL_P40_GPU_MEMORY_CAP_GB=24" in words
-    assert "actor_rollout_ref.model.external_lib=verl_p40.memcap" in words
+    assert "actor_rollout_ref.model.external_lib=verl_p40.worker_hooks" in words
     assert "+actor_rollout_ref.model.override_config.attn_implementation=sdpa" in words
     assert "actor_rollout_ref.rollout.name=hf" in words and "trainer.total_training_steps=5" in words
     assert "trainer.default_local_dir=/ckpt/${trainer.experiment_name}" in words
@@ -216,7 +216,7 @@ def _planned(monkeypatch, found, **options):
 
 
 def test_tf32_is_on_for_sm80_and_never_on_a_p40(monkeypatch):
-    """TF32 has no verl key: the workers switch it on through verl_p40.memcap (external_lib) when the plan's
+    """TF32 has no verl key: the workers switch it on through verl_p40.worker_hooks (external_lib) when the plan's
     environment says so. auto: on for Ampere and newer, off on Pascal/Volta/Turing (the P40 keeps full fp32)."""
     import pytest
 
@@ -228,16 +228,16 @@ def test_tf32_is_on_for_sm80_and_never_on_a_p40(monkeypatch):
     t4 = [GPUInfo(0, "Tesla T4", (7, 5), 14.6)]
     fast = _planned(monkeypatch, h100, profile="ampere")
     assert fast.env[defaults.TF32_ENV] == "1"
-    assert "actor_rollout_ref.model.external_lib=verl_p40.memcap" in fast.overrides
+    assert "actor_rollout_ref.model.external_lib=verl_p40.worker_hooks" in fast.overrides
     assert any("TF32 matmuls on (--tf32 auto, sm_90)" in note for note in fast.notes)
     for found, profile in ((p40, "p40"), (t4, "volta-turing")):
         run = _planned(monkeypatch, found, profile=profile)
         assert defaults.TF32_ENV not in run.env
         assert not any(o.startswith("actor_rollout_ref.model.external_lib") for o in run.overrides)
-    capped = _planned(monkeypatch, p40, profile="p40", gpu_memory_cap_gb=24)  # the cap alone still hooks memcap
+    capped = _planned(monkeypatch, p40, profile="p40", gpu_memory_cap_gb=24)  # the cap alone still hooks the workers
     assert (
         defaults.TF32_ENV not in capped.env
-        and "actor_rollout_ref.model.external_lib=verl_p40.memcap" in capped.overrides
+        and "actor_rollout_ref.model.external_lib=verl_p40.worker_hooks" in capped.overrides
     )
     assert defaults.TF32_ENV not in _planned(monkeypatch, h100, profile="ampere", tf32="off").env
     with pytest.raises(UserError, match="--tf32 on: TF32 needs an sm_80\\+ GPU .* this one is sm_61"):
@@ -247,8 +247,9 @@ def test_tf32_is_on_for_sm80_and_never_on_a_p40(monkeypatch):
 
 def test_cudnn_attention_is_off_in_the_workers_of_sm80_plans_only(monkeypatch):
     """cuDNN's SDPA backward has given NaN gradients in bf16 on sm_90 (pytorch/pytorch#196678): on sm_80+ the plan
-    turns it off in every worker through verl_p40.memcap, whatever --tf32 says; a P40 or T4 plan leaves it alone. A
-    user's own external_lib keeps the hook on a run that hooks nothing else (a note says so) instead of failing."""
+    turns it off in every worker through verl_p40.worker_hooks, whatever --tf32 says; a P40 or T4 plan leaves it
+    alone. A user's own external_lib keeps the hook on a run that hooks nothing else (a note says so) instead of
+    failing."""
     from verl_p40 import defaults
     from verl_p40.gpu.nvml import GPUInfo
 
@@ -256,7 +257,7 @@ def test_cudnn_attention_is_off_in_the_workers_of_sm80_plans_only(monkeypatch):
     for tf32 in ("auto", "off"):
         run = _planned(monkeypatch, h100, profile="ampere", tf32=tf32)
         assert run.env[defaults.NO_CUDNN_ATTENTION_ENV] == "1"
-        assert "actor_rollout_ref.model.external_lib=verl_p40.memcap" in run.overrides
+        assert "actor_rollout_ref.model.external_lib=verl_p40.worker_hooks" in run.overrides
         assert any("cuDNN attention off in the workers" in note for note in run.notes)
     for found, profile in (([GPUInfo(0, "Tesla P40", (6, 1), 23.9)], "p40"), ([GPUInfo(0, "T4", (7, 5), 14.6)], None)):
         run = _planned(monkeypatch, found, profile=profile or "volta-turing")
@@ -268,7 +269,7 @@ def test_cudnn_attention_is_off_in_the_workers_of_sm80_plans_only(monkeypatch):
 
 
 def test_worker_settings_left_in_the_shell_never_reach_the_workers():
-    """What memcap applies in the workers comes from the run's plan only: a TF32 switch or a cap exported in the shell
+    """What the worker hooks apply comes from the run's plan only: a TF32 switch or a cap exported in the shell
     (for another card) is not passed on to a P40 plan's trainer, whose plan sets neither."""
     from verl_p40 import defaults
     from verl_p40.run.trainer import worker_free
@@ -305,7 +306,7 @@ def test_cudnn_attention_is_switched_off_by_the_worker_hook_only_when_asked():
 
     from verl_p40 import defaults
 
-    code = "import torch, verl_p40.memcap; print(torch.backends.cuda.cudnn_sdp_enabled())"
+    code = "import torch, verl_p40.worker_hooks; print(torch.backends.cuda.cudnn_sdp_enabled())"
     env = {k: v for k, v in os.environ.items() if k != defaults.NO_CUDNN_ATTENTION_ENV}
     on = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env={**env, defaults.NO_CUDNN_ATTENTION_ENV: "1"}
@@ -322,7 +323,8 @@ def test_tf32_reaches_the_process_that_imports_the_worker_hook(tmp_path):
     import sys
 
     code = (
-        "import torch, verl_p40.memcap; print(torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)"
+        "import torch, verl_p40.worker_hooks; "
+        "print(torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)"
     )
     import os
 

@@ -14,14 +14,13 @@ line of megabytes), and the parquet files appear only when all are complete, wit
 from __future__ import annotations
 
 import json
-import statistics
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from verl_p40 import UserError
-from verl_p40.data.manifest import MANIFEST, changed_outputs, manifest_text, output_folder, request
+from verl_p40.data.manifest import MANIFEST, manifest_text, output_folder, request
 from verl_p40.reward import ANSWER_RE
 
 DATA_SOURCE = "openai/gsm8k"
@@ -278,72 +277,6 @@ def write_table(result: SplitResult, path: Path) -> None:
     import pyarrow.parquet as pq
 
     pq.write_table(pa.Table.from_pylist(result.rows, schema=_arrow_schema()), path)
-
-
-REQUIRED_COLUMNS = ("data_source", "prompt", "ability", "reward_model", "extra_info")
-
-
-def parquet_problem(path: Path) -> tuple[str, int]:
-    """(what is wrong with `path` as a file verl's trainer reads, "" when nothing; its rows). Reads only the footer."""
-    import pyarrow.parquet as pq
-
-    if not path.is_file():
-        return "missing", 0
-    try:
-        meta = pq.ParquetFile(path)
-    except Exception as exc:  # pyarrow raises several types for unreadable files
-        return f"not a readable parquet file ({str(exc).splitlines()[0]})", 0
-    missing = [c for c in REQUIRED_COLUMNS if c not in meta.schema_arrow.names]
-    if missing:
-        return f"not in verl's RL schema (no column {', '.join(missing)})", 0
-    if meta.metadata.num_rows == 0:
-        return "no rows", 0
-    return "", meta.metadata.num_rows
-
-
-def folder_problems(folder: Path) -> tuple[list[str], dict[str, int]]:
-    """(problems, {split: rows}) of a prepared data folder: each split's parquet readable, in verl's RL schema, not
-    empty. Reads only the parquet footers."""
-    problems, rows = [], {}
-    for split in (*SPLITS, *(["val"] if (Path(folder) / "val.parquet").exists() else [])):
-        path = Path(folder) / f"{split}.parquet"
-        problem, count = parquet_problem(path)
-        if problem:
-            problems.append(f"{path.name}: {problem}")
-        else:
-            rows[split] = count
-    if not problems:  # what prep wrote: the files must still be those
-        problems = changed_outputs(Path(folder))
-    return problems, rows
-
-
-def load_tokenizer(tokenizer_path: str):
-    """The tokenizer prep measures prompts with; loaded before anything is written, so a bad path changes nothing."""
-    try:
-        from transformers import AutoTokenizer
-    except ImportError:
-        raise UserError("--tokenizer needs the 'transformers' package") from None
-    try:
-        return AutoTokenizer.from_pretrained(tokenizer_path)
-    except Exception as exc:
-        raise UserError(f"{tokenizer_path}: cannot load a tokenizer ({exc})") from None
-
-
-def prompt_token_stats(rows: list[dict], tokenizer) -> dict[str, float]:
-    """Prompt length in tokens after the model's chat template, as verl's RLHFDataset counts it."""
-    lengths = sorted(
-        len(tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)) for row in rows
-    )
-    if not lengths:
-        return {}
-
-    cuts = statistics.quantiles(lengths, n=100, method="inclusive") if len(lengths) > 1 else [lengths[0]] * 99
-    return {
-        "mean": round(statistics.fmean(lengths), 1),
-        "p50": round(cuts[49], 1),
-        "p99": round(cuts[98], 1),
-        "max": lengths[-1],
-    }
 
 
 def prepare(

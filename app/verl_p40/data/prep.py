@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from verl_p40.data import gsm8k
+from verl_p40.data import gsm8k, token_stats
 from verl_p40.data.manifest import MANIFEST, manifest_problems, output_folder, request
 from verl_p40.outputs import OutputFolder
 
@@ -32,7 +32,7 @@ def main(args) -> int:
             return 0
         if any((out / f"{s}.parquet").exists() for s in gsm8k.SPLITS):
             print(f"{args.out}: preparing again: {'; '.join(problems)}", file=sys.stderr)
-    tokenizer = gsm8k.load_tokenizer(args.tokenizer) if args.tokenizer else None  # before anything is written
+    tokenizer = token_stats.load_tokenizer(args.tokenizer) if args.tokenizer else None  # before anything is written
     started = time.perf_counter()
     results, paths = gsm8k.prepare(
         source=args.source,
@@ -49,7 +49,7 @@ def main(args) -> int:
     for split, result in results.items():
         entry = {"rows": len(result.rows), "skipped": len(result.skipped), "file": str(paths[split])}
         if tokenizer is not None:
-            entry["prompt_tokens"] = gsm8k.prompt_token_stats(result.rows, tokenizer)
+            entry["prompt_tokens"] = token_stats.prompt_token_stats(result.rows, tokenizer)
         summary["splits"][split] = entry
     for split, entry in summary["splits"].items():
         line = f"{split:>5}: {entry['rows']:>6} rows -> {entry['file']}"

@@ -24,7 +24,7 @@ def check_model(ctx: Context) -> str:
 
 
 def check_data(ctx: Context) -> str:
-    from verl_p40.data.gsm8k import folder_problems, parquet_problem
+    from verl_p40.data.folder_checks import folder_problems, parquet_problem
 
     folder = Path(ctx.options.data).expanduser()
     problems, rows = folder_problems(folder)

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, fields
 from pathlib import Path
 
-from verl_p40.gpu.nvml import GPU_COLUMNS, GPUSample, ProcessSample
+from verl_p40.gpu.sampler import GPU_COLUMNS, GPUSample, ProcessSample
 from verl_p40.outputs import OutputFolder
 
 

@@ -24,8 +24,9 @@ from pathlib import Path
 from verl_p40 import UserError
 from verl_p40.gpu import plots
 from verl_p40.gpu.csv_log import CsvLog, header, read_gpu_csv, rotated
-from verl_p40.gpu.nvml import GPU_COLUMNS, PROCESS_COLUMNS, GPUSample, NvmlSource, ProcessSample, parse_gpus
+from verl_p40.gpu.nvml import parse_gpus
 from verl_p40.gpu.prometheus import Exporter
+from verl_p40.gpu.sampler import GPU_COLUMNS, PROCESS_COLUMNS, GPUSample, NvmlSource, ProcessSample
 from verl_p40.outputs import OutputFolder
 
 # ------------------------------------------------------------------------------------------------ its files
@@ -231,28 +232,33 @@ class Monitor:
         return summary
 
 
+def plot_csv(args) -> int:
+    """`verl-p40 monitor --plot gpu.csv`: the figure of a recorded CSV, no GPU asked."""
+    csv_path = Path(args.plot)
+    target = Path(args.plot_out) if args.plot_out else csv_path.with_name(PLOT)
+    folder = output_folder(target.parent, flag="--plot-out")
+    folder.check([target.name])  # a user's picture of that name, or a link: refused before the CSV is read
+    try:
+        samples = read_gpu_csv(csv_path)
+    except OSError as exc:
+        raise UserError(f"{csv_path}: cannot read it ({exc.strerror or exc})") from None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UserError(
+            f"{csv_path}: not a gpu.csv written by verl-p40 monitor ({type(exc).__name__}: {exc})"
+        ) from None
+    if not samples:
+        raise UserError(f"{csv_path}: not a gpu.csv written by verl-p40 monitor (no samples)")
+    with folder.write([target.name]) as (temp,):
+        plots.gpu_memory(samples, temp)
+    print(f"wrote {target}")
+    return 0
+
+
 def main(args) -> int:
     """CLI body of `verl-p40 monitor` (argparse namespace from verl_p40.cli)."""
-    log = lambda line: print(line, flush=True)  # noqa: E731
     if args.plot:
-        csv_path = Path(args.plot)
-        target = Path(args.plot_out) if args.plot_out else csv_path.with_name(PLOT)
-        folder = output_folder(target.parent, flag="--plot-out")
-        folder.check([target.name])  # a user's picture of that name, or a link: refused before the CSV is read
-        try:
-            samples = read_gpu_csv(csv_path)
-        except OSError as exc:
-            raise UserError(f"{csv_path}: cannot read it ({exc.strerror or exc})") from None
-        except (KeyError, TypeError, ValueError) as exc:
-            raise UserError(
-                f"{csv_path}: not a gpu.csv written by verl-p40 monitor ({type(exc).__name__}: {exc})"
-            ) from None
-        if not samples:
-            raise UserError(f"{csv_path}: not a gpu.csv written by verl-p40 monitor (no samples)")
-        with folder.write([target.name]) as (temp,):
-            plots.gpu_memory(samples, temp)
-        print(f"wrote {target}")
-        return 0
+        return plot_csv(args)
+    log = lambda line: print(line, flush=True)  # noqa: E731
     out = Path(args.out)
     output_folder(out).check(NAMES)  # before NVML is asked: what is in the way is said first, and nothing is written
     source = NvmlSource(parse_gpus(args.gpus), log=log)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from verl_p40.atomic import staged
-from verl_p40.gpu.nvml import GPUSample
+from verl_p40.gpu.sampler import GPUSample
 
 
 def pyplot():

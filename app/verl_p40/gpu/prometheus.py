@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from verl_p40 import UserError
-from verl_p40.gpu.nvml import GPU_COLUMNS, GPUSample, ProcessSample
+from verl_p40.gpu.sampler import GPU_COLUMNS, GPUSample, ProcessSample
 
 
 class Exporter:

@@ -95,7 +95,7 @@ class Sampler:
 
     def __init__(self, out: Path, interval: float = 0.5):
         from verl_p40.gpu.monitor import Monitor
-        from verl_p40.gpu.nvml import NvmlSource
+        from verl_p40.gpu.sampler import NvmlSource
 
         self.monitor = Monitor(NvmlSource(log=lambda line: None), out, interval, log=lambda line: None, command="bench")
         self.thread = threading.Thread(target=self.monitor.run, daemon=True)

@@ -4,11 +4,18 @@ command-line option (`verl_p40.options`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
 
 from verl_p40 import defaults, reward
 from verl_p40.gpu.nvml import parse_gpus
 from verl_p40.options import FOLDER, option
 from verl_p40.plan import algorithms, profiles
+
+# The help lists the recipes and profiles shipped with the package, read from config/algorithms and config/profiles
+_SHIPPED = Path(str(resources.files("verl_p40.configs")))
+_RECIPES = ", ".join(sorted(p.stem for p in (_SHIPPED / "algorithms").glob("*.yaml")))
+_PROFILES = ", ".join(sorted(p.stem for p in (_SHIPPED / "profiles").glob("*.yaml") if p.stem != profiles.BASE))
 
 
 @dataclass
@@ -17,7 +24,8 @@ class RunOptions:
 
     profile: str = option(
         "auto",
-        "hardware profile name, or auto (picked from what NVML reports)",
+        f"hardware profile (config/profiles/NAME.yaml: {_PROFILES}; verl-p40 profiles lists them), or auto (picked "
+        "from what NVML reports)",
         env="VERL_P40_PROFILE",
         check=profiles.check_name,
     )
@@ -42,8 +50,8 @@ class RunOptions:
     )
     algorithm: str = option(
         algorithms.DEFAULT,
-        "RL algorithm (config/algorithms/NAME.yaml): ppo has a critic; grpo, "
-        "rloo and reinforce_plus_plus sample several answers per prompt and need none",
+        f"RL algorithm or recipe (config/algorithms/NAME.yaml: {_RECIPES}): ppo has a critic; the others sample "
+        "several answers per prompt and need none",
         env="VERL_P40_ALGORITHM",
         choices=algorithms.available,
     )

@@ -384,7 +384,7 @@ def tf32_on(mode: str, sm: float | None) -> bool:
 
 
 def worker_hooks(draft: Draft) -> Part:
-    """What every trainer worker sets before it builds a model (verl_p40.memcap, through verl's external_lib): the
+    """What every trainer worker sets before it builds a model (verl_p40.worker_hooks, through verl's external_lib): the
     memory cap, TF32, cuDNN attention off."""
     o, sm = draft.options, draft.sm
     part, hooked = Part(), []
@@ -422,7 +422,7 @@ def worker_hooks(draft: Draft) -> Part:
         )
     if hooked:
         part.overrides.append(
-            Override("actor_rollout_ref.model.external_lib", defaults.MEMCAP_MODULE, " and ".join(hooked))
+            Override("actor_rollout_ref.model.external_lib", defaults.WORKER_HOOKS_MODULE, " and ".join(hooked))
         )
     return part
 

@@ -1,6 +1,6 @@
 """CPU bench: `verl-p40 prep` on the full GSM8K (8,792 rows), pinned to one core, repeated.
 
-    taskset -c 0 python bench/prep_speed.py --source ../shared/data/gsm8k --out bench/results
+    taskset -c 0 python bench/experiments/prep_speed.py --source ../shared/data/gsm8k --out bench/results
 
 Writes prep-speed-<date>.json: wall time of each run of the real CLI (a fresh process each time, so Python and
 pyarrow start-up are included), and the in-process conversion time `prep` reports.

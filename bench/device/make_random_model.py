@@ -1,6 +1,6 @@
 """Build a model of Qwen2.5-0.5B-Instruct's exact architecture with random weights (no hub needed).
 
-    python bench/make_random_model.py --config ../shared/data/qwen2.5-0.5b-instruct --out /tmp/qwen-random
+    python bench/device/make_random_model.py --config ../shared/data/qwen2.5-0.5b-instruct --out /tmp/qwen-random
 
 The config and tokenizer files are the real ones; the weights are `from_config` random init (seeded), fp32.
 """

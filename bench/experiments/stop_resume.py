@@ -2,8 +2,8 @@
 Qwen2.5-0.5B's shape) once step 2 is logged, then the same command again. Records how long the stop took, verl's
 own save time of the step in progress, the checkpoint it left and the step the resume started with.
 
-Run on the GPU machine after `bash .gpu-bundle/install.sh && source bench/gpu_setup.sh`:
-    python3 bench/stop_resume.py --out $OUT
+Run on the GPU machine after `bash .gpu-bundle/install.sh && source bench/device/gpu_setup.sh`:
+    python3 bench/experiments/stop_resume.py --out $OUT
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from generations import mask_env
+from lib.device_runs import mask_env
 from verl_p40.run.trainer_log import read_steps
 
 WORK = Path("/tmp/stop-resume")

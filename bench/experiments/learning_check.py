@@ -1,8 +1,8 @@
 """GPU bench: does PPO under the p40 profile learn? A random-weight model, a reward it can climb.
 
-    python bench/learning_check.py --model /tmp/qwen-random --data /tmp/gsm8k --out bench/results
+    python bench/experiments/learning_check.py --model /tmp/qwen-random --data /tmp/gsm8k --out bench/results
 
-Reward: bench/rewards/ascii_letters.py (fraction of ASCII letters in the response). Writes
+Reward: bench/experiments/rewards/ascii_letters.py (fraction of ASCII letters in the response). Writes
 learning-check-<date>.json and .png (reward mean per step).
 """
 
@@ -12,7 +12,7 @@ import json
 import time
 from pathlib import Path
 
-from ppo_runner import environment, run_arguments, run_train
+from lib.ppo_runner import environment, run_arguments, run_train
 
 HERE = Path(__file__).resolve().parent
 
@@ -53,7 +53,7 @@ def main() -> None:
     result = {
         "environment": environment(),
         "run": run,
-        "reward": "bench/rewards/ascii_letters.py: fraction of ASCII letters in the response",
+        "reward": "bench/experiments/rewards/ascii_letters.py: fraction of ASCII letters in the response",
         "first_mean": round(sum(scores[:k]) / k, 4) if scores else None,
         "last_mean": round(sum(scores[-k:]) / k, 4) if scores else None,
         "window_steps": k,

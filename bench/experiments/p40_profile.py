@@ -1,6 +1,6 @@
 """GPU bench: the `p40` profile under a 24 GB cap, against the seed tutorial's settings, through `verl-p40 train`.
 
-    python bench/p40_profile.py --model /tmp/qwen-random --data /tmp/gsm8k --out bench/results
+    python bench/experiments/p40_profile.py --model /tmp/qwen-random --data /tmp/gsm8k --out bench/results
 
 Writes p40-profile-<date>.json (per-step verl timings, tokens/s, peak memory from torch and NVML, the exact
 commands, GPU and versions) and p40-profile-<date>.png (time per PPO phase, both runs side by side).
@@ -12,7 +12,7 @@ import json
 import time
 from pathlib import Path
 
-from ppo_runner import PHASES, environment, run_arguments, run_train
+from lib.ppo_runner import PHASES, environment, run_arguments, run_train
 
 SEED_SETTINGS = [  # the seed tutorial's ppo_config.yaml, with what a P40 forces: HF rollout, fp32 (its sed)
     "data.train_batch_size=1",

@@ -1,5 +1,5 @@
 # Sourced at the start of a command on the lent GPU machine (see bench/README.md):
-#   bash .gpu-bundle/install.sh && source bench/gpu_setup.sh
+#   bash .gpu-bundle/install.sh && source bench/device/gpu_setup.sh
 # Puts verl 0.5.0 and friends (the carried bundle) and this checkout on the path, applies the verl patch set
 # through the product's CLI, prepares GSM8K and builds the random-weight Qwen2.5-0.5B-shaped model.
 set -euo pipefail
@@ -12,6 +12,6 @@ verl_p40 patch-verl /tmp/site/verl
 verl_p40 patch-verl --check /tmp/site/verl
 [ -f /tmp/gsm8k/train.parquet ] || verl_p40 prep --source .gpu-shared/gsm8k --out /tmp/gsm8k \
   --tokenizer .gpu-shared/qwen2.5-0.5b-instruct
-[ -n "${VERL_P40_NO_RANDOM:-}" ] || [ -f /tmp/qwen-random/config.json ] || python3 bench/make_random_model.py \
+[ -n "${VERL_P40_NO_RANDOM:-}" ] || [ -f /tmp/qwen-random/config.json ] || python3 bench/device/make_random_model.py \
   --config .gpu-shared/qwen2.5-0.5b-instruct --out /tmp/qwen-random
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader

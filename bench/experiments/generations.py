@@ -2,27 +2,23 @@
 doctor` and `verl-p40 bench` as a P40, a 16 GB Pascal card (P100), a V100 (with the op audit), a T4, and unmasked
 (the ampere profile), each with `--profile auto` and the emulated card's memory as the cap.
 
-Run on the GPU machine after `bash .gpu-bundle/install.sh && source bench/gpu_setup.sh`, in two calls that each fit
-the device's 10 minutes:  python3 bench/generations.py a --out $OUT  (then b, c, d1, d2)
-`report` rebuilds the summary table from the returned JSONs here: python3 bench/generations.py report --dir DIR
+Run on the GPU machine after `bash .gpu-bundle/install.sh && source bench/device/gpu_setup.sh`, in two calls that
+each fit the device's 10 minutes:  python3 bench/experiments/generations.py a --out $OUT  (then b, c, d1, d2)
+`report` rebuilds the summary table from the returned JSONs here:
+    python3 bench/experiments/generations.py report --dir DIR
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
-import tarfile
 import time
-from collections import Counter
 from pathlib import Path
 
-# PASCAL_MASK_DIR: a copy outside the checkout, for processes that outlive the device call that carried .gpu-shared
-MASK = os.environ.get("PASCAL_MASK_DIR") or str(Path(".gpu-shared/pascal-mask").absolute())
-WORK = Path("/tmp/generations")
-COMMON = ["--model", ".gpu-shared/qwen2.5-0.5b-instruct", "--keep-model", "/tmp/qwen-random", "--data", "/tmp/gsm8k"]
+from lib.device_runs import COMMON, WORK, markdown_table, mask_env, pack_logs, save, verl_p40
+
 # name: (mask capability or None for unmasked, memory cap GB, steps, audit, extra verl overrides)
 CARDS = {
     "p40": ("6.1", 24, 4, False, []),
@@ -59,49 +55,6 @@ PHASES = {
     "d1": ["v100-profile"],
     "d2": ["p100-profile", "h200-auto"],
 }
-
-
-def mask_env(cc: str | None, audit: Path | None = None) -> dict:
-    env = {**os.environ, "VERL_P40_DOCTOR_SKIP": ""}
-    if cc is None:
-        return env
-    # the GPU machine's torch has no sm_60/sm_70 kernels: the preflight's kernel check is skipped there, by name
-    env.update(
-        {
-            "PYTHONPATH": f"{MASK}:{env.get('PYTHONPATH', '')}",
-            "PASCAL_MASK": "1",
-            "PASCAL_MASK_CC": cc,
-            "VERL_P40_DOCTOR_SKIP": "kernels",
-        }
-    )
-    if audit:
-        env["PASCAL_MASK_AUDIT"] = str(audit)
-    return env
-
-
-def verl_p40(*args: str, env: dict, log: Path, timeout: float = 280) -> int:
-    cmd = [sys.executable, "-m", "verl_p40.cli", *args]
-    print(f"== {' '.join(cmd)}", flush=True)
-    with open(log, "a") as handle:
-        handle.write(f"$ {' '.join(cmd)}\n")
-        try:
-            return subprocess.run(cmd, env=env, stdout=handle, stderr=subprocess.STDOUT, timeout=timeout).returncode
-        except subprocess.TimeoutExpired:
-            return 124
-
-
-def audit_summary(path: Path) -> dict:
-    entries = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-    ops = [e for e in entries if "op" in e]
-    half = Counter(d for e in ops if e.get("half_precision") for d in e["dtypes"] if "16" in d)
-    return {
-        "entries": len(entries),
-        "masked_processes": sum(e.get("event") == "masked" for e in entries),
-        "half_precision_ops": sum(bool(e.get("half_precision")) for e in ops),
-        "half_precision_dtypes": dict(half),
-        "bf16_ops": sum(any("bfloat16" in d for d in e["dtypes"]) for e in ops),
-        "sdpa_ops": sorted({f"{e['op']} {'/'.join(e['dtypes'])}" for e in ops if "attention" in e["op"]}),
-    }
 
 
 def doctor(out: Path) -> None:
@@ -178,39 +131,12 @@ def bench(name: str, out: Path) -> None:
     )
 
 
-def save(result: dict, key: str, run: dict, audit_file: Path | None, path: Path) -> None:
-    """A run's JSON: what it returned, plus how it ran under `key` (with the audit's summary when audited)."""
-    result[key] = {**run, **({"audit_summary": audit_summary(audit_file)} if audit_file else {})}
-    path.write_text(json.dumps(result, indent=2) + "\n")
-
-
 def phase(which: str, out: Path) -> None:
     WORK.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     for step in PHASES[which]:
         doctor(out) if step == "doctor" else bench(step, out)
     pack_logs(WORK, out / f"logs-{which}.tgz")
-
-
-def pack_logs(work: Path, target: Path) -> None:
-    """Every log, audit, CSV, JSON and picture under `work` into one .tgz (paths relative to `work`), but none from a
-    checkpoint (ckpt*: its tokenizer.json files alone are 11 MB each)."""
-    with tarfile.open(target, "w:gz") as tar:
-        for path in sorted(work.rglob("*")):
-            if any(part.startswith("ckpt") for part in path.relative_to(work).parts):
-                continue
-            if path.is_file() and path.suffix in (".log", ".jsonl", ".csv", ".json", ".png"):
-                tar.add(path, arcname=str(path.relative_to(work)))
-
-
-def markdown_table(header: list[str], rows: list[list]) -> str:
-    return "\n".join(
-        [
-            "| " + " | ".join(header) + " |",
-            "| " + " | ".join("---" for _ in header) + " |",
-            *("| " + " | ".join(str(cell) for cell in row) + " |" for row in rows),
-        ]
-    )
 
 
 def report(folder: Path) -> str:

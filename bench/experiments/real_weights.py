@@ -2,24 +2,24 @@
 
 The lent GPU machine runs one command for at most 10 minutes and keeps /tmp only while it stays warm, so the
 bench is cut into phases, state kept under --work (/tmp/real). After staging the GGUF (bench/results/README.md,
-"Real weights") and `bash .gpu-bundle/install.sh && source bench/gpu_setup.sh`, either one device call per phase:
+"Real weights") and `bash .gpu-bundle/install.sh && source bench/device/gpu_setup.sh`, either one device call per phase:
 
-    python3 bench/real_weights.py prepare --gguf /tmp/model.gguf --out $OUT
-    python3 bench/real_weights.py train --out $OUT --kill-after 7 --budget-s 400   # killed mid-run
-    python3 bench/real_weights.py train --out $OUT --budget-s 540                  # same trainer command: resumes
-    python3 bench/real_weights.py final --out $OUT
+    python3 bench/experiments/real_weights.py prepare --gguf /tmp/model.gguf --out $OUT
+    python3 bench/experiments/real_weights.py train --out $OUT --kill-after 7 --budget-s 400  # killed mid-run
+    python3 bench/experiments/real_weights.py train --out $OUT --budget-s 540  # same trainer command: resumes
+    python3 bench/experiments/real_weights.py final --out $OUT
 
 or, since a process that starts its own session (setsid) outlives the call that started it, the training part
 as one detached `session` (one trainer start fewer per 10 minutes) followed by `wait` in the later calls:
 
-    python3 bench/real_weights.py prepare --out $OUT
-    setsid python3 bench/real_weights.py session --out /tmp/real/out --kill-after 11 --budget-s 1250 \
+    python3 bench/experiments/real_weights.py prepare --out $OUT
+    setsid python3 bench/experiments/real_weights.py session --out /tmp/real/out --kill-after 11 --budget-s 1250 \
         > /tmp/real/session.log 2>&1 < /dev/null &
-    python3 bench/real_weights.py wait --out /tmp/real/out --timeout-s 580         # in each later call
-    python3 bench/real_weights.py final --out $OUT                                 # after `wait` says it ended
+    python3 bench/experiments/real_weights.py wait --out /tmp/real/out --timeout-s 580  # in each later call
+    python3 bench/experiments/real_weights.py final --out $OUT  # after `wait` says it ended
 
 All through the product's CLI:
-- prepare: bench/gguf_to_hf.py (the GGUF as a Hugging Face folder of Qwen2.5-0.5B-Instruct's shape: tied, Qwen2.5
+- prepare: bench/device/gguf_to_hf.py (the GGUF as a Hugging Face folder of Qwen2.5-0.5B-Instruct's shape: tied, Qwen2.5
   tokenizer), `verl-p40 prep`, two fixed slices of GSM8K test: held-out = rows 0..255 (evaluated only, never seen
   while training), validation = rows 256..383 (the trainer's own validation curve); `verl-p40 eval` of the base
   model on the held-out slice.
@@ -51,45 +51,15 @@ import shutil
 import signal
 import statistics
 import subprocess
-import sys
 import tarfile
 import time
 from pathlib import Path
 
+from lib.real_runs import State, cli, monitor_peaks, ray_stop, real_model, run, wait
 from verl_p40.evaluation import stats
 from verl_p40.run.trainer_log import read_steps
 
-HERE = Path(__file__).resolve().parent
 HELDOUT_ROWS, VAL_ROWS = (0, 256), (256, 128)
-
-
-def cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "verl_p40.cli", *args]
-
-
-def run(cmd: list[str]) -> None:
-    print("$ " + shlex.join(cmd), flush=True)
-    subprocess.run(cmd, check=True)
-
-
-def real_model(gguf: str, tokenizer: str, model: Path) -> None:
-    """The real-weights proxy as a Hugging Face folder at `model` (bench/gguf_to_hf.py), unless it is there."""
-    if not (model / "config.json").is_file():
-        run(
-            [sys.executable, str(HERE / "gguf_to_hf.py"), "--gguf", gguf, "--tokenizer", tokenizer, "--out", str(model)]
-        )
-
-
-class State:
-    """The phases' results, kept beside the work files (and copied to --out after every phase)."""
-
-    def __init__(self, work: Path, copy_name: str = "real-weights-state.json"):
-        self.path, self.copy_name = work / "state.json", copy_name
-        self.data = json.loads(self.path.read_text()) if self.path.exists() else {"train_runs": []}
-
-    def save(self, out: Path) -> None:
-        self.path.write_text(json.dumps(self.data, indent=2) + "\n")
-        shutil.copy(self.path, out / self.copy_name)
 
 
 # ------------------------------------------------------------------------------------------------- prepare
@@ -190,18 +160,6 @@ def should_stop(
     return None
 
 
-def ray_stop() -> None:
-    """Clear what a killed trainer's own Ray left behind; a cluster someone else started (RAY_ADDRESS) stays."""
-    if os.environ.get("RAY_ADDRESS"):
-        return
-    subprocess.run(
-        [sys.executable, "-m", "ray.scripts.scripts", "stop", "--force"],
-        check=False,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
 def resume_lines(text: str) -> list[str]:
     """verl's own lines about the checkpoint it resumed from (printed by a Ray actor: prefixed, coloured)."""
     plain = (re.sub(r"\x1b\[[0-9;]*m", "", line) for line in text.splitlines())
@@ -213,7 +171,7 @@ def resume_lines(text: str) -> list[str]:
 
 
 def train(args: argparse.Namespace, work: Path, out: Path, state: State) -> None:
-    from ppo_runner import environment
+    from lib.ppo_runner import environment
 
     state.data.setdefault("environment", environment())
     logs = work / "logs"
@@ -287,62 +245,6 @@ def session(args: argparse.Namespace, work: Path, out: Path, state: State) -> No
         pid_file.unlink(missing_ok=True)
 
 
-def session_alive(work: Path) -> bool:
-    pid_file = work / "session.pid"
-    if not pid_file.exists():
-        return False
-    try:
-        os.kill(int(pid_file.read_text()), 0)
-    except (ProcessLookupError, ValueError):
-        return False
-    return True
-
-
-def wait(args: argparse.Namespace, work: Path) -> None:
-    """Follow a detached `session` for at most --timeout-s: print each new step's reward, return when it ends."""
-    deadline, seen = time.time() + args.timeout_s, None
-    while True:
-        alive = session_alive(work)
-        logs = sorted((work / "logs").glob("train-*.log"))
-        steps = read_steps(logs[-1]) if logs else []
-        if steps and steps[-1]["step"] != seen:
-            seen = steps[-1]["step"]
-            last = steps[-1]
-            extra = "".join(
-                f", {label} {value:.3f}"
-                for label, value in (
-                    ("correct", last.get("reward/acc/mean")),
-                    ("validation", next((v for k, v in last.items() if k.startswith("val-core/")), None)),
-                    ("s/step", last.get("timing_s/step")),
-                )
-                if value is not None
-            )
-            print(
-                f"[wait] {logs[-1].name} step {int(seen)}: training reward "
-                f"{last.get('critic/score/mean', float('nan')):.3f}{extra}",
-                flush=True,
-            )
-        if not alive or time.time() > deadline:
-            print(f"[wait] session {'still running' if alive else 'ended'}", flush=True)
-            if getattr(args, "copy_to", None):
-                copy_partial(work, Path(args.copy_to))
-            return
-        time.sleep(5)
-
-
-def copy_partial(work: Path, target: Path) -> None:
-    """The session's logs and state as they are now (no checkpoints) into `target`, e.g. under the device call's $OUT:
-    a machine lost before the session ends still leaves every step logged until this call."""
-    target.mkdir(parents=True, exist_ok=True)
-    for path in sorted(work.rglob("*")):
-        relative = path.relative_to(work)
-        if path.is_file() and not any(part.startswith("ckpt") for part in relative.parts):
-            if relative.parts[0] in ("logs", "session.log", "state.json"):
-                (target / relative).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(path, target / relative)
-    print(f"[wait] logs so far copied to {target}", flush=True)
-
-
 # --------------------------------------------------------------------------------------------------- final
 
 
@@ -411,25 +313,6 @@ def copy_out(folder: Path, out: Path, prefix: str) -> None:
     for name in ("report.md", "report.json", "answers.jsonl", "curves.png"):
         if (folder / name).exists():
             shutil.copy(folder / name, out / f"{prefix}{name}")
-
-
-def monitor_peaks(folder: Path, cap_gb: float | None = 24.0) -> dict:
-    """Peaks over every train run from `verl-p40 monitor`'s CSVs (the whole GPU, and the largest process); `cap_gb`:
-    the memory cap the run had (None: none)."""
-    from verl_p40.gpu.csv_log import read_gpu_csv, read_process_csv
-    from verl_p40.gpu.monitor import Summary
-
-    if not (folder / "gpu.csv").is_file():
-        return {"note": f"no GPU monitor samples in {folder}"}
-    summary = Summary()
-    summary.add(read_gpu_csv(folder / "gpu.csv"), read_process_csv(folder / "gpu-processes.csv"))
-    peaks = summary.as_dict()
-    return {
-        "device_used_peak_gb": max(g["peak_memory_used_gb"] for g in peaks["gpus"].values()),
-        "process_used_peak_gb": round(peaks["processes"][0]["peak_used_memory_bytes"] / 1e9, 3),
-        "cap_gb": cap_gb,
-        "source": "verl-p40 monitor, 1 s samples, every train run",
-    }
 
 
 def final(args: argparse.Namespace, work: Path, out: Path, state: State) -> dict:

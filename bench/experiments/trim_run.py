@@ -4,9 +4,9 @@ of Qwen2.5-0.5B's shape (the real-weights proxy: its answers have real lengths, 
 too), real GSM8K.
 
 Run on the GPU machine after staging the GGUF (bench/results/README.md, "Real weights"),
-`bash .gpu-bundle/install.sh && source bench/gpu_setup.sh` and bench/gguf_to_hf.py into /tmp/qwen-real:
-    python3 bench/trim_run.py run --model /tmp/qwen-real --out $OUT
-`report` prints the side-by-side table from the returned JSONs: python3 bench/trim_run.py report --dir DIR
+`bash .gpu-bundle/install.sh && source bench/device/gpu_setup.sh` and bench/device/gguf_to_hf.py into /tmp/qwen-real:
+    python3 bench/experiments/trim_run.py run --model /tmp/qwen-real --out $OUT
+`report` prints the side-by-side table from the returned JSONs: python3 bench/experiments/trim_run.py report --dir DIR
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from generations import markdown_table, mask_env, pack_logs, save, verl_p40
+from lib.device_runs import markdown_table, mask_env, pack_logs, save, verl_p40
 
 WORK = Path("/tmp/trim")
 PASSES = ("update_actor", "update_critic", "old_log_prob", "ref", "values")  # what trimming touches

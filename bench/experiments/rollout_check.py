@@ -1,11 +1,11 @@
 """Before/after of the two HF-rollout edits on the real-weight model (same machine, data, profile, command).
 
-Reads two `verl-p40 train` logs of bench/real_weights.py's trainer command (the first with verl 0.5.0's HF rollout
-as patched before the edits, the second with them) and `verl-p40 eval`'s report on the validation slice, and
+Reads two `verl-p40 train` logs of bench/experiments/real_weights.py's trainer command (the first with verl 0.5.0's
+HF rollout as patched before the edits, the second with them) and `verl-p40 eval`'s report on the validation slice, and
 writes rollout-check-<date>.json and .png: the trainer's greedy validation reward at step 0 (before any update)
 next to plain generate()'s accuracy, and the sampled training reward and truncation rate of the first steps.
 
-    python3 bench/rollout_check.py --before LOG --after LOG --eval report.json --out DIR
+    python3 bench/experiments/rollout_check.py --before LOG --after LOG --eval report.json --out DIR
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """GPU bench for `verl-p40 monitor`: a real NVML run beside a torch load, and the monitor's CPU overhead.
 
-    python bench/monitor_run.py --out $OUT --seconds 60
+    python bench/experiments/monitor_run.py --out $OUT --seconds 60
 
 Starts `verl-p40 monitor --interval 1 --port 9400` as a separate process, runs a torch matmul loop on GPU 0 that
 holds a known amount of memory, stops the monitor with SIGTERM (as `docker compose stop` does) and checks that

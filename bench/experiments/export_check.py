@@ -6,8 +6,8 @@ steps of the p40 profile saved as a checkpoint, `verl-p40 export --model latest 
 how many are the same text. Every step through the product's CLI.
 
 After staging the GGUF (bench/results/README.md, "Real weights") and `bash .gpu-bundle/install.sh && source
-bench/gpu_setup.sh`:
-    python3 bench/export_check.py --gguf /tmp/model.gguf --out $OUT
+bench/device/gpu_setup.sh`:
+    python3 bench/experiments/export_check.py --gguf /tmp/model.gguf --out $OUT
 Where the answers differ, an fp32 export and the fp16 export read in fp32 tell the export's part from fp16's (the
 commands of 2026-11-30 are in bench/results/README.md); `--compare DIR` counts the agreement of every eval-* folder.
 """
@@ -20,8 +20,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from generations import mask_env, verl_p40
-from real_weights import real_model
+from lib.device_runs import mask_env, verl_p40
+from lib.real_runs import real_model
 
 WORK = Path("/tmp/export-check")
 QUESTIONS = 64

@@ -3,7 +3,8 @@ Qwen2.5-0.5B-Instruct's exact shape: fp32, tied embeddings, and the Qwen2.5 toke
 ../shared/data/qwen2.5-0.5b-instruct (eos <|im_end|>; the GGUF's own tokenizer says <|endoftext|>, which makes every
 chat answer run to the length limit).
 
-    python bench/gguf_to_hf.py --gguf /tmp/model.gguf --tokenizer .gpu-shared/qwen2.5-0.5b-instruct --out /tmp/qwen-real
+    python bench/device/gguf_to_hf.py --gguf /tmp/model.gguf --tokenizer .gpu-shared/qwen2.5-0.5b-instruct \\
+        --out /tmp/qwen-real
 """
 
 from __future__ import annotations

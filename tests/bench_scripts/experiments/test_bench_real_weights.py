@@ -1,11 +1,12 @@
-"""The real-weights bench's stopping rule (bench/real_weights.py): it decides, from the trainer's log, when to stop
-so that no trained step is lost; a mistake there costs GPU time that cannot be had back."""
+"""The real-weights bench's stopping rule (bench/experiments/real_weights.py): it decides, from the trainer's log, when
+to stop so that no trained step is lost; a mistake there costs GPU time that cannot be had back."""
 
 import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+BENCH = Path(__file__).resolve().parents[3] / "bench"
+sys.path[:0] = [str(BENCH / "experiments"), str(BENCH)]  # the experiment, and the helpers it imports (lib/)
 
 import real_weights  # noqa: E402
 
@@ -81,20 +82,3 @@ def test_repeat_eval_counts_what_moved_between_two_evaluations_of_one_model():
     assert same["questions"] == 4 and same["answers_differing"] == 2
     assert same["flexible"] == {"first": 0.5, "second": 0.75, "scores_differing": 1}
     assert same["strict"]["scores_differing"] == 0
-
-
-def test_wait_copies_the_logs_so_far_but_no_checkpoint(tmp_path, capsys):
-    """`wait --copy-to $OUT/partial`: each device call takes the session's logs home, so a machine lost between calls
-    (as on 2026-12-01, after step 3) leaves every step logged until then; checkpoints stay behind (gigabytes)."""
-    work, target = tmp_path / "work", tmp_path / "out" / "partial"
-    (work / "logs" / "gpu").mkdir(parents=True)
-    (work / "logs" / "train-1.log").write_text("$ cmd\n(TaskRunner pid=1) step:1 - critic/score/mean:0.5\n")
-    (work / "logs" / "gpu" / "gpu.csv").write_text("t,mem\n")
-    (work / "ckpt" / "global_step_1").mkdir(parents=True)
-    (work / "ckpt" / "global_step_1" / "model.pt").write_text("weights")
-    (work / "state.json").write_text("{}")
-    (work / "session.log").write_text("console\n")
-    real_weights.wait(argparse.Namespace(timeout_s=0, copy_to=str(target)), work)
-    copied = sorted(str(p.relative_to(target)) for p in target.rglob("*") if p.is_file())
-    assert copied == ["logs/gpu/gpu.csv", "logs/train-1.log", "session.log", "state.json"]
-    assert "step 1: training reward 0.500" in capsys.readouterr().out

@@ -2,10 +2,10 @@
 Qwen2.5-0.5B's exact shape, real GSM8K: `verl-p40 bench --algorithm grpo` for n = 4 and n = 8 (timing, audit off),
 and `verl-p40 train --algorithm grpo --samples-per-prompt 8` with the mask's op audit on (a short run).
 
-Run on the GPU machine after `bash .gpu-bundle/install.sh && source bench/gpu_setup.sh`:
-    python3 bench/algorithms_run.py grpo --out $OUT     (then audit, lora and lora-1.5b, one call each:
+Run on the GPU machine after `bash .gpu-bundle/install.sh && source bench/device/gpu_setup.sh`:
+    python3 bench/experiments/algorithms_run.py grpo --out $OUT     (then audit, lora and lora-1.5b, one call each:
     .gpu-shared needs qwen2.5-1.5b-instruct copied from ../shared/data for the 1.5B shape)
-`report` prints the table from the returned JSONs: python3 bench/algorithms_run.py report --dir DIR
+`report` prints the table from the returned JSONs: python3 bench/experiments/algorithms_run.py report --dir DIR
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from generations import markdown_table, mask_env, pack_logs, save, verl_p40
+from lib.device_runs import markdown_table, mask_env, pack_logs, save, verl_p40
 
 WORK = Path("/tmp/algorithms")
 P40 = ("6.1", 24)
