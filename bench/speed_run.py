@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from lib.device_runs import mask_env
+from lib.device_runs import audit_summary, mask_env
 from lib.real_runs import ray_stop
 from verl_p40.perf import bench as product_bench
 from verl_p40.perf import projection
@@ -75,6 +75,8 @@ RUNS: dict[str, tuple[str | None, list[str], list[str], bool, str]] = {
     "cap16": (None, ["--gpu-memory-cap-gb", "16"], [], True, RECIPE),
     "cap24": (None, ["--gpu-memory-cap-gb", "24"], [], True, RECIPE),
     "cap40": (None, ["--gpu-memory-cap-gb", "40"], [], True, RECIPE),
+    # the memory plan's P40 path with the mask's op audit (every half-precision op, every SDPA kernel): not a timing
+    "p40-audit": ("6.1", P40_CLI, [], False, RECIPE),
 }
 
 
@@ -162,17 +164,38 @@ def run_all(args: argparse.Namespace) -> None:
     work, out = Path(args.work), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (work / "pid").write_text(str(__import__("os").getpid()))
-    for name in args.runs.split(","):
-        command = train_command(name, work, args.steps)
+    for item in args.runs.split(","):  # NAME or NAME:STEPS
+        name, _, steps = item.partition(":")
+        command = train_command(name, work, int(steps or args.steps))
         print(f"[speed_run] {name}: $ {shlex.join(command)}", flush=True)
         ray_stop()
+        audit = work / name / "audit.jsonl" if name.endswith("-audit") else None
         started = time.time()
-        code = subprocess.run(command, env=mask_env(RUNS[name][0])).returncode
-        result = summary(name, command, code, round(time.time() - started, 1), work)
+        code = subprocess.run(command, env=mask_env(RUNS[name][0], audit)).returncode
+        try:
+            result = summary(name, command, code, round(time.time() - started, 1), work)
+        except Exception as exc:  # the next runs still run; what went wrong is in the result
+            result = {"run": name, "returncode": code, "summary_error": repr(exc)}
+        if audit:
+            result["audit"] = audit_summary(audit)
+            result["setup"] = "Pascal mask (Tesla P40), op audit on (PASCAL_MASK_AUDIT): not a timing"
         (out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
         print(f"[speed_run] {name}: exit {code}, {result.get('seconds_per_step')} s/step", flush=True)
+        pack(work, out)
     ray_stop()
     (work / "done").touch()
+
+
+def pack(work: Path, out: Path) -> None:
+    """speed.tgz: every run's result and trainer log so far (what comes back from the device is a few files)."""
+    import tarfile
+
+    with tarfile.open(out / "speed.tgz.part", "w:gz") as tar:
+        for path in sorted(out.glob("*.json")):
+            tar.add(path, arcname=path.name)
+        for path in sorted(work.glob("*/logs/train-*.log")):
+            tar.add(path, arcname=f"{path.parts[-3]}-{path.name}")
+    (out / "speed.tgz.part").rename(out / "speed.tgz")
 
 
 def wait(args: argparse.Namespace) -> None:
@@ -182,7 +205,7 @@ def wait(args: argparse.Namespace) -> None:
     if args.copy_to:
         target = Path(args.copy_to)
         target.mkdir(parents=True, exist_ok=True)
-        for path in Path(args.out).glob("*.json"):
+        for path in Path(args.out).glob("speed.tgz"):
             shutil.copy(path, target / path.name)
     print("done" if (work / "done").exists() else "still running", flush=True)
 
