@@ -16,12 +16,21 @@ from verl_p40.options import FOLDER, number_problem, path_problem
 BASE = "base"
 
 
+def shipped() -> Path:
+    """The config folder shipped with the package (verl_p40.configs when installed; a checkout's config/ when the
+    package runs from its source folder, as on the GPU machine)."""
+    try:
+        return Path(str(resources.files("verl_p40.configs")))
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parents[3] / "config"
+
+
 def profiles_dir() -> Path:
     """`$VERL_P40_PROFILES_DIR`, else the profiles shipped with the package (config/profiles in the repo). The variable
     must name a folder with profile files in it."""
     override = defaults.PROFILES_DIR.get()
     if not override:
-        return Path(str(resources.files("verl_p40.configs"))) / "profiles"
+        return shipped() / "profiles"
     folder = Path(override).expanduser()
     problem = path_problem(override, FOLDER, exists=True)
     if not problem and not any(folder.glob("*.yaml")):
@@ -40,7 +49,7 @@ def config_dir() -> Path:
     beside = profiles_dir().parent
     if (beside / "algorithms").is_dir():
         return beside
-    return Path(str(resources.files("verl_p40.configs")))
+    return shipped()
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,6 @@ command-line option (`verl_p40.options`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from importlib import resources
-from pathlib import Path
 
 from verl_p40 import defaults, reward
 from verl_p40.gpu.nvml import parse_gpus
@@ -13,7 +11,7 @@ from verl_p40.options import FOLDER, option
 from verl_p40.plan import algorithms, profiles
 
 # The help lists the recipes and profiles shipped with the package, read from config/algorithms and config/profiles
-_SHIPPED = Path(str(resources.files("verl_p40.configs")))
+_SHIPPED = profiles.shipped()
 _RECIPES = ", ".join(sorted(p.stem for p in (_SHIPPED / "algorithms").glob("*.yaml")))
 _PROFILES = ", ".join(sorted(p.stem for p in (_SHIPPED / "profiles").glob("*.yaml") if p.stem != profiles.BASE))
 
