@@ -31,7 +31,7 @@ from verl_p40.evaluation.generation import (
 )
 from verl_p40.gpu.plots import save
 from verl_p40.models.checkpoints import resolve_model
-from verl_p40.outputs import OutputFolder
+from verl_p40.outputs import OutputFolder, made
 
 REPORTS = ("report.json", "report.md", "curves.png")
 
@@ -66,8 +66,7 @@ def generate_answers(
         return done
     dtype = settings["dtype"]
     generators = {label: engine(path_, device, max_new_tokens, dtype) for label, path_ in models.items()}
-    with folder.reasons(f"write {answers.ANSWERS}"):
-        folder.folder.mkdir(parents=True, exist_ok=True)
+    with folder.reasons(f"write {answers.ANSWERS}"), made(folder.folder):  # a first batch that fails leaves no folder
         with (
             answers.Appender(folder.folder / answers.ANSWERS) as add,
             tqdm(total=len(pending), desc="eval", unit="q") as bar,
