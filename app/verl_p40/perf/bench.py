@@ -5,7 +5,8 @@ against the measurement, beside the projection for a Tesla P40. P40 owners who r
 
 The JSON is written through its folder's ledger (`verl_p40.outputs`): a file of its name that bench did not write, or a
 link, is refused before any work, as is one in the monitor's folder beside it (`NAME-logs/gpu`); its own earlier result
-is replaced whole.
+is replaced whole. The random-weight model is built in a temporary work folder, removed whatever happens; with
+`--keep-model DIR` it is moved into DIR, whole, only by a bench that measured (a refused one leaves no folder).
 """
 
 from __future__ import annotations
