@@ -7,7 +7,8 @@ there (for a folder, every file in it). A path that is there is replaced only wh
 recognises it: what an earlier version wrote, or what a command records in a manifest of its own), and a folder only
 when every file in it is one the command wrote; a user's file of an output's name, or one a user put into an output
 folder, stops the command with one line naming it. A full disk, a read-only folder or a file where the folder belongs
-ends in one line too.
+ends in one line too, and a write that fails leaves no folder it made (`made`); nor does a command that fails leave the
+caches libraries make in the temporary directory as they are imported (`Temporaries`, from the CLI).
 
 A file that grows while the command runs (the monitor's CSV) is appended to in whole lines instead (`append`): each
 addition lands whole or not at all, and a last line a killed run cut short is dropped before the next; a file of its
