@@ -12,6 +12,7 @@ from typing import Any
 from verl_p40 import VERL_VERSION, UserError, __version__
 from verl_p40 import cli_options as o
 from verl_p40.options import add_arguments, resolve
+from verl_p40.outputs import Temporaries
 
 # ---------------------------------------------------------------------------------------------- prep / fetch-model
 
@@ -311,6 +312,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    temporaries = Temporaries()  # a command that fails or is refused leaves nothing in the temporary directory
+    code = _run(args)
+    if code != 0:
+        temporaries.remove()
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
     command: Command = args.command_spec
     try:
         return command.run(resolve(command.options, args))  # environment values are read and checked here

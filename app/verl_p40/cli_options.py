@@ -32,6 +32,13 @@ def _skip_check():
     )
 
 
+def _device(value: str, origin: str) -> None:
+    """eval's --device: one of this machine's, said before any model is read (torch is imported only here)."""
+    from verl_p40.evaluation.generation import check_device
+
+    check_device(value, origin)
+
+
 def _checkpoints():
     return option(defaults.CHECKPOINTS.value, "for 'latest'", env=defaults.CHECKPOINTS.env, path=FOLDER)
 
@@ -206,7 +213,7 @@ class EvalOptions:
     max_new_tokens: int = option(512, "longest answer, in tokens", kind=int, low=1)
     checkpoints: str = _checkpoints()
     logs: str = option(defaults.LOGS.value, "trainer logs for curves.png", env=defaults.LOGS.env, path=FOLDER)
-    device: str | None = option(None, "cuda, cuda:1 or cpu", shown="cuda when available")
+    device: str | None = option(None, "cuda, cuda:1 or cpu", shown="cuda when available", check=_device)
     examples: int = option(10, "questions shown side by side in report.md", kind=int, low=0)
     engine: str = option(
         "auto",

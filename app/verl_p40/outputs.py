@@ -7,7 +7,8 @@ there (for a folder, every file in it). A path that is there is replaced only wh
 recognises it: what an earlier version wrote, or what a command records in a manifest of its own), and a folder only
 when every file in it is one the command wrote; a user's file of an output's name, or one a user put into an output
 folder, stops the command with one line naming it. A full disk, a read-only folder or a file where the folder belongs
-ends in one line too.
+ends in one line too, and a write that fails leaves no folder it made (`made`); nor does a command that fails leave the
+caches libraries make in the temporary directory as they are imported (`Temporaries`, from the CLI).
 
 A file that grows while the command runs (the monitor's CSV) is appended to in whole lines instead (`append`): each
 addition lands whole or not at all, and a last line a killed run cut short is dropped before the next; a file of its
@@ -19,10 +20,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import getpass
 import glob
 import json
 import os
+import re
 import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -133,8 +137,7 @@ class OutputFolder:
         well and recorded in the ledger; on any failure nothing of them is left, and what was there stays."""
         self.check(names)
         self.remove_stale_temps(names)
-        with self.reasons("write " + ", ".join(names)):
-            self.folder.mkdir(parents=True, exist_ok=True)
+        with self.reasons("write " + ", ".join(names)), made(self.folder):
             with staged([self.folder / name for name in names], directory) as temps:
                 try:
                     yield temps
@@ -242,6 +245,63 @@ class OutputFolder:
         for path in stale:
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else path.unlink()
         return stale
+
+
+@contextlib.contextmanager
+def made(folder: Path, keep: bool = True) -> Iterator[None]:
+    """`folder` made for the block, with the folders above it that are not there; when the block fails (or after it,
+    with `keep=False`: a check that only tries), those it made are removed again where nothing is in them, so that a
+    failed command leaves no empty folder behind."""
+    missing, path = [], Path(folder)
+    while not os.path.lexists(path) and path != path.parent:
+        missing.append(path)  # the deepest first
+        path = path.parent
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        yield
+    except BaseException:
+        remove_empty(missing)
+        raise
+    if not keep:
+        remove_empty(missing)
+
+
+def remove_empty(folders: Iterable[Path]) -> None:
+    """Each of `folders` (and the folders in it) removed where it holds nothing else, the deepest first; never a
+    file, never through a link."""
+    for folder in folders:
+        if not os.path.isdir(folder) or os.path.islink(folder):
+            continue
+        for root, dirs, _ in os.walk(folder, topdown=False):
+            for name in dirs:
+                with contextlib.suppress(OSError):
+                    os.rmdir(os.path.join(root, name))  # a link, or a folder with something in it, stays
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
+
+
+def library_caches() -> list[Path]:
+    """What libraries make in the temporary directory as they are imported, whatever the command does: torch's
+    compiler cache (`import torch._dynamo`, which transformers and verl do, makes $TMPDIR/torchinductor_$USER unless
+    $TORCHINDUCTOR_CACHE_DIR names another place)."""
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+        return []  # the user's own place: theirs to keep
+    try:
+        user = getpass.getuser()
+    except (KeyError, ModuleNotFoundError, OSError):
+        user = f"uid_{os.getuid()}"
+    return [Path(tempfile.gettempdir()) / ("torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))]
+
+
+class Temporaries:
+    """The library caches not in the temporary directory when a command starts: `remove()` (for a command that failed
+    or was refused) takes away those made since that hold nothing (a cache in use, with files, stays)."""
+
+    def __init__(self) -> None:
+        self.new = [path for path in library_caches() if not os.path.lexists(path)]
+
+    def remove(self) -> None:
+        remove_empty(self.new)
 
 
 @contextlib.contextmanager

@@ -1,7 +1,9 @@
 """The bad-input matrix's harness: the `world` every case runs in and the one check every case must pass (exit code 2,
 or 3 where there is no GPU driver; exactly one line on stderr naming the file/row/variable/value and what to do; no
-traceback; every file that was there before byte-for-byte as it was). Each test_matrix*.py file holds a CASES list of
-(name, argv, env, expected words) with "{tmp}" standing for the world folder; test_matrix_size.py counts them all."""
+traceback; every file and folder that was there before as it was, and no new one: in the world, in the temporary
+directory the command is given ($TMPDIR) and in the Hugging Face home it is given ($HF_HOME, not there before)). Each
+test_matrix*.py file holds a CASES list of (name, argv, env, expected words) with "{tmp}" standing for the world
+folder; test_matrix_size.py counts them all."""
 
 from __future__ import annotations
 
@@ -20,8 +22,31 @@ from verl_p40.data import gsm8k as data
 T = "{tmp}"  # replaced by the world folder in each case
 
 
+FOLDER = b"<folder>"  # what a folder is in a snapshot (its key ends with "/")
+TMP, HF_HOME = ".tmp", ".hf-home"  # in the world: the command's $TMPDIR, and its $HF_HOME (made by no case)
+
+
 def snapshot(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    """Every file (its bytes), folder (FOLDER, its key ending with "/") and link (where it points) under `root`: an
+    empty folder left behind shows as much as a file."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        key = str(p.relative_to(root))
+        if p.is_symlink():
+            out[key] = b"-> " + os.fsencode(os.readlink(p))
+        elif p.is_dir():
+            out[key + "/"] = FOLDER
+        else:
+            out[key] = p.read_bytes()
+    return out
+
+
+def command_env(world: Path, env: dict[str, str]) -> dict[str, str]:
+    """A case's environment: its own variables, and a temporary directory and Hugging Face home inside the world (so
+    that what a command leaves there is seen), unless the case sets them itself."""
+    (world / TMP).mkdir(exist_ok=True)
+    given = {key: value.replace(T, str(world)) for key, value in env.items()}
+    return {"TMPDIR": str(world / TMP), "HF_HOME": str(world / HF_HOME), **given}
 
 
 @pytest.fixture()
@@ -74,8 +99,8 @@ def entrypoint(*args: str, env: dict | None = None) -> subprocess.CompletedProce
 
 def check_case(world: Path, args: list[str], env: dict[str, str], expected: str, run=cli) -> None:
     """Run one case (through the CLI, or `run=entrypoint`) and assert the promise."""
+    env = command_env(world, env)
     before = snapshot(world)
-    env = {key: value.replace(T, str(world)) for key, value in env.items()}
     result = run(*[a.replace(T, str(world)) for a in args], env={**env, "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
     lines = [
         ln
@@ -89,4 +114,4 @@ def check_case(world: Path, args: list[str], env: dict[str, str], expected: str,
     assert result.returncode == (3 if "NVML" in lines[0] else 2), (result.returncode, lines[0])
     after = snapshot(world)
     assert {k: v for k, v in after.items() if k in before} == before  # nothing there before was changed or removed
-    assert sorted(set(after) - set(before)) == [], "a failed command left files behind"
+    assert sorted(set(after) - set(before)) == [], "a failed command left files or folders behind"

@@ -127,7 +127,7 @@ def test_prep_on_a_disk_that_fills_at_each_write_step(source, tmp_path):
                 assert "are what this prep would write" in trusted.stdout, (step, trusted.stderr)
             else:  # nothing: no parquet file, no manifest, no ledger
                 assert line.startswith(f"verl-p40 prep: error: --out {out}: cannot write train.parquet, test.parquet")
-                assert left(out) == [], step
+                assert not out.exists(), step  # not even the folder
         (disk / "filler").unlink()
         assert cli(*argv).returncode == 0
 
@@ -157,6 +157,7 @@ def test_eval_on_a_disk_that_fills_at_each_write_step(tiny_model, prepared, tmp_
             ).exists() else []  # fmt: skip
             assert answered == {"batch 1": [], "batch 2": [0, 1, 2, 3]}.get(step, list(range(8))), step
             assert left(out) == (["answers.jsonl"] if answered else []), step  # no report, no ledger
+            assert answered or not out.exists(), step  # not one answer: not even the folder
         (disk / "filler").unlink()
         kept = (out / "answers.jsonl").read_bytes()
         assert cli(*argv).returncode == 0  # a later run reports what was answered, and answers nothing again
@@ -177,7 +178,7 @@ def test_export_on_a_disk_that_fills_at_each_write_step_and_over_its_previous_ou
             assert line == (
                 f"verl-p40 export: error: --out {out}: cannot write {name}-hf-fp16, {name}-f16.gguf ({NO_SPACE})"
             ), step
-            assert left(out) == [], step
+            assert not out.exists(), step  # not even the folder
         (disk / "filler").unlink()
         assert cli(*argv).returncode == 0
         before = snapshot(out)
@@ -290,7 +291,7 @@ def test_sigterm_while_export_writes_leaves_nothing_and_its_previous_output_as_i
     out = tmp_path / "exports"
     argv = ["export", "--model", str(tiny_model), "--out", str(out), "--gguf", "f16"]
     interrupted(tmp_path, argv, out, "weights")  # half of the Hugging Face folder written
-    assert left(out) == []
+    assert not out.exists()  # not even the folder
     assert cli(*argv).returncode == 0
     before = snapshot(out)
     interrupted(tmp_path, argv, out, "rename")  # again, over its previous output: all written, nothing renamed

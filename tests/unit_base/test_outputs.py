@@ -3,11 +3,12 @@ and each output whole or not at all; the ledger is how a command knows its own f
 
 import json
 import os
+import tempfile
 
 import pytest
 
 from verl_p40 import UserError
-from verl_p40.outputs import LEDGER, OutputFolder, os_reason
+from verl_p40.outputs import LEDGER, OutputFolder, Temporaries, library_caches, made, os_reason, remove_empty
 
 
 def _write(folder: OutputFolder, name: str, text: str) -> None:
@@ -230,3 +231,56 @@ def _append_batches(folder, tag: str) -> None:
     with OutputFolder(folder, "--out", "monitor").append("gpu.csv") as add:
         for _ in range(200):
             add(line * 50)
+
+
+def test_a_failed_write_leaves_no_folder_it_made_and_keeps_those_that_were_there(tmp_path):
+    out = OutputFolder(tmp_path / "new" / "deeper" / "out", "--out", "export")
+    with pytest.raises(RuntimeError), out.write(["model"], directory=True) as (temp,):
+        (temp / "weights").write_text("half")
+        raise RuntimeError("the converter gave up")
+    assert list(tmp_path.iterdir()) == []  # out, deeper and new: none of them is left
+    (tmp_path / "there").mkdir()
+    out = OutputFolder(tmp_path / "there" / "out", "--out", "export")
+    with pytest.raises(RuntimeError), out.write(["model"]):
+        raise RuntimeError("again")
+    assert [p.name for p in tmp_path.iterdir()] == ["there"] and list((tmp_path / "there").iterdir()) == []
+    _write(out, "model", "whole")  # a write that succeeds keeps its folder
+    assert sorted(p.name for p in (tmp_path / "there" / "out").iterdir()) == [LEDGER, "model"]
+
+
+def test_made_removes_only_empty_folders_it_made(tmp_path):
+    with pytest.raises(KeyError), made(tmp_path / "a" / "b"):
+        (tmp_path / "a" / "b" / "kept.txt").write_text("someone's")  # a file in it: it stays, and so do the folders
+        raise KeyError("x")
+    assert (tmp_path / "a" / "b" / "kept.txt").read_text() == "someone's"
+    with made(tmp_path / "c" / "d", keep=False):  # a check that only tries: made, then removed
+        assert (tmp_path / "c" / "d").is_dir()
+    assert not (tmp_path / "c").exists()
+    (tmp_path / "target").mkdir()
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / "link").symlink_to(tmp_path / "target")
+    remove_empty([tmp_path / "e"])
+    assert (tmp_path / "e" / "link").is_symlink() and (tmp_path / "target").is_dir()  # never through a link
+
+
+def test_a_failed_command_removes_the_empty_library_cache_it_made(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", None)  # tempfile reads $TMPDIR again
+    (cache,) = library_caches()
+    assert cache.parent == tmp_path and cache.name.startswith("torchinductor_")
+    made_now = Temporaries()
+    (cache / "dynamo").mkdir(parents=True)  # as `import torch._dynamo` makes it
+    made_now.remove()
+    assert not cache.exists()
+    cache.mkdir()
+    Temporaries().remove()  # there before the command: never removed
+    assert cache.is_dir()
+    cache.rmdir()
+    in_use = Temporaries()
+    (cache / "triton").mkdir(parents=True)
+    (cache / "triton" / "kernel.so").write_bytes(b"compiled")  # a cache with something in it: kept
+    in_use.remove()
+    assert (cache / "triton" / "kernel.so").is_file()
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    assert library_caches() == []  # a place the user chose is theirs

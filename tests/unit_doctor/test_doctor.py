@@ -196,6 +196,20 @@ def test_writable_check_names_the_folder(tmp_path):
     result = _one(_ctx(tmp_path, checkpoints=str(blocker / "ckpt")), "writable")
     assert result.status == "FAIL" and str(blocker / "ckpt") in result.detail and "uid" in result.fix
     assert _one(_ctx(tmp_path), "writable").status == "PASS"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]  # the folders it tried are not left made
+
+
+def test_the_cluster_check_leaves_no_checkpoints_folder_it_made_for_the_try(tmp_path, monkeypatch):
+    from verl_p40.doctor import cluster_check
+
+    seen = []
+    monkeypatch.setenv("RAY_ADDRESS", "head:6379")
+    monkeypatch.setattr(cluster_check, "node_problems", lambda address, paths, marker: seen.append(marker) or ["b: no"])
+    ctx = _ctx(tmp_path, nodes=2, checkpoints=str(tmp_path / "new" / "ckpt"))
+    result = _one(ctx, "cluster")
+    assert result.status == "FAIL" and "b: no" in result.detail
+    assert len(seen) == 1 and seen[0].startswith(str(tmp_path / "new" / "ckpt" / ".verl-p40-shared-"))
+    assert list(tmp_path.iterdir()) == []  # the marker and the folders made for it are gone
 
 
 def test_disk_check_counts_the_checkpoints_kept(tmp_path, tokenizer_dir, monkeypatch):

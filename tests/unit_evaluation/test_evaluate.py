@@ -257,6 +257,49 @@ def test_compare_counts_only_discordant_questions():
     assert c["format"]["trained_only"] == 100 and c["format"]["p_value"] == pytest.approx(2 / 2**100, rel=1e-3)
 
 
+def test_a_device_is_one_this_machine_has(monkeypatch):
+    """--device names one of the machine's devices (cpu, cuda, cuda:N); anything else is the one line naming those it
+    has, said before any model is read (torch's own error came after the model was loaded)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert generation.devices() == ["cpu"]
+    assert generation.check_device("cpu") == "cpu" and generation.check_device("cpu:0") == "cpu:0"
+    absent, unknown = "not a device of this machine", "not a device name"
+    for name, what in [("cuda", absent), ("cuda:0", absent), ("cdua", unknown), ("gpu", unknown), ("", unknown)]:
+        with pytest.raises(UserError) as refused:
+            generation.check_device(name)
+        assert str(refused.value) == (
+            f"--device {name}: {what}; this machine has cpu: use one of them, or leave --device out (cpu here)"
+        )
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert generation.devices() == ["cpu", "cuda:0", "cuda:1"]
+    assert [generation.check_device(d) for d in ("cuda", "cuda:0", "cuda:1")] == ["cuda", "cuda:0", "cuda:1"]
+    with pytest.raises(UserError, match=r"^--device cuda:2: not a device of this machine; this machine has cpu, "):
+        generation.check_device("cuda:2")
+    with pytest.raises(UserError, match=r"this machine has cpu, cuda:0, cuda:1: use one of them, .*\(cuda here\)$"):
+        generation.check_device("mps")
+
+
+def test_a_device_refused_before_any_model_or_checkpoint_is_read(tmp_path, monkeypatch):
+    """evaluate.run checks the device (and its engine and dtype) first: a checkpoint to merge is not even looked for,
+    and nothing is written."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    looked = []
+    monkeypatch.setattr(evaluate, "resolve_model", lambda *a: looked.append(a))
+    monkeypatch.setattr(evaluate, "load_questions", lambda *a: looked.append(a))
+    common = dict(compare=None, data=tmp_path / "d.parquet", out=tmp_path / "out", limit=None, batch_size=1,
+                  max_new_tokens=1, checkpoints=tmp_path / "ck", logs=None, examples=0)  # fmt: skip
+    with pytest.raises(UserError, match="--device cuda: not a device of this machine"):
+        evaluate.run("latest", device="cuda", **common)
+    with pytest.raises(UserError, match="--engine vllm needs the vllm package"):
+        evaluate.run("latest", device="cpu", engine="vllm", **common)
+    assert looked == [] and list(tmp_path.iterdir()) == []
+
+
 def test_dtype_choice_and_refusals(tiny_models, prepared, tmp_path, monkeypatch):
     import torch
 

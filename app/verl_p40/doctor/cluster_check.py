@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 
 from verl_p40.doctor.context import CheckFailed, CheckSkipped, Context
+from verl_p40.outputs import made
 from verl_p40.run.cluster import node_problems
 
 
@@ -24,20 +25,16 @@ def check_cluster(ctx: Context) -> str:
             "train through `verl-p40 cluster head` (compose: ray-head), which sets it",
         )
     checkpoints = Path(options.checkpoints).expanduser().absolute()
-    checkpoints.mkdir(parents=True, exist_ok=True)
     marker = checkpoints / f".verl-p40-shared-{uuid.uuid4().hex[:8]}"
-    marker.touch()
-    try:
-        problems = node_problems(
-            address,
-            {
-                "model": str(Path(options.model).expanduser().absolute()),
-                "data": str(Path(options.data).expanduser().absolute()),
-            },
-            str(marker),
-        )
-    finally:
-        marker.unlink(missing_ok=True)
+    with made(checkpoints, keep=False):  # a folder made for the check only is removed again (a check leaves nothing)
+        marker.touch()
+        try:
+            paths = {"model": options.model, "data": options.data}
+            problems = node_problems(
+                address, {k: str(Path(v).expanduser().absolute()) for k, v in paths.items()}, str(marker)
+            )
+        finally:
+            marker.unlink(missing_ok=True)
     if problems:
         raise CheckFailed(
             " | ".join(problems),

@@ -65,9 +65,10 @@ def _files_set_elsewhere(ctx: Context, checked: set[Path]) -> list[tuple[str, Pa
 
 
 def _writable(folder: Path) -> str | None:
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".doctor-"):
+    from verl_p40.outputs import made
+
+    try:  # tried: a folder that is not there yet is made for the try and removed again (a check leaves nothing)
+        with made(folder, keep=False), tempfile.NamedTemporaryFile(dir=folder, prefix=".doctor-"):
             pass
     except OSError as exc:
         return f"{folder} ({exc.strerror or exc})"

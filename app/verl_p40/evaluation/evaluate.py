@@ -24,6 +24,7 @@ from verl_p40.evaluation.curves import figure
 from verl_p40.evaluation.generation import (
     Question,
     VllmGenerator,
+    check_device,
     heldout_file,
     load_questions,
     pick_engine,
@@ -31,7 +32,7 @@ from verl_p40.evaluation.generation import (
 )
 from verl_p40.gpu.plots import save
 from verl_p40.models.checkpoints import resolve_model
-from verl_p40.outputs import OutputFolder
+from verl_p40.outputs import OutputFolder, made
 
 REPORTS = ("report.json", "report.md", "curves.png")
 
@@ -66,8 +67,7 @@ def generate_answers(
         return done
     dtype = settings["dtype"]
     generators = {label: engine(path_, device, max_new_tokens, dtype) for label, path_ in models.items()}
-    with folder.reasons(f"write {answers.ANSWERS}"):
-        folder.folder.mkdir(parents=True, exist_ok=True)
+    with folder.reasons(f"write {answers.ANSWERS}"), made(folder.folder):  # a first batch that fails leaves no folder
         with (
             answers.Appender(folder.folder / answers.ANSWERS) as add,
             tqdm(total=len(pending), desc="eval", unit="q") as bar,
@@ -231,7 +231,9 @@ def run(
 ) -> dict:
     import torch
 
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = check_device(device) if device else ("cuda" if torch.cuda.is_available() else "cpu")
+    generator = pick_engine(engine, device)  # the device, the engine and the dtype: said before any model is read
+    torch_dtype(dtype, device)
     data = heldout_file(data)
     questions = load_questions(data, limit)  # before anything is merged or written: a bad file changes nothing
     folder = OutputFolder(out, "--out", "eval", adopt=lambda name, _: name == answers.ANSWERS)  # its lines vouch
@@ -239,8 +241,6 @@ def run(
     found = answers.read(out / answers.ANSWERS)
     specs = {"base": model} if compare is None else {"base": model, "trained": compare}
     models = {label: resolve_model(spec, checkpoints) for label, spec in specs.items()}
-    generator = pick_engine(engine, device)
-    torch_dtype(dtype, device)  # refuses a dtype the device has not before any model is read
     settings = answers.settings(models, dtype, max_new_tokens, "vllm" if generator is VllmGenerator else "hf")
     problem = answers.mismatch(out / answers.ANSWERS, found, questions, settings)
     if problem:  # another run's answers (more training since, other --data or settings): kept, never mixed in

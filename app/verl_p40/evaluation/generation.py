@@ -92,6 +92,35 @@ def _question(row: dict, i: int) -> Question:
 DTYPES = ("fp32", "bf16", "fp16")
 
 
+def devices() -> list[str]:
+    """The devices of this machine eval can generate on: cpu, and cuda:N for each GPU torch sees."""
+    import torch
+
+    return ["cpu", *(f"cuda:{i}" for i in range(torch.cuda.device_count() if torch.cuda.is_available() else 0))]
+
+
+def check_device(name: str, origin: str = "--device") -> str:
+    """`name` when it is a device of this machine (cpu, cuda, cuda:N); else the one line naming the devices it has.
+    Said before any model is read: torch would otherwise stop with a traceback once the model was loaded."""
+    import torch
+
+    here = devices()
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError, TypeError):
+        device = None
+    if device is not None and device.type == "cpu" and device.index in (None, 0):
+        return name
+    gpu = device is not None and device.type == "cuda"
+    if gpu and (len(here) > 1 if device.index is None else str(device) in here):  # cuda: any GPU; cuda:N: that one
+        return name
+    what = "not a device name" if device is None else "not a device of this machine"
+    raise UserError(
+        f"{origin} {name}: {what}; this machine has {', '.join(here)}: use one of them, or leave {origin} out "
+        f"({'cuda' if len(here) > 1 else 'cpu'} here)"
+    )
+
+
 def torch_dtype(name: str, device: str):
     """The torch dtype `verl-p40 eval --dtype` names. fp32 is the default because greedy decoding in bf16 does not
     repeat (two evaluations of one model gave different answers to 98 of 256 questions), so two models compared in

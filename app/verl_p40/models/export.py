@@ -79,16 +79,28 @@ def _weights(source: Path) -> dict:
     return state
 
 
+GGUF_KEYS = ("num_hidden_layers", "max_position_embeddings", "hidden_size", "intermediate_size")
+GGUF_KEYS += ("num_attention_heads", "rms_norm_eps", "vocab_size")  # what a GGUF file records, read from config.json
+
+
+def gguf_config(source: Path) -> dict:
+    """The config.json of `source` when a GGUF file can be made of it (a Qwen2 model with the keys the file records);
+    else the one line saying why, before anything is written."""
+    config = json.loads((source / "config.json").read_text(encoding="utf-8"))
+    if config.get("model_type") != "qwen2":
+        raise UserError(
+            f"{source}: GGUF export knows Qwen2 models, this is {config.get('model_type')!r}; export without --gguf"
+        )
+    missing = [key for key in GGUF_KEYS if key not in config]
+    if missing:
+        raise UserError(f"{source / 'config.json'}: no {missing[0]}, which a GGUF file records; export without --gguf")
+    return config
+
+
 def gguf_file(source: Path, target: Path, kind: str) -> Path:
     """A GGUF file of the Qwen2 model in `source`, written to `target`: `f16` (norms and biases in f32, as llama.cpp)
     or `q8_0` (2-D weights whose rows are whole 32-value blocks; the rest as for f16)."""
-    config = json.loads((source / "config.json").read_text(encoding="utf-8"))
-    if config.get("model_type") != "qwen2":
-        raise UserError(f"{source}: GGUF export knows Qwen2 models, this is {config.get('model_type')!r}")
-    try:
-        return _gguf_file(source, config, target, kind)
-    except KeyError as exc:
-        raise UserError(f"{source / 'config.json'}: no {exc.args[0]}, which a GGUF file records") from None
+    return _gguf_file(source, gguf_config(source), target, kind)
 
 
 def _gguf_file(source: Path, config: dict, target: Path, kind: str) -> Path:
@@ -166,6 +178,8 @@ def run(
         import transformers  # noqa: F401
     if gguf_kinds:
         import gguf  # noqa: F401
+
+        gguf_config(source)  # a model GGUF cannot hold: said before the Hugging Face folder is written
     with folder.write(names, directory=[True] + [False] * len(gguf_kinds or [])) as temps:
         if lora == "adapter":
             adapter_folder(source, temps[0])

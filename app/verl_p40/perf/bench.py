@@ -5,7 +5,8 @@ against the measurement, beside the projection for a Tesla P40. P40 owners who r
 
 The JSON is written through its folder's ledger (`verl_p40.outputs`): a file of its name that bench did not write, or a
 link, is refused before any work, as is one in the monitor's folder beside it (`NAME-logs/gpu`); its own earlier result
-is replaced whole.
+is replaced whole. The random-weight model is built in a temporary work folder, removed whatever happens; with
+`--keep-model DIR` it is moved into DIR, whole, only by a bench that measured (a refused one leaves no folder).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_p40 import UserError, __version__
+from verl_p40.atomic import staged
 from verl_p40.child import last_error_line, run_python
 from verl_p40.outputs import OutputFolder
 from verl_p40.perf import projection
@@ -75,6 +77,25 @@ def make_random_model(source: Path, target: Path) -> Path:
     AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32).save_pretrained(str(target))
     AutoTokenizer.from_pretrained(str(source)).save_pretrained(str(target))
     return target
+
+
+def kept_model(keep: Path) -> bool:
+    """Whether `--keep-model DIR` holds the random-weight model an earlier bench put there (it appears whole or not at
+    all); False where there is nothing yet. A folder holding anything else is refused, never written into."""
+    if (keep / "config.json").is_file():
+        return True
+    if keep.is_dir() and any(keep.iterdir()):
+        raise UserError(f"--keep-model {keep}: holds files but no model (no config.json); choose a new or empty folder")
+    return False
+
+
+def keep_model(model: Path, keep: Path) -> None:
+    """The random-weight model built in bench's work folder (the run is over), moved into `keep` whole, for the next
+    bench."""
+    print(f"[bench] keeping the random-weight model in {keep}", flush=True)
+    with staged([keep], directory=True) as (temp,):
+        for path in model.iterdir():
+            shutil.move(path, temp / path.name)
 
 
 def _calibration(model: Path) -> dict:
@@ -205,8 +226,9 @@ def _run(
     from verl_p40.run.trainer_log import read_steps
 
     source = Path(options.model).expanduser()
-    model = keep or work / "model"
-    if not (model / "config.json").is_file():
+    reuse = keep is not None and kept_model(keep)
+    model = keep if reuse else work / "model"
+    if not reuse:
         print(f"[bench] random weights of {source}'s shape -> {model}", flush=True)
         make_random_model(source, model)
     shape = projection.Shape.from_config(json.loads((model / "config.json").read_text()))
@@ -260,6 +282,8 @@ def _run(
         "command": shlex.join(["verl-p40", *sys.argv[1:]]),
         "trainer_log": str(log),
     }
+    if keep is not None and not reuse:  # only from a bench that measured: a refused or failed one leaves no folder
+        keep_model(model, keep)
     save(folder, out, result)
     return result
 
