@@ -5,7 +5,7 @@
 # real loop on a tiny model), `stop trainer` mid-run, `up trainer` again (resume), `run --rm eval`, `run --rm export`,
 # `run --rm data-prep`, gpu-monitor without a driver, and `up trainer` without the override. Every step prints its
 # exit code; the volumes' ownership and the image's size are printed at the end. Exit 0 only if every step did what
-# it should. As root, from the repository root, with ../shared beside it:
+# it should. As root, from the repository root (its inputs: tests/fixtures):
 #   bash docker/e2e/run.sh [LOG]          (default log: docker/e2e/results/e2e-<date>.log; SKIP_BUILD=1 reuses the image)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -40,7 +40,7 @@ step "inputs: a tiny Qwen2 (the real tokenizer) as the model folder to fetch, th
 rm -rf "$E2E_DIR/source-model" "$E2E_DIR/exports"
 # written by the image's own transformers (tests/tiny_model.py), as a user's model folder would be for it
 /usr/bin/docker run --rm --entrypoint "" -u 0 -v "$repo/tests/tiny_model.py:/e2e/tiny_model.py:ro" \
-  -v "$repo/../shared/data/qwen2.5-0.5b-instruct:/e2e/tokenizer:ro" -v "$E2E_DIR:/e2e/out" "$image" \
+  -v "$repo/tests/fixtures/qwen2.5-0.5b-instruct:/e2e/tokenizer:ro" -v "$E2E_DIR:/e2e/out" "$image" \
   python /e2e/tiny_model.py /e2e/tokenizer /e2e/out/source-model
 ls "$E2E_DIR/source-model"
 
@@ -55,7 +55,7 @@ cpu="$cpu critic.model.fsdp_config.param_offload=false critic.model.fsdp_config.
 cpu="$cpu trainer.ray_wait_register_center_timeout=180 trainer.save_freq=1"
 export VERL_P40_IMAGE=verl-p40 VERL_P40_TAG=e2e PULL_POLICY=never PROFILE=p40 DOCTOR_SKIP=gpu,kernels,compute \
   MODEL_FROM=/source-model MODEL_SOURCE_DIR=$E2E_DIR/source-model \
-  GSM8K_SOURCE=/source GSM8K_SOURCE_DIR=$repo/../shared/data/gsm8k VAL_SIZE=0 SHM_SIZE=2gb \
+  GSM8K_SOURCE=/source GSM8K_SOURCE_DIR=$repo/tests/fixtures/gsm8k VAL_SIZE=0 SHM_SIZE=2gb \
   EXPORT_DIR=$E2E_DIR/exports \
   EVAL_ARGS="--model /models/Qwen2.5-0.5B-Instruct --compare latest --data /data/gsm8k/test.parquet --out /logs/eval --device cpu --limit 3 --max-new-tokens 8" \
   EXPORT_ARGS="--model latest --out /exports --gguf f16"
