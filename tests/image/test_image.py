@@ -340,6 +340,18 @@ def test_doctor_entrypoint_reports_every_check(tmp_path):
     assert lines[0].startswith("FAIL  gpu") and lines[-1].startswith("doctor: ")
 
 
+def test_doctor_without_nvidia_ml_py_asks_for_the_package_not_the_driver(tmp_path):
+    """Without NVML's Python binding no GPU can be read, but the driver may be fine: the fix is the package."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "pynvml.py").write_text('raise ImportError("No module named pynvml (test shim)")\n')
+    result = _run_entrypoint("doctor", "--only", "gpu", env={"PYTHONPATH": str(shim)})
+    assert result.returncode == 2, result.stdout + result.stderr
+    (line,) = [ln for ln in result.stdout.splitlines() if ln.split()[1:2] == ["gpu"]]
+    assert line.startswith("FAIL  gpu") and "nvidia-ml-py" in line and "pip install nvidia-ml-py" in line, line
+    assert "driver" not in line.lower(), line
+
+
 def test_trainer_entrypoint_auto_profile_without_gpu_fails_clearly():
     result = _run_entrypoint("trainer", "--dry-run", env={"VERL_P40_PROFILE": "auto"})
     assert result.returncode == 3 and "no NVIDIA GPU visible through NVML" in result.stderr
