@@ -6,13 +6,12 @@
 # The runtime needs nothing from the host but the NVIDIA driver (>= 450.80.02; CUDA 11.8 minor-version
 # compatibility): torch's cu118 wheels carry the CUDA runtime, cuBLAS and cuDNN.
 #
-# Build:  docker build -t ghcr.io/OWNER/verl-p40:0.1.0 .
+# Build:  docker compose build   (or: docker build -t verl-p40:0.1.0 .; the tag compose runs by default)
 # Behind a firewall or a TLS-inspecting proxy, every source has a build argument (docs/image.md):
 #   BASE_IMAGE, APT_MIRROR, PIP_INDEX_URL, TORCH_INDEX_URL, APEX_URL; CA certificates dropped into docker/certs/.
-# The -vllm variant (sm_70+; vLLM 0.8.5 is built for PyPI's torch 2.6.0+cu124, which needs driver >= 525.60.13):
-#   docker build --build-arg TORCH_INDEX_URL=https://pypi.org/simple --build-arg TORCH_VERSION=2.6.0 \
-#     --build-arg LOCK=requirements-vllm.txt --build-arg APEX_STAGE=no-apex \
-#     --build-arg BUILD_CHECKS=torch-build,verl,vllm -t ghcr.io/OWNER/verl-p40:0.1.0-vllm .
+# The -vllm variant (sm_70+; vLLM 0.8.5 is built for PyPI's torch 2.6.0+cu124, which needs driver >= 525.60.13),
+# in .env, then `docker compose build`: TORCH_INDEX_URL=https://pypi.org/simple TORCH_VERSION=2.6.0
+#   LOCK=requirements-vllm.txt APEX_STAGE=no-apex BUILD_CHECKS=torch-build,verl,vllm VERL_P40_TAG=0.1.0-vllm
 # (Apex is left out there: Debian 12 has no CUDA 12 toolkit to build it against cu124, and only verl's Megatron
 # backend uses it.)
 
@@ -51,12 +50,14 @@ RUN rm -f /etc/apt/sources.list \
  && pip install --index-url "${TORCH_INDEX_URL}" --extra-index-url "${PIP_INDEX_URL}" "torch==${TORCH_VERSION}"
 
 # ------------------------------------------------------------------------------------------ apex (builder)
-# Apex is used by verl's Megatron backend only (the default trainer is FSDP); it is built for every
-# architecture from Pascal (sm_60) to Hopper (sm_90). 25.01 is the first tag that compiles against torch 2.6
-# (apex e552ad99: Tensor.type() -> scalar_type() in csrc/mlp.cpp, NVIDIA/apex#1898).
+# Apex is used by verl's Megatron backend only (the default trainer is FSDP). By default it is compiled for the
+# P40's sm_61, plus PTX that newer cards compile once when Apex loads: one architecture, not seven, which is what
+# makes a first build short. Every card from Pascal to Hopper, as the release images are built:
+# TORCH_CUDA_ARCH_LIST="6.0;6.1;7.0;7.5;8.0;8.6;9.0" (a P100's sm_60 needs 6.0 in the list). 25.01 is the first tag
+# that compiles against torch 2.6 (apex e552ad99: Tensor.type() -> scalar_type() in csrc/mlp.cpp, NVIDIA/apex#1898).
 FROM python-base AS apex
 ARG APEX_URL=https://github.com/NVIDIA/apex/archive/refs/tags/25.01.tar.gz
-ARG TORCH_CUDA_ARCH_LIST="6.0;6.1;7.0;7.5;8.0;8.6;9.0"
+ARG TORCH_CUDA_ARCH_LIST="6.1+PTX"
 ARG MAX_JOBS=4
 ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} MAX_JOBS=${MAX_JOBS} CUDA_HOME=/usr
 # Debian 12's non-free CUDA 11.8.89 toolkit (nvcc, headers) with the GCC 11 it supports, and Python's headers.

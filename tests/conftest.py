@@ -1,7 +1,8 @@
-"""Shared test fixtures. Tests run offline against ../shared (found relative to the repo root)."""
+"""Shared test fixtures. Tests run offline, on the data committed in tests/fixtures (a clone needs nothing else)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -13,24 +14,33 @@ import pytest
 from tiny_model import make_tiny_qwen  # noqa: F401 (the tests import it from here)
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("VERL_P40_SHARED", REPO.parent / "shared"))
+FIXTURES = REPO / "tests" / "fixtures"
 
 
-def _shared(sub: str) -> Path:
-    path = SHARED / sub
-    if not path.exists():
-        pytest.fail(f"test data missing: {path} (the repo expects ../shared/data beside it; set VERL_P40_SHARED)")
-    return path
+def _fixture(sub: str) -> Path:
+    """A folder of tests/fixtures, its data files checked against SHA256SUMS (a checkout that rewrote line endings
+    or cut a file short would otherwise fail somewhere far from the cause)."""
+    folder = FIXTURES / sub
+    for line in (FIXTURES / "SHA256SUMS").read_text().splitlines():
+        digest, name = line.split(maxsplit=1)
+        if not name.startswith(f"{sub}/"):
+            continue
+        path = FIXTURES / name
+        if not path.is_file():
+            pytest.fail(f"test data missing: {path} (committed in tests/fixtures; restore it: git checkout -- {path})")
+        if hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+            pytest.fail(f"test data changed: {path} differs from tests/fixtures/SHA256SUMS (git checkout -- {path})")
+    return folder
 
 
 @pytest.fixture(scope="session")
 def gsm8k_dir() -> Path:
-    return _shared("data/gsm8k")
+    return _fixture("gsm8k")
 
 
 @pytest.fixture(scope="session")
 def tokenizer_dir() -> Path:
-    return _shared("data/qwen2.5-0.5b-instruct")
+    return _fixture("qwen2.5-0.5b-instruct")
 
 
 @pytest.fixture(scope="session")

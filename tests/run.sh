@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Set up a CPU test environment in .venv (idempotent) and run the test suite. Needs Python >= 3.10, PyPI access
-# and ../shared/data beside the repository. Usage: bash tests/run.sh [pytest args]
+# Set up a CPU test environment in .venv (idempotent) and run the test suite. Needs Python >= 3.10 and PyPI access;
+# the data the tests read is committed in tests/fixtures (nothing beside the clone). Usage: bash tests/run.sh [pytest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

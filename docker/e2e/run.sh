@@ -3,9 +3,12 @@
 # (docker/e2e/build.sh), then the product's docker-compose.yml with the test-only override tests/e2e/compose.cpu.yaml,
 # driven as a user drives it: `up trainer` (model-fetch from a local folder, data-prep, doctor, two steps of verl's
 # real loop on a tiny model), `stop trainer` mid-run, `up trainer` again (resume), `run --rm eval`, `run --rm export`,
-# `run --rm data-prep`, gpu-monitor without a driver, and `up trainer` without the override. Every step prints its
-# exit code; the volumes' ownership and the image's size are printed at the end. Exit 0 only if every step did what
-# it should. As root, from the repository root, with ../shared beside it:
+# `run --rm data-prep`, gpu-monitor without a driver, and `up trainer` without the override; then another host's two
+# ways to the image, each on a second engine with an empty data root and a short `up trainer`: pulled through compose
+# from a real registry (Debian's docker-registry, on the loopback) by its digest, and `docker load` of a
+# `docker save` file with PULL_POLICY=never (REGISTRY=0 leaves these out; they stop the first engine, which
+# docker/e2e/engine.sh starts again). Every step prints its exit code; the volumes' ownership and the image's size are
+# printed. Exit 0 only if every step did what it should. As root, from the repository root (inputs: tests/fixtures):
 #   bash docker/e2e/run.sh [LOG]          (default log: docker/e2e/results/e2e-<date>.log; SKIP_BUILD=1 reuses the image)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -40,7 +43,7 @@ step "inputs: a tiny Qwen2 (the real tokenizer) as the model folder to fetch, th
 rm -rf "$E2E_DIR/source-model" "$E2E_DIR/exports"
 # written by the image's own transformers (tests/tiny_model.py), as a user's model folder would be for it
 /usr/bin/docker run --rm --entrypoint "" -u 0 -v "$repo/tests/tiny_model.py:/e2e/tiny_model.py:ro" \
-  -v "$repo/../shared/data/qwen2.5-0.5b-instruct:/e2e/tokenizer:ro" -v "$E2E_DIR:/e2e/out" "$image" \
+  -v "$repo/tests/fixtures/qwen2.5-0.5b-instruct:/e2e/tokenizer:ro" -v "$E2E_DIR:/e2e/out" "$image" \
   python /e2e/tiny_model.py /e2e/tokenizer /e2e/out/source-model
 ls "$E2E_DIR/source-model"
 
@@ -55,14 +58,14 @@ cpu="$cpu critic.model.fsdp_config.param_offload=false critic.model.fsdp_config.
 cpu="$cpu trainer.ray_wait_register_center_timeout=180 trainer.save_freq=1"
 export VERL_P40_IMAGE=verl-p40 VERL_P40_TAG=e2e PULL_POLICY=never PROFILE=p40 DOCTOR_SKIP=gpu,kernels,compute \
   MODEL_FROM=/source-model MODEL_SOURCE_DIR=$E2E_DIR/source-model \
-  GSM8K_SOURCE=/source GSM8K_SOURCE_DIR=$repo/../shared/data/gsm8k VAL_SIZE=0 SHM_SIZE=2gb \
+  GSM8K_SOURCE=/source GSM8K_SOURCE_DIR=$repo/tests/fixtures/gsm8k VAL_SIZE=0 SHM_SIZE=2gb \
   EXPORT_DIR=$E2E_DIR/exports \
   EVAL_ARGS="--model /models/Qwen2.5-0.5B-Instruct --compare latest --data /data/gsm8k/test.parquet --out /logs/eval --device cpu --limit 3 --max-new-tokens 8" \
   EXPORT_ARGS="--model latest --out /exports --gguf f16"
 project=verl-p40-e2e
 dc() { /usr/bin/docker compose -p "$project" -f docker-compose.yml -f tests/e2e/compose.cpu.yaml "$@"; }
 in_volume() {  # in_volume VOLUME COMMAND...: a command in a throwaway container of the image, the volume at /v
-  /usr/bin/docker run --rm --entrypoint "" -v "${project}_$1:/v" "$image" "${@:2}"
+  /usr/bin/docker run --rm --entrypoint "" -v "${project}_$1:/v" "${in_image:-$image}" "${@:2}"
 }
 latest_step() { in_volume checkpoints sh -c 'cat /v/*/latest_checkpointed_iteration.txt 2>/dev/null || echo none'; }
 dc down -v --remove-orphans >/dev/null 2>&1 || true
@@ -148,5 +151,84 @@ expect "the exports folder and its files owned by uid 1000" sh -c "! echo '$expo
 
 step "clean up"
 dc down -v --remove-orphans >/dev/null 2>&1 || true
+
+# Another host: the image from a real registry, and from a file. Each on an engine of its own with an empty data root
+# (one engine at a time: two on one host fight over docker0), each a short `up trainer` (1 step) to a saved checkpoint.
+# REGISTRY=0 leaves this part out.
+if [ "${REGISTRY:-1}" != 0 ]; then
+  engine_stop() {  # engine_stop PIDFILE: the dockerd this script started, by its pid
+    local pid
+    pid=$(cat "$1" 2>/dev/null) || return 0
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 120); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+    rm -f "$1"
+  }
+  engine_start() {  # engine_start NAME: a dockerd on the empty data root $E2E_DIR/NAME-root
+    rm -rf "$E2E_DIR/$1-root" && mkdir -p "$E2E_DIR/$1-root"
+    dockerd --data-root "$E2E_DIR/$1-root" --iptables=false --ip-masq=false > "$E2E_DIR/$1.log" 2>&1 &
+    echo $! > "$E2E_DIR/$1.pid"
+    for _ in $(seq 60); do /usr/bin/docker info >/dev/null 2>&1 && return 0; sleep 1; done
+    return 1
+  }
+  one_step() {  # one_step WHAT: up trainer on this engine's fresh volumes (fetch, prep, doctor, 1 step), no build
+    TRAIN_ARGS="$cpu trainer.total_training_steps=1" dc up --no-build --exit-code-from trainer trainer \
+      > "$E2E_DIR/$1.log" 2>&1 && rc=0 || rc=$?
+    grep -E "Pulling|Pulled|pull access|Building|step:1 " "$E2E_DIR/$1.log" | sed 's/^[^|]*| //' | cut -c1-160 | head -6
+    check "up trainer ($1: fetch, prep, doctor, 1 step)" 0 "$rc"
+    expect "a checkpoint of step 1 in the new engine's checkpoints volume" test "$(latest_step)" = 1
+    dc down -v --remove-orphans >/dev/null 2>&1 || true
+  }
+
+  # what this part started is stopped by its pid however the script ends
+  trap 'for f in registry engine2 engine3; do [ ! -f "$E2E_DIR/$f.pid" ] || kill "$(cat "$E2E_DIR/$f.pid")" 2>/dev/null || true; done' EXIT
+  step "a real registry (Distribution, Debian's docker-registry) on the loopback; push the image built above"
+  command -v docker-registry >/dev/null || { apt-get update -q && apt-get install -y -q docker-registry >/dev/null; }
+  rm -rf "$E2E_DIR/reg-store"
+  printf 'version: 0.1\nstorage: {filesystem: {rootdirectory: %s}}\nhttp: {addr: 127.0.0.1:5000}\n' \
+    "$E2E_DIR/reg-store" > "$E2E_DIR/reg.yml"
+  docker-registry serve "$E2E_DIR/reg.yml" > "$E2E_DIR/registry.log" 2>&1 &
+  echo $! > "$E2E_DIR/registry.pid"
+  for _ in $(seq 30); do curl -fsS http://127.0.0.1:5000/v2/ >/dev/null 2>&1 && break; sleep 1; done
+  remote=127.0.0.1:5000/verl-p40
+  /usr/bin/docker tag "$image" "$remote:e2e"
+  started=$(date +%s)
+  /usr/bin/docker push "$remote:e2e" > "$E2E_DIR/push.log" 2>&1 && rc=0 || rc=$?
+  tail -1 "$E2E_DIR/push.log"
+  check "docker push to the registry ($(( $(date +%s) - started )) s)" 0 "$rc"
+  digest=$(/usr/bin/docker image inspect -f '{{range .RepoDigests}}{{println .}}{{end}}' "$remote:e2e" | grep "^$remote@" | cut -d@ -f2 || true)
+  echo "pushed digest: $digest"
+  step "docker save of the same image into a file (the air-gapped path)"
+  started=$(date +%s)
+  /usr/bin/docker save -o "$E2E_DIR/verl-p40-e2e.tar" "$image" && rc=0 || rc=$?
+  check "docker save ($(( $(date +%s) - started )) s, $(du -h "$E2E_DIR/verl-p40-e2e.tar" | cut -f1))" 0 "$rc"
+  engine_stop "$E2E_DIR/dockerd.pid"
+
+  step "a second engine, empty data root: compose pulls the digest-pinned image from the registry, up trainer"
+  engine_start engine2 && rc=0 || rc=$?
+  check "second engine started" 0 "$rc"
+  expect "its data root holds no image" test -z "$(/usr/bin/docker images -q)"
+  export VERL_P40_IMAGE=$remote VERL_P40_TAG="e2e@$digest" PULL_POLICY=missing
+  in_image="$remote:e2e@$digest"
+  started=$(date +%s)
+  one_step registry-pull
+  echo "pull and run took $(( $(date +%s) - started )) s"
+  expect "the image it ran is the pushed digest" sh -c "/usr/bin/docker image inspect -f '{{.RepoDigests}}' '$in_image' | grep -q '$digest'"
+  engine_stop "$E2E_DIR/engine2.pid"
+  kill "$(cat "$E2E_DIR/registry.pid")" 2>/dev/null || true
+  rm -rf "$E2E_DIR/registry.pid" "$E2E_DIR/engine2-root" "$E2E_DIR/reg-store"
+
+  step "a third engine, empty data root: docker load of the file, PULL_POLICY=never, up trainer"
+  engine_start engine3 && rc=0 || rc=$?
+  check "third engine started" 0 "$rc"
+  started=$(date +%s)
+  /usr/bin/docker load -i "$E2E_DIR/verl-p40-e2e.tar" && rc=0 || rc=$?
+  check "docker load ($(( $(date +%s) - started )) s)" 0 "$rc"
+  export VERL_P40_IMAGE=verl-p40 VERL_P40_TAG=e2e PULL_POLICY=never
+  in_image=$image
+  one_step loaded
+  engine_stop "$E2E_DIR/engine3.pid"
+  rm -rf "$E2E_DIR/engine3-root" "$E2E_DIR/verl-p40-e2e.tar"
+  echo "(the first engine is stopped; docker/e2e/engine.sh starts it again on its data root)"
+fi
 if [ "$failed" = 0 ]; then echo "e2e: every step PASSED"; else echo "e2e: some steps FAILED (above)"; fi
 exit "$failed"

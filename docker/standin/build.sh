@@ -87,11 +87,11 @@ inside verl-p40 doctor --only torch-build,verl
 echo "--- ownership of every folder compose mounts a volume on (expect 1000:1000)"
 inside stat -c '%u:%g %n' /models /data /checkpoints /logs /home/verl/.cache/huggingface
 echo "--- prep of the real GSM8K into a fresh data folder, HF_HOME at the image's cache path"
-buildah "${store[@]}" copy --chown 0:0 "$c" ../shared/data/gsm8k /tmp/gsm8k-source
+buildah "${store[@]}" copy --chown 0:0 "$c" tests/fixtures/gsm8k /tmp/gsm8k-source
 inside bash -c 'echo "HF_HOME=$HF_HOME"; verl-p40 prep --source /tmp/gsm8k-source --out /data/gsm8k && ls -la /data/gsm8k'
 if [ ! -f "$work/tiny-qwen/config.json" ]; then  # made with the test stack (bash tests/run.sh sets up .venv)
-  PYTHONPATH=tests .venv/bin/python -c "from conftest import make_tiny_qwen, SHARED; from pathlib import Path; \
-make_tiny_qwen(SHARED / 'data/qwen2.5-0.5b-instruct', Path('$work/tiny-qwen'))"
+  PYTHONPATH=tests .venv/bin/python -c "from conftest import make_tiny_qwen, FIXTURES; from pathlib import Path; \
+make_tiny_qwen(FIXTURES / 'qwen2.5-0.5b-instruct', Path('$work/tiny-qwen'))"
 fi
 echo "--- doctor without a GPU (a tiny Qwen2 with the real tokenizer stands in for the model; expect the GPU checks to fail)"
 buildah "${store[@]}" copy --chown 1000:1000 "$c" "$work/tiny-qwen" /models/tiny-qwen

@@ -43,6 +43,8 @@ def compose() -> dict:
             "export",
             "--profile",
             "cluster",
+            "--profile",
+            "monitor",
             "config",
             "--format",
             "json",
@@ -147,12 +149,111 @@ def test_compose_services_volumes_and_wiring(compose):
     (model,) = [v for v in services["model-fetch"]["volumes"] if v["target"] == "/source-model"]
     assert model["read_only"] is True and model["source"] == str(REPO / "data" / "source-model")
     for name, service in services.items():
-        assert service["image"].startswith("ghcr.io/") and ":" in service["image"].rsplit("/", 1)[1], name
         assert service["build"]["context"] == str(REPO), name
         assert service["entrypoint"] == [f"/opt/verl-p40/entrypoints/{name}.sh"], name
-        assert service["pull_policy"] == "missing", name
     for one_off in ("model-fetch", "data-prep", "doctor", "eval"):
         assert services[one_off]["restart"] == "no"
+
+
+ENV_SETTINGS = set(re.findall(r"^([A-Z][A-Z0-9_]*)=", (REPO / ".env.example").read_text(), re.M))
+
+
+def _compose(*args: str, env: dict | None = None, env_file: str = ".env.example") -> subprocess.CompletedProcess:
+    """docker-compose (Compose v2's own parser) on the product's file; the caller's shell settings are left out, as
+    a user's shell has none of them, except those given in `env`."""
+    clean = {k: v for k, v in os.environ.items() if k not in ENV_SETTINGS}
+    return subprocess.run(
+        [_tool("docker-compose"), "--env-file", env_file, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**clean, **(env or {})},
+    )
+
+
+def test_the_first_up_builds_the_image_here_and_pulls_nothing(compose):
+    """No image is published yet, so the default names no registry: a local name and pull_policy never. Compose then
+    pulls nothing (docker/compose pkg/compose: pullRequiredImages skips `never`) and builds the image that is missing
+    (getBuildOptions: a service with a build section whose image is absent), once, as every service names the same
+    image. A registry name as the default pulled whatever that name held (issue 43)."""
+    services = compose["services"]
+    assert {service["image"] for service in services.values()} == {"verl-p40:0.1.0"}
+    for name, service in services.items():
+        assert service["pull_policy"] == "never" and service["build"]["context"] == str(REPO), name
+
+
+def test_a_release_is_pulled_by_its_digest():
+    """What the README tells a user of a published release to put in .env: the registry's name, the tag pinned by the
+    digest the release workflow records, and a pull when the image is missing."""
+    digest = "sha256:" + "0123456789abcdef" * 4
+    env = {"VERL_P40_IMAGE": "ghcr.io/someone/verl-p40", "VERL_P40_TAG": f"0.1.0@{digest}", "PULL_POLICY": "missing"}
+    result = _compose("config", "--format", "json", env=env)
+    assert result.returncode == 0, result.stderr
+    services = json.loads(result.stdout)["services"]
+    assert {s["image"] for s in services.values()} == {f"ghcr.io/someone/verl-p40:0.1.0@{digest}"}
+    assert {s["pull_policy"] for s in services.values()} == {"missing"}
+
+
+def test_without_an_env_file_compose_uses_the_values_env_example_shows(tmp_path, compose):
+    """.env.example says "the defaults are shown": compose's own defaults must be those values, or a user who copies
+    it gets another stack than one who does not."""
+    empty = tmp_path / "empty.env"
+    empty.write_text("")
+    profiles = [arg for name in ("eval", "tensorboard", "export", "cluster", "monitor") for arg in ("--profile", name)]
+    result = _compose(*profiles, "config", "--format", "json", env_file=str(empty))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == compose
+
+
+def test_a_plain_up_starts_the_one_offs_and_the_trainer_only():
+    """`docker compose up` with no service named: the monitor runs until stopped, so it is left out (a profile),
+    or `up` would never return after the trainer ended."""
+    result = _compose("config", "--services")
+    assert result.returncode == 0, result.stderr
+    assert set(result.stdout.split()) == {"model-fetch", "data-prep", "doctor", "trainer"}
+
+
+def _dockerfile_args() -> dict[str, str]:
+    found: dict[str, str] = {}
+    for name, value in re.findall(r"^ARG ([A-Z_]+)=(.*)$", (REPO / "Dockerfile").read_text(), re.M):
+        value = value.strip('"')
+        assert found.setdefault(name, value) == value, f"ARG {name} has two defaults"
+    return found
+
+
+def test_compose_passes_every_build_setting_a_user_needs_with_the_dockerfiles_defaults(compose):
+    """`docker compose build` and `docker build .` build the same image, and every switch docs/image.md names
+    (the sources, torch, the lock, the Apex stage and its architectures, the build's checks) is a setting in .env."""
+    declared = _dockerfile_args()
+    (args,) = {json.dumps(s["build"]["args"], sort_keys=True) for s in compose["services"].values()}
+    args = json.loads(args)
+    internal = {"VERL_VERSION", "VERSION", "UID", "BUILD_CHECK_SKIP"}  # the release's, the user's id, the stand-in's
+    assert set(args) == set(declared) - internal
+    assert {name: declared[name] for name in args} == args
+    # a first build compiles Apex for the P40 (and PTX for newer cards), not for seven architectures
+    assert args["TORCH_CUDA_ARCH_LIST"] == "6.1+PTX" and args["APEX_STAGE"] == "apex"
+
+
+def test_the_release_records_the_digest_it_pushed_and_checks_that_one():
+    """The workflow cannot run here; its file can be read. Users pin a digest (a tag can move): the publish job must
+    name the digest build-push-action returned, and check that exact image can be pulled without credentials."""
+    import yaml
+
+    flow = yaml.safe_load((REPO / ".github" / "workflows" / "image.yml").read_text())
+    steps = flow["jobs"]["publish"]["steps"]
+    (push,) = [s for s in steps if s.get("uses", "").startswith("docker/build-push-action")]
+    assert push.get("id") == "push" and push["with"]["push"] is True
+    digest = "${{ steps.push.outputs.digest }}"
+    (record,) = [s for s in steps if digest in s.get("run", "") and "GITHUB_STEP_SUMMARY" in s["run"]]
+    assert "VERL_P40_TAG=" in record["run"] and "PULL_POLICY=missing" in record["run"]
+    (upload,) = [s for s in steps if s.get("uses", "").startswith("actions/upload-artifact")]
+    assert f'> "{upload["with"]["path"]}"' in record["run"]  # the file the record step wrote
+    (check,) = [s for s in steps if "docker manifest inspect" in s.get("run", "")]
+    assert f"@{digest}" in check["run"] and "docker logout" in check["run"]
+    assert steps.index(push) < steps.index(record) < steps.index(upload) < steps.index(check)
+    for job in ("build", "publish"):  # a published image serves every card: Apex for all seven architectures
+        (default,) = [m for m in flow["jobs"][job]["strategy"]["matrix"]["include"] if m["variant"] == ""]
+        assert "TORCH_CUDA_ARCH_LIST=6.0;6.1;7.0;7.5;8.0;8.6;9.0" in default["args"].split(), job
 
 
 def test_every_compose_mount_point_is_made_and_owned_by_the_runtime_user(compose):
@@ -338,6 +439,18 @@ def test_doctor_entrypoint_reports_every_check(tmp_path):
         "cluster",
     ]
     assert lines[0].startswith("FAIL  gpu") and lines[-1].startswith("doctor: ")
+
+
+def test_doctor_without_nvidia_ml_py_asks_for_the_package_not_the_driver(tmp_path):
+    """Without NVML's Python binding no GPU can be read, but the driver may be fine: the fix is the package."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "pynvml.py").write_text('raise ImportError("No module named pynvml (test shim)")\n')
+    result = _run_entrypoint("doctor", "--only", "gpu", env={"PYTHONPATH": str(shim)})
+    assert result.returncode == 2, result.stdout + result.stderr
+    (line,) = [ln for ln in result.stdout.splitlines() if ln.split()[1:2] == ["gpu"]]
+    assert line.startswith("FAIL  gpu") and "nvidia-ml-py" in line and "pip install nvidia-ml-py" in line, line
+    assert "driver" not in line.lower(), line
 
 
 def test_trainer_entrypoint_auto_profile_without_gpu_fails_clearly():

@@ -97,6 +97,11 @@ def _version_tuple(text: str) -> tuple[int, ...]:
 def check_gpu(ctx: Context) -> str:
     from verl_p40.gpu.nvml import NoGPU, detect, driver_versions
 
+    if not _has_nvml_binding():  # not the driver's fault: the driver may well be there
+        raise CheckFailed(
+            "the nvidia-ml-py package (NVML's Python binding) is not installed, so no GPU can be read",
+            "pip install nvidia-ml-py==12.575.51 (the version the image pins, docker/requirements.txt)",
+        )
     try:
         gpus = detect()
         driver, driver_cuda = driver_versions()
@@ -118,6 +123,14 @@ def check_gpu(ctx: Context) -> str:
                 f"update the NVIDIA driver to {needed} or newer",
             )
     return detail
+
+
+def _has_nvml_binding() -> bool:
+    try:
+        import pynvml  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _arch_runs_on(arch: str, cc: tuple[int, int]) -> bool:
