@@ -17,8 +17,25 @@ def shape(tokenizer_dir):
     return projection.Shape.from_config(json.loads((tokenizer_dir / "config.json").read_text()))
 
 
+# the p40 profile's own sizes, pinned: these tests are of the projection's arithmetic, not of the memory plan's choices
+PROFILE_SIZES = [
+    "actor_rollout_ref.rollout.micro_batch_size=64",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+    "critic.ppo_micro_batch_size_per_gpu=4",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
+    "actor_rollout_ref.model.enable_gradient_checkpointing=true",
+    "critic.model.enable_gradient_checkpointing=true",
+    "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
+    "actor_rollout_ref.ref.fsdp_config.param_offload=true",
+    "critic.model.fsdp_config.param_offload=true",
+    "critic.model.fsdp_config.optimizer_offload=true",
+]
+
+
 def _run(profile="p40", *sets):
-    return projection.run_from_config(plan(RunOptions(profile=profile, sets=list(sets))).config(), generated=256)
+    options = RunOptions(profile=profile, sets=[*PROFILE_SIZES, *sets])
+    return projection.run_from_config(plan(options).config(), generated=256)
 
 
 def test_shape_of_qwen25_05b(shape):
@@ -33,6 +50,8 @@ def test_phase_costs_follow_the_settings(shape):
     lm = shape.block_parameters + shape.vocab * shape.hidden
     assert ppo["old_log_prob"]["flops"] == pytest.approx(2 * lm * tokens, rel=0.1)
     assert ppo["update_actor"]["flops"] == 4 * ppo["old_log_prob"]["flops"]  # fwd + bwd + checkpoint recompute
+    without = projection.phases(shape, _run("p40", "actor_rollout_ref.model.enable_gradient_checkpointing=false"))
+    assert without["update_actor"]["flops"] == 3 * ppo["old_log_prob"]["flops"]  # no recomputation
     assert ppo["values"]["flops"] < ppo["old_log_prob"]["flops"]  # the critic has no vocabulary projection
     # the profile offloads the actor's optimizer and the critic: both cross PCIe each step
     assert ppo["update_actor"]["host_bytes"] == 2 * 2 * 4 * shape.parameters
@@ -182,10 +201,8 @@ def test_sigterm_while_bench_works_ends_like_ctrl_c_and_leaves_nothing(tmp_path,
 
 
 def test_several_gpus_share_the_sequences_and_pay_for_fsdp_traffic(shape):
-    one = projection.run_from_config(plan(RunOptions(profile="p40")).config(), 256)
-    two = projection.run_from_config(
-        plan(RunOptions(profile="p40", sets=["trainer.n_gpus_per_node=2", "data.train_batch_size=128"])).config(), 256
-    )
+    one = _run()
+    two = _run("p40", "trainer.n_gpus_per_node=2", "data.train_batch_size=128")
     assert (one.sequences, one.gpus, two.sequences, two.gpus) == (64, 1, 64, 2)  # each GPU does its 64
     assert two.micro_batches == {"old_log_prob": 8, "ref": 8, "values": 16, "update_actor": 16, "update_critic": 16}
     assert all("link_bytes" not in cost for cost in projection.phases(shape, one).values())

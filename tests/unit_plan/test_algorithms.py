@@ -168,11 +168,11 @@ def test_the_gsm8k_recipe_sets_its_reward_and_the_options_still_win():
     assert recipe.actor_rollout_ref.actor.optim.lr == 2e-6
     assert recipe.actor_rollout_ref.actor.kl_loss_coef == 0.01
     assert recipe.data.max_response_length == 512
-    # the recipe's own batch, in prompts: 32 prompts x 8 answers a step, 2 updates of 16 prompts; the profile's
-    # micro-batches (its memory plan) stay
+    # the recipe's own batch, in prompts: 32 prompts x 8 answers a step, 2 updates of 16 prompts; micro-batches are
+    # the memory plan's (tests/unit_plan/test_memory.py), and divide an update's 128 answers
     assert recipe.data.train_batch_size == 32 and recipe.actor_rollout_ref.rollout.n == 8
     assert recipe.actor_rollout_ref.actor.ppo_mini_batch_size == 16
-    assert recipe.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 4
+    assert 128 % recipe.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 0
     chosen = plan(RunOptions(profile="p40", algorithm="grpo-gsm8k", reward_method="strict", format_bonus=0.0)).config()
     assert dict(chosen.custom_reward_function.reward_kwargs) == {"method": "strict", "format_bonus": 0.0}
     # an algorithm file without a reward keeps verl's own GSM8K rule

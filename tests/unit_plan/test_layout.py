@@ -39,31 +39,35 @@ def test_every_gpu_of_the_host_by_default_and_the_batch_grows_with_them(monkeypa
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
         "actor_rollout_ref.rollout.micro_batch_size",
     ):
-        assert _get(cfg2, key) == _get(cfg1, key)  # the per-GPU work is the profile's
+        assert _get(cfg2, key) >= _get(cfg1, key)  # per GPU: sharded states leave at least the room one GPU had
     assert "CUDA_VISIBLE_DEVICES" not in two.env  # all of them: nothing to hide
     assert any(n.startswith("layout: 2 GPUs (0, 1), 2 in all") for n in two.notes)
 
 
-def test_sharded_states_come_back_to_the_gpu_where_the_measured_room_holds_them(monkeypatch, tokenizer_dir):
+STATE_KEYS = (
+    "critic.model.fsdp_config.optimizer_offload",
+    "critic.model.fsdp_config.param_offload",
+    "actor_rollout_ref.ref.fsdp_config.param_offload",
+    "actor_rollout_ref.actor.fsdp_config.optimizer_offload",
+)
+
+
+def _offloaded(cfg) -> set[str]:
+    return {key for key in STATE_KEYS if _get(cfg, key)}
+
+
+def test_sharded_states_come_back_to_the_gpu_as_the_memory_plan_finds_room(monkeypatch, tokenizer_dir):
+    """FSDP shards every state W ways: the memory plan keeps more of them on each GPU as W grows."""
     _, one = composed(monkeypatch, gpus(P40), tokenizer_dir, profile="p40")
     run, two = composed(monkeypatch, gpus(P40, P40), tokenizer_dir, profile="p40")
-    # one P40: everything the profile offloads stays offloaded
-    assert one.critic.model.fsdp_config.optimizer_offload and one.actor_rollout_ref.actor.fsdp_config.optimizer_offload
-    # two: 24 GB - 21.3 GB measured + the actor's sharded weights and gradients (8 B x P / 2) = 4.68 GB of room;
-    # the critic's and the actor's Adam states (8 B x P / 2 = 1.98 GB each) fit, the reference (0.99 GB) then not
-    room = 24 - 21.3 + 8 * PARAMS / 2 / 1e9
-    assert 2 * 8 * PARAMS / 2 / 1e9 <= room < 2 * 8 * PARAMS / 2 / 1e9 + 4 * PARAMS / 2 / 1e9
-    assert two.critic.model.fsdp_config.optimizer_offload is False
-    assert two.actor_rollout_ref.actor.fsdp_config.optimizer_offload is False
-    assert two.actor_rollout_ref.ref.fsdp_config.param_offload is True
-    assert two.critic.model.fsdp_config.param_offload is True
-    assert any("reference weights stay offloaded" in n for n in run.notes)
-    # four: the room grows (6.4 GB) and each state shrinks (1/4): all four come back
     _, four = composed(monkeypatch, gpus(P40, P40, P40, P40), tokenizer_dir, profile="p40")
-    assert not any(_get(four, key) for key, _, _ in layout.OFFLOADS)
+    assert "critic.model.fsdp_config.param_offload" in _offloaded(one)  # one P40: the critic waits in host memory
+    assert _offloaded(four) <= _offloaded(two) < _offloaded(one)
+    assert not _offloaded(four)
+    assert any(n.startswith("memory plan for ") and "critic weights" in n for n in run.notes)
 
 
-def test_another_model_size_keeps_the_profiles_offloading(monkeypatch, tmp_path, tokenizer_dir):
+def test_a_larger_model_keeps_more_offloaded(monkeypatch, tmp_path, tokenizer_dir):
     import json
     import shutil
 
@@ -71,9 +75,9 @@ def test_another_model_size_keeps_the_profiles_offloading(monkeypatch, tmp_path,
     shutil.copytree(tokenizer_dir, model)
     config = json.loads((model / "config.json").read_text())
     (model / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 48}))
-    run, cfg = composed(monkeypatch, gpus(P40, P40), model, profile="p40")
-    assert all(_get(cfg, key) for key, _, _ in layout.OFFLOADS)
-    assert any("measured with 494M parameters, not this model's" in n for n in run.notes)
+    _, small = composed(monkeypatch, gpus(P40, P40), tokenizer_dir, profile="p40")
+    _, large = composed(monkeypatch, gpus(P40, P40), model, profile="p40")
+    assert _offloaded(large) > _offloaded(small)
 
 
 def test_a_subset_of_gpus_is_what_the_trainer_sees(monkeypatch, tokenizer_dir):

@@ -9,8 +9,8 @@
 - Batch: a profile is sized for one GPU. With W = GPUs x hosts, `data.train_batch_size` and the actor's and
   critic's `ppo_mini_batch_size` are multiplied by W and the per-GPU micro-batches are kept: each GPU does the work
   it does alone, and a step takes W times the prompts.
-- Memory: FSDP shards the weights, gradients and Adam states over the W GPUs; see `unoffload` for what the profile
-  then keeps on the GPU instead of offloading it.
+- Memory: FSDP shards the weights, gradients and Adam states over the W GPUs; which of them then stay on each GPU is
+  the memory plan's choice (verl_p40.plan.memory, the plan's `memory_plan` step).
 """
 
 from __future__ import annotations
@@ -20,13 +20,6 @@ from dataclasses import dataclass
 from verl_p40 import UserError
 from verl_p40.gpu.nvml import GPUInfo, parse_gpus
 
-# (config key, the state it holds, bytes per parameter), cheapest to keep on the GPU first
-OFFLOADS = (
-    ("critic.model.fsdp_config.optimizer_offload", "critic Adam states", 8),
-    ("actor_rollout_ref.actor.fsdp_config.optimizer_offload", "actor Adam states", 8),
-    ("actor_rollout_ref.ref.fsdp_config.param_offload", "reference weights", 4),
-    ("critic.model.fsdp_config.param_offload", "critic weights and gradients", 8),
-)
 BATCH_KEYS = ("data.train_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size", "critic.ppo_mini_batch_size")
 
 
@@ -100,43 +93,4 @@ def settings(layout: Layout, verl: dict) -> tuple[dict[str, int], list[str]]:
             f"batch x{layout.world} (the profile's per-GPU work on each GPU): "
             f"{out.get('data.train_batch_size')} sequences a step"
         )
-    return out, notes
-
-
-def headroom_gb(layout: Layout, measured: dict[str, float], parameters: int, cap_gb: float | None) -> float:
-    """Room left on each GPU by the profile's one-GPU measurement: the card (the smallest of the GPUs, the cap and the
-    card it was measured on) minus the worker's measured peak, plus what sharding the actor's weights and gradients
-    (8 bytes a parameter) W ways gives back."""
-    card = min([g.memory_total_gib * 2**30 / 1e9 for g in layout.gpus] + [cap_gb or float("inf"), measured["card_gb"]])
-    return card - measured["worker_peak_gb"] + 8 * parameters * (1 - 1 / layout.world) / 1e9
-
-
-def unoffload(
-    layout: Layout, verl: dict, parameters: int | None, measured: dict[str, float], cap_gb: float | None
-) -> tuple[dict[str, bool], list[str]]:
-    """States the profile offloads that fit on the GPU once sharded W ways: each state (bytes per parameter / W) is
-    kept on the GPU, cheapest first, while the sum stays within `headroom_gb`. Only for the model size the profile
-    was measured with (`measured`, from its yaml). Returns {offload key: False} and notes."""
-    from omegaconf import OmegaConf
-
-    if layout.world < 2 or not measured:
-        return {}, []
-    if not parameters or abs(parameters - measured["model_parameters"]) > 0.01 * measured["model_parameters"]:
-        return {}, [
-            f"offloading as the profile says: its memory was measured with "
-            f"{measured['model_parameters'] / 1e6:.0f}M parameters, not this model's"
-        ]
-    room = headroom_gb(layout, measured, parameters, cap_gb)
-    tree = OmegaConf.create(verl)
-    out, notes, used = {}, [], 0.0
-    for key, what, per_parameter in OFFLOADS:
-        if OmegaConf.select(tree, key) is not True:
-            continue
-        size = per_parameter * parameters / layout.world / 1e9
-        if used + size > room:
-            notes.append(f"{what} stay offloaded ({size:.1f} GB a GPU would not fit the {room:.1f} GB left)")
-            continue
-        used += size
-        out[key] = False
-        notes.append(f"{what} kept on the GPU: {size:.1f} GB a GPU when sharded {layout.world} ways")
     return out, notes

@@ -106,25 +106,14 @@ def recipe(draft: Draft) -> Part:
 
 
 def placement(draft: Draft) -> Part:
-    """verl settings for the GPUs and hosts: counts, batches scaled by the world size, and offloaded states that fit
-    on the GPU once sharded (from the profile's one-GPU measurement of the same model size)."""
+    """verl settings for the GPUs and hosts: counts and batches scaled by the world size (what fits on each GPU once
+    FSDP shards the states W ways is the memory plan's question, `memory_plan`)."""
     from omegaconf import OmegaConf
-
-    from verl_p40.plan import budget
 
     layout, profile = draft.layout, draft.profile
     values, notes = layout_mod.settings(layout, profile.verl)
     origin = f"--gpus/--nodes ({layout.describe()})"
     out = [Override(key, str(value), origin) for key, value in values.items()]
-    if layout.world > 1 and profile.measured:
-        try:
-            parameters = budget.model_parameters(Path(draft.options.model).expanduser())
-        except (OSError, UserError, ValueError, KeyError):
-            parameters = None
-        cap = draft.options.gpu_memory_cap_gb
-        keep, why = layout_mod.unoffload(layout, profile.verl, parameters, profile.measured, cap)
-        out += [Override(key, "false", f"{origin}: sharded {layout.world} ways") for key in keep]
-        notes += why
     # the algorithm divides the batch per prompt: it starts from the batch the layout scaled
     scaled = {o.key: int(o.value) for o in out if o.key in layout_mod.BATCH_KEYS}
     if scaled:
@@ -251,6 +240,8 @@ def memory_plan(draft: Draft) -> Part:
     """Generation chunk, micro-batches, gradient checkpointing and states on the GPU, sized from the card's memory
     (NVML's total, or --gpu-memory-cap-gb) by verl_p40.plan.memory's model. A size the run's own settings give stays
     theirs. Without a card (no GPU seen, no profile size), the profile's plan is kept."""
+    from omegaconf.errors import OmegaConfBaseException
+
     from verl_p40.plan import memory as mem
     from verl_p40.plan.verlconfig import preview
 
@@ -261,8 +252,10 @@ def memory_plan(draft: Draft) -> Part:
         shape = mem.Shape.of_folder(Path(draft.options.model).expanduser())
     except (OSError, ValueError, KeyError):
         shape = mem.QWEN_05B  # the model is not here (a config made elsewhere): size it as the product's model
-    cfg = preview(draft.overrides_so_far + draft.user)
-    step, start = _memory_step(cfg, shape)
+    try:
+        step, start = _memory_step(preview(draft.overrides_so_far + draft.user), shape)
+    except (UserError, ValueError, TypeError, AttributeError, OmegaConfBaseException):
+        return Part()  # a value that is no number (or no override): the plan's checks at its end name it in one line
     user = draft.user_sets
     fixed = {name for name, keys in MEMORY_KEYS.items() if any(k in user for k in keys)}
     fixed |= {state for state, key in STATE_KEYS.items() if key in user}
