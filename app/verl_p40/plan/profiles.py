@@ -68,7 +68,7 @@ class Profile(Settings):
 
     match: dict[str, float] = field(default_factory=dict)
     # what the profile was measured at on one GPU (its own file only): worker_peak_gb (NVML), card_gb, and
-    # model_parameters: a record of where the profile's sizes were measured (the memory plan, plan/memory.py, sizes a run)
+    # model_parameters: where the profile's sizes were measured (the memory plan, plan/memory.py, sizes a run)
     measured: dict[str, float] = field(default_factory=dict)
 
     def fits(self, gpu: GPUInfo) -> bool:
