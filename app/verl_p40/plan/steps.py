@@ -267,7 +267,6 @@ def memory_plan(draft: Draft) -> Part:
     floor = start if min(card * 2**30 / 1e9, cap or float("inf")) >= 0.95 * sized_for * 2**30 / 1e9 else None
     sizes = mem.choose(shape, step, start, budget, fixed, floor)
     peaks = mem.phase_peaks(shape, step, sizes)
-    top = max(peaks, key=peaks.get)
     origin = f"memory plan ({usable / 1e9:.1f} GB for the allocator)"
     out = [
         Override(key, hydra_value(getattr(sizes, name)), origin)
@@ -280,7 +279,16 @@ def memory_plan(draft: Draft) -> Part:
         for state, key in STATE_KEYS.items()
         if state not in fixed
     ]
-    kept = [STATE_WORDS[s] for s in mem.STATES if s in sizes.resident and peaks and _state_used(s, step)]
+    note, draft.memory = _memory_said(sizes, step, peaks, usable, budget)
+    return Part(overrides=out, notes=[note])
+
+
+def _memory_said(sizes, step, peaks: dict[str, float], usable: float, budget: float) -> tuple[str, dict]:
+    """The memory plan's console line, and what the run record keeps of it."""
+    from verl_p40.plan import memory as mem
+
+    top = max(peaks, key=peaks.get)
+    kept = [STATE_WORDS[s] for s in mem.STATES if s in sizes.resident and _state_used(s, step)]
     ckpt = "with" if sizes.checkpointing else "without"
     note = (
         f"memory plan for {usable / 1e9:.1f} GB: generation {sizes.generation} sequences at once, update micro-batch "
@@ -289,7 +297,7 @@ def memory_plan(draft: Draft) -> Part:
         f"{peaks[top] / 1e9:.1f} GB ({top}), "
         + (f"within {budget / 1e9:.1f} GB" if peaks[top] <= budget else "the profile's measured sizes")
     )
-    draft.memory = {
+    record = {
         "allocator_gb": round(usable / 1e9, 2),
         "budget_gb": round(budget / 1e9, 2),
         "predicted_peak_gb": round(peaks[top] / 1e9, 2),
@@ -302,7 +310,7 @@ def memory_plan(draft: Draft) -> Part:
             "on_gpu": sorted(sizes.resident),
         },
     }
-    return Part(overrides=out, notes=[note])
+    return note, record
 
 
 def _state_used(state: str, step) -> bool:
