@@ -219,8 +219,9 @@ class EvalOptions:
 @dataclass
 class ExportOptions:
     model: str = option(
-        LATEST,
-        "verl checkpoint .../global_step_N/actor, latest, best, or a Hugging Face folder",
+        BEST,
+        "verl checkpoint .../global_step_N/actor, best (of validation; the newest when none), latest, or a Hugging "
+        "Face folder",
         path=FOLDER,
         unless=(LATEST, BEST),
     )
