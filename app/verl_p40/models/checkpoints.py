@@ -59,7 +59,8 @@ def latest_checkpoint(root: Path) -> Path:
 
 
 def read_tracker(tracker: Path) -> tuple[int, str | None]:
-    """(the step verl's tracker names, None) or (-1, what is wrong with it)."""
+    """(the step verl's tracker names, None), or (-1 when it cannot be read, -2 when it is not a step; what is
+    wrong with it)."""
     try:
         step = tracker.read_text(encoding="utf-8").strip()
     except UnicodeDecodeError:
@@ -73,7 +74,8 @@ def read_tracker(tracker: Path) -> tuple[int, str | None]:
 
 def complete_steps(experiment: Path) -> list[int]:
     """The steps of an experiment folder whose save completed (verl-p40's marker, written after every file of the
-    step was fsynced). Checkpoints from before the marker (none has one) are taken as verl took them: the tracker's."""
+    step was fsynced). An experiment saved without markers (an older verl-p40: no `verl-p40-marked-saves` file) is
+    taken as verl took it: the tracker's step, when its folder is there."""
     if (Path(experiment) / checkpoint_files.MARKED).exists():
         return checkpoint_files.complete_steps(str(experiment))
     step, problem = read_tracker(Path(experiment) / TRACKER)
