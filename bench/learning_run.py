@@ -285,7 +285,9 @@ def pick_checkpoint(rule: str, log: Path, ckpt: Path) -> dict:
         step = max(saved)
         why = "the last checkpoint" + ("" if rule == "latest" else " (no saved step was validated)")
     else:
-        step = max(candidates, key=lambda s: (candidates[s], s))
+        from verl_p40.patches.p40_checkpoints import best_step  # the product's rule (`best` in eval and export)
+
+        step = best_step(accuracy, saved)
         why = f"the highest validation accuracy of the saved steps {sorted(candidates)}"
     return {
         "rule": rule,

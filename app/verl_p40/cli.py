@@ -81,6 +81,7 @@ def cmd_train(options: o.TrainOptions) -> int:
     from verl_p40.doctor import runner as doctor
     from verl_p40.models.checkpoints import check_resume, write_run_record
     from verl_p40.plan.planner import plan
+    from verl_p40.run.lock import train_lock
     from verl_p40.run.trainer import run_trainer
 
     skip = doctor.skips(options.skip_check)
@@ -93,6 +94,7 @@ def cmd_train(options: o.TrainOptions) -> int:
         print(run.shell())
         return 0
     doctor.preflight(run, options, skip)
+    train_lock(run.record["checkpoints"])  # a second trainer on these checkpoints is refused here, in one line
     write_run_record(run.record)
     return run_trainer(run, options.logs)
 

@@ -15,6 +15,7 @@ from verl_p40.plan.facts import CARDS
 from verl_p40.plan.run_options import RunOptions
 
 LATEST = "latest"  # a model given as the newest verl checkpoint under --checkpoints
+BEST = "best"  # the saved step of best validation accuracy (verl-p40-run.json), beside latest
 MONITOR_INTERVAL_ENV = "VERL_P40_MONITOR_INTERVAL"
 MONITOR_ALERT_ENV = "VERL_P40_MONITOR_ALERT_MEM_PCT"  # the gpu-monitor service's warning (MONITOR_ALERT_MEM_PCT)
 
@@ -40,7 +41,7 @@ def _device(value: str, origin: str) -> None:
 
 
 def _checkpoints():
-    return option(defaults.CHECKPOINTS.value, "for 'latest'", env=defaults.CHECKPOINTS.env, path=FOLDER)
+    return option(defaults.CHECKPOINTS.value, "for 'latest' and 'best'", env=defaults.CHECKPOINTS.env, path=FOLDER)
 
 
 @dataclass
@@ -195,12 +196,14 @@ class MonitorOptions:
 class EvalOptions:
     model: str | None = option(
         None,
-        "Hugging Face folder, verl checkpoint .../global_step_N/actor, or latest",
+        "Hugging Face folder, verl checkpoint .../global_step_N/actor, latest or best",
         required=True,
         path=FOLDER,
-        unless=(LATEST,),
+        unless=(LATEST, BEST),
     )
-    compare: str | None = option(None, "a second model, same forms (the trained one)", path=FOLDER, unless=(LATEST,))
+    compare: str | None = option(
+        None, "a second model, same forms (the trained one)", path=FOLDER, unless=(LATEST, BEST)
+    )
     data: str = option(
         os.path.join(defaults.DATA.value, "test.parquet"),
         "a parquet file of verl's RL schema, or the folder verl-p40 prep wrote (its test.parquet)",
@@ -230,10 +233,11 @@ class EvalOptions:
 @dataclass
 class ExportOptions:
     model: str = option(
-        LATEST,
-        "verl checkpoint .../global_step_N/actor, latest, or a Hugging Face folder",
+        BEST,
+        "verl checkpoint .../global_step_N/actor, best (of validation; the newest when none), latest, or a Hugging "
+        "Face folder",
         path=FOLDER,
-        unless=(LATEST,),
+        unless=(LATEST, BEST),
     )
     checkpoints: str = _checkpoints()
     out: str = option(defaults.EXPORTS.value, "output folder", env=defaults.EXPORTS.env, path=FOLDER)

@@ -78,7 +78,8 @@ def test_compose_services_volumes_and_wiring(compose):
     }
     exporter = services["export"]
     assert exporter["profiles"] == ["export"] and exporter["restart"] == "no" and "deploy" not in exporter
-    assert exporter["command"] == ["--model", "latest", "--out", "/exports", "--gguf", "f16,q8_0"]
+    assert exporter["command"] == ["--model", "best", "--out", "/exports", "--gguf", "f16,q8_0"]
+    assert services["eval"]["command"][2:4] == ["--compare", "best"]  # the best validated step, by default
     assert {v["target"]: v["source"] for v in exporter["volumes"]} == {
         "/checkpoints": "checkpoints",
         "/exports": str(REPO / "exports"),

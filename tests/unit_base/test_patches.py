@@ -1,5 +1,6 @@
 import ast
 import importlib.util
+import json
 import shutil
 import subprocess
 import sys
@@ -212,3 +213,80 @@ def test_the_worker_settings_travel_with_the_job_to_every_host(verl_copy, monkey
     env = constants.get_ppo_ray_runtime_env()["env_vars"]
     assert env["VERL_P40_GPU_MEMORY_CAP_GB"] == "24" and env["VERL_P40_WORKER_TF32"] == "1"
     assert env["VERL_P40_WORKER_NO_CUDNN_ATTENTION"] == "1" and "VERL_P40_TF32" not in env
+
+
+_SAVE_PROBE = r"""
+import json, os, shutil, sys, types
+from omegaconf import OmegaConf
+import verl.trainer.ppo.ray_trainer as rt
+from verl.utils import p40_checkpoints as pc
+
+root = sys.argv[1]
+for step in (1, 2):  # two complete steps from before; step 1 validated best
+    os.makedirs(f"{root}/global_step_{step}/actor")
+    open(f"{root}/global_step_{step}/{pc.COMPLETE}", "w").close()
+with open(f"{root}/{pc.RUN_RECORD}", "w") as f:
+    json.dump({"algorithm": "ppo", "validations": {"0": 0.1, "1": 0.5, "2": 0.3}}, f)
+events, kept_args = [], []
+real_fsync, real_replace, real_rmtree = os.fsync, os.replace, shutil.rmtree
+os.fsync = lambda fd: (events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))), real_fsync(fd))[1]
+os.replace = lambda a, b: (events.append(("replace", os.path.abspath(b))), real_replace(a, b))[1]
+shutil.rmtree = lambda p, **k: (events.append(("rmtree", os.path.abspath(p))), real_rmtree(p, **k))[1]
+
+class Group:
+    def save_checkpoint(self, path, remote, step, max_ckpt_to_keep=None):
+        kept_args.append(max_ckpt_to_keep)
+        os.makedirs(path, exist_ok=True)
+        with open(f"{path}/model_world_size_1_rank_0.pt", "wb") as f:
+            f.write(b"weights")
+        events.append(("wrote", os.path.abspath(path)))
+
+trainer = types.SimpleNamespace(
+    config=OmegaConf.create({"trainer": {"default_local_dir": root, "default_hdfs_dir": None,
+                             "max_actor_ckpt_to_keep": 1, "max_critic_ckpt_to_keep": 1}}),
+    global_steps=3, actor_rollout_wg=Group(), critic_wg=Group(), use_critic=True,
+    train_dataloader=types.SimpleNamespace(state_dict=lambda: {"epoch": 0}),
+)
+rt.RayPPOTrainer._save_checkpoint(trainer)
+print(json.dumps({"events": events, "kept_args": kept_args}))
+"""
+
+
+def test_a_save_fsyncs_the_step_then_marks_it_then_the_tracker_then_prunes(verl_copy, tmp_path):
+    """verl's _save_checkpoint, patched, run with stand-in workers and os.fsync/os.replace/shutil.rmtree recorded: a
+    power cut cannot be simulated by a signal, so the order itself is the test. Every file of the new step is fsynced
+    before its completion marker is renamed into place, the marker before the tracker, the tracker (a temp file
+    renamed, then its folder fsynced) before any old step is removed; the workers' own delete-before-write retention
+    is off, and with max_*_ckpt_to_keep=1 the best validated step (1) survives beside the new one (3)."""
+    patches.apply(verl_copy)
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    result = subprocess.run(
+        [sys.executable, "-c", _SAVE_PROBE, str(root)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(verl_copy.parent), "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    probe = json.loads(result.stdout.strip().splitlines()[-1])
+    events = [tuple(e) for e in probe["events"]]
+    assert probe["kept_args"] == [None, None]  # actor and critic: no retention inside the workers
+    step3, tracker = str(root / "global_step_3"), str(root / "latest_checkpointed_iteration.txt")
+    marker = str(root / "global_step_3" / "verl-p40-complete")
+    at = events.index
+    files = [str(p) for p in (root / "global_step_3").rglob("*") if p.is_file() and p.name != "verl-p40-complete"]
+    assert {str(root / "global_step_3" / d / "model_world_size_1_rank_0.pt") for d in ("actor", "critic")} <= set(files)
+    assert str(root / "global_step_3" / "data.pt") in files
+    for path in [*files, step3, str(root / "global_step_3" / "actor")]:
+        assert at(("fsync", path)) < at(("replace", marker)), path
+    assert at(("replace", marker)) < at(("replace", tracker))
+    tracker_synced = min(i for i, e in enumerate(events) if e == ("fsync", str(root)) and i > at(("replace", tracker)))
+    assert tracker_synced < at(("rmtree", str(root / "global_step_2")))
+    assert ("rmtree", str(root / "global_step_1")) not in events  # the best validated step is kept
+    assert sorted(p.name for p in root.glob("global_step_*")) == ["global_step_1", "global_step_3"]
+    assert tracker == str(root / "latest_checkpointed_iteration.txt") and (root / tracker).read_text() == "3"
+    assert not list(root.glob("*.tmp-*")) and not list(root.rglob("*.tmp-*"))
+    record = json.loads((root / "verl-p40-run.json").read_text())
+    assert record["algorithm"] == "ppo" and record["best"]["step"] == 1  # the record's other keys are kept
+    assert record["best"]["gain_over_first"] == pytest.approx(0.4)

@@ -45,3 +45,16 @@ def test_other_phases_and_causes():
     said = _diagnose(['  File "/data/gsm8k/train.parquet"', "pyarrow.lib.ArrowInvalid: Parquet file size is 0 bytes"])
     assert said.startswith("/data/gsm8k/train.parquet: not a readable parquet file") and "verl-p40 prep" in said
     assert _diagnose(["step:1 - critic/score/mean:0.5", "KeyboardInterrupt"]) is None
+
+
+def test_a_worker_that_died_is_named_with_the_resume():
+    """What Ray prints in the driver when a worker process is SIGKILLed (the kernel's OOM killer) during a step."""
+    said = _diagnose(
+        [
+            "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.",
+            "\tclass_name: create_colocated_worker_cls.<locals>.WorkerDict",
+        ]
+    )
+    assert said.startswith("a Ray worker of the trainer died (killed: on a P40 host usually the kernel's out-of-")
+    assert said.endswith("the same command resumes from the newest complete checkpoint")
+    assert _diagnose(["ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory."])

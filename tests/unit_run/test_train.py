@@ -456,3 +456,59 @@ def test_the_algorithm_line_gives_the_batch_the_run_will_use(monkeypatch):
     assert "algorithm: grpo-gsm8k (grpo), 8 samples per prompt, 32 prompts a step" in recipe.notes
     halved = _planned(monkeypatch, None, profile="p40", algorithm="grpo-gsm8k", sets=["data.train_batch_size=16"])
     assert "algorithm: grpo-gsm8k (grpo), 8 samples per prompt, 16 prompts a step" in halved.notes
+
+
+def test_the_checkpoints_lock_lives_as_long_as_the_trainer_process(tmp_path):
+    """verl-p40 train killed alone (SIGKILL) while verl's trainer goes on: the trainer holds the folder's lock (it
+    inherited the descriptor), so a second trainer is still refused until the trainer itself is gone; and the run
+    says where it starts from before the trainer starts."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import pytest
+
+    from verl_p40 import UserError
+    from verl_p40.run import lock
+
+    experiment = tmp_path / "exp"
+    trainer = (
+        "import os, time\nprint('step:1 - x:1', flush=True)\n"
+        "open(os.environ['PIDFILE'], 'w').write(str(os.getpid()))\ntime.sleep(60)\n"
+    )
+    runner = (
+        "import sys\n"
+        "from verl_p40.run.trainer import run_trainer\n"
+        "class Plan:\n"
+        f"    env, overrides, validation_questions = {{'PIDFILE': {str(tmp_path / 'pid')!r}}}, [], None\n"
+        f"    record = {{'checkpoints': {str(experiment)!r}}}\n"
+        f"    def command(self): return [sys.executable, '-c', {trainer!r}]\n"
+        f"sys.exit(run_trainer(Plan(), {str(tmp_path / 'logs')!r}))\n"
+    )
+    cli = subprocess.Popen([sys.executable, "-c", runner], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    child = None
+    try:
+        for _ in range(400):
+            if (tmp_path / "pid").is_file() and (tmp_path / "pid").read_text():
+                break
+            time.sleep(0.05)
+        child = int((tmp_path / "pid").read_text())
+        os.kill(cli.pid, signal.SIGKILL)
+        assert cli.wait(timeout=30) == -signal.SIGKILL
+        assert cli.stderr.read().startswith(
+            f"[verl-p40] no complete checkpoint in {experiment}: training from the start"
+        )
+        with pytest.raises(UserError, match="another trainer is training into this folder"):
+            lock.train_lock(experiment)
+    finally:
+        if child:
+            os.kill(child, signal.SIGKILL)
+    for _ in range(200):  # the child is not ours to reap: wait for the kernel to drop its lock
+        try:
+            lock.train_lock(experiment)
+            break
+        except UserError:
+            time.sleep(0.05)
+    assert str(experiment.absolute()) in lock._held

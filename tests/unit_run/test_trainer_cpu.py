@@ -496,3 +496,193 @@ def test_checkpoints_on_a_full_disk_end_with_the_trainers_one_line(cluster, run_
     assert result.returncode == 2, result.stdout[-3000:]
     assert last.startswith("verl-p40 train: error: disk full"), last
     assert "trainer.max_actor_ckpt_to_keep=1" in last
+
+
+def _ray_workers(cluster, *names: str) -> list[int]:
+    """The pids of this test cluster's Ray worker processes named `ray::<name>...` (its workers inherit the
+    cluster's PYTHONPATH, which holds this session's patched verl)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            title = (proc / "cmdline").read_bytes().split(b"\0")[0].decode()
+            environ = (proc / "environ").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if any(title.startswith(f"ray::{n}") for n in names) and cluster["PYTHONPATH"].encode() in environ:
+            found.append(int(proc.name))
+    return found
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                kids.append(int(proc.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return kids
+
+
+def _kill_like_a_container(cluster, cli_pid: int) -> None:
+    """SIGKILL to everything of the run at once, as `docker kill` does: verl-p40, verl's driver, its trainer loop
+    (a Ray actor) and its workers."""
+    import signal
+
+    for pid in [*_children(cli_pid), cli_pid, *_ray_workers(cluster, "TaskRunner", "WorkerDict")]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _gone(cluster, timeout: float = 120) -> None:
+    import time
+
+    deadline = time.time() + timeout
+    while _ray_workers(cluster, "TaskRunner", "WorkerDict") and time.time() < deadline:
+        time.sleep(0.5)
+    assert not _ray_workers(cluster, "TaskRunner", "WorkerDict"), "the killed run's Ray workers did not go"
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _wait_for(predicate, timeout: float, what: str, poll: float = 0.01) -> None:
+    import time
+
+    deadline = time.time() + timeout
+    while not predicate():
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(poll)
+
+
+def test_sigkill_in_a_save_a_second_trainer_then_resume_and_best(cluster, run_dirs, tmp_path):
+    """The faults of a run on a home server, in one run of verl's real loop (one trainer start each):
+
+    1. while a trainer runs, a second one on the same checkpoints is refused in one line (the lock) and writes
+       nothing; 2. the container is SIGKILLed in the middle of the save of step 2 (a seeded moment among the files
+       it writes): step 1 stays complete and as it was, step 2 is half-written; 3. the same command resumes from
+       step 1, naming step 2 as ignored, and, with one checkpoint kept, keeps the best validated step (step 1: its
+       accuracy is set high in the run record, where the trainer keeps every validation) beside the newest;
+    4. eval --compare best and export --model best take step 1 and say so."""
+    import random
+    import signal
+
+    rng = random.Random(40)
+    dirs = {**run_dirs, "checkpoints": tmp_path / "ckpt"}
+    experiment = dirs["checkpoints"] / "model-gsm8k-ppo"
+    keep = ["trainer.max_actor_ckpt_to_keep=1", "trainer.max_critic_ckpt_to_keep=1", "trainer.save_freq=1"]
+
+    def command(name: str, steps: int) -> list[str]:
+        run = [sys.executable, "-m", "verl_p40.cli", "train", "--profile", "p40", "--model", str(dirs["model"])]
+        run += ["--data", str(dirs["data"]), "--checkpoints", str(dirs["checkpoints"])]
+        run += ["--logs", str(tmp_path / f"logs-{name}"), *CPU_OVERRIDES, *keep, "trainer.test_freq=1"]
+        return [*run, "trainer.val_before_train=false", f"trainer.total_training_steps={steps}"]
+
+    # 1 + 2: a trainer, a second one refused while it runs, then the first killed inside its save of step 2
+    def start(name: str, steps: int, stderr) -> subprocess.Popen:
+        """The trainer in the background, its console into NAME.out."""
+        with open(tmp_path / f"{name}.out", "w") as out:
+            return subprocess.Popen(command(name, steps), env=cluster, cwd=REPO, stdout=out, stderr=stderr, text=True)
+
+    def train(name: str, steps: int) -> subprocess.CompletedProcess:
+        return subprocess.run(command(name, steps), env=cluster, capture_output=True, text=True, cwd=REPO, timeout=900)
+
+    first = start("a", 3, subprocess.STDOUT)
+    try:
+        _wait_for(lambda: list((tmp_path / "logs-a").glob("train-*.log")), 300, "the first trainer's log", 0.2)
+        second = train("b", 3)
+        assert second.returncode == 2, second.stdout[-2000:] + second.stderr[-2000:]
+        last = second.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"verl-p40 train: error: {experiment}: another trainer is training into this folder (")
+        assert f"pid {first.pid} on " in last and "Traceback" not in second.stderr + second.stdout
+        assert not list((tmp_path / "logs-b").glob("train-*.log"))  # the refused one started nothing
+        moment = rng.choice(["actor", "actor/model_world_size_1_rank_0.pt", "actor/optim_world_size_1_rank_0.pt"])
+        moment = rng.choice([moment, "critic", "critic/model_world_size_1_rank_0.pt"])
+        _wait_for(lambda: (experiment / "global_step_2" / moment).exists() or first.poll() is not None, 600, moment)
+        step1 = _files(experiment / "global_step_1")
+        _kill_like_a_container(cluster, first.pid)
+        assert first.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        _kill_like_a_container(cluster, first.pid)
+    _gone(cluster)
+    assert (experiment / "latest_checkpointed_iteration.txt").read_text() == "1", (tmp_path / "a.out").read_text()
+    assert _files(experiment / "global_step_1") == step1 and "verl-p40-complete" in step1
+    assert not (experiment / "global_step_2" / "verl-p40-complete").exists()  # half-written, and not taken for whole
+
+    # 3: the same command resumes from step 1, and the best step survives one-checkpoint retention
+    record = json.loads((experiment / "verl-p40-run.json").read_text())
+    assert "1" in record["validations"]  # every validation is kept there (step 2's too, validated before its save)
+    record["validations"] = {"1": 1.0}  # the step to keep: no later step of a random tiny model scores this
+    (experiment / "verl-p40-run.json").write_text(json.dumps(record))
+    resumed = train("c", 3)
+    log = _trainer_log(resumed, tmp_path / "logs-c")
+    assert (
+        f"[verl-p40] resuming from {experiment / 'global_step_1'}; global_step_2 ignored (its save was cut short"
+        in resumed.stderr
+    )
+    assert [int(s["step"]) for s in read_steps(log)] == [2, 3]
+    assert "verl-p40: validation accuracy 0.0% at step 3; best step 1 (100.0%, " in log.read_text()
+    assert sorted(p.name for p in experiment.glob("global_step_*")) == ["global_step_1", "global_step_3"]
+    assert _files(experiment / "global_step_1") == step1
+    best = json.loads((experiment / "verl-p40-run.json").read_text())["best"]
+    assert best["step"] == 1 and best["latest_step"] == 3 and best["gain_over_latest"] == 1.0
+
+    # 4: eval and export take `best` and say which step they took
+    said = f"[verl-p40] best: step 1 of {experiment} (validation accuracy 100.0%"
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        run = [sys.executable, "-m", "verl_p40.cli", *args, "--checkpoints", str(dirs["checkpoints"])]
+        return subprocess.run(run, env=cluster, capture_output=True, text=True, cwd=REPO, timeout=600)
+
+    exported = cli("export", "--model", "best", "--out", str(tmp_path / "exports"), "--dtype", "fp32")
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    assert said in exported.stdout and (tmp_path / "exports" / "global_step_1-hf-fp32" / "config.json").is_file()
+    evaluation = cli(
+        *("eval", "--model", str(dirs["model"]), "--compare", "best", "--data", str(dirs["data"] / "test.parquet")),
+        *("--out", str(tmp_path / "eval"), "--device", "cpu", "--max-new-tokens", "4", "--limit", "1"),
+        *("--logs", str(tmp_path / "logs-c")),
+    )
+    assert evaluation.returncode == 0, evaluation.stderr[-3000:]
+    assert said in evaluation.stdout
+    report = json.loads((tmp_path / "eval" / "report.json").read_text())
+    assert Path(report["models"]["trained"]["path"]).parent.parent.name == "global_step_1"
+
+
+def test_a_killed_ray_worker_ends_the_run_in_one_line_and_keeps_the_checkpoint(cluster, run_dirs, tmp_path):
+    """The kernel's OOM killer takes verl's worker process (SIGKILL) after step 1 was saved: the run ends, exit 2,
+    with the one line, and step 1 stays complete and as it was."""
+    import signal
+
+    experiment = tmp_path / "ckpt" / "model-gsm8k-ppo"
+    with open(tmp_path / "d.out", "w") as out:
+        worker_run = subprocess.Popen(
+            [sys.executable, "-m", "verl_p40.cli", "train", "--profile", "p40", "--model", str(run_dirs["model"])]
+            + ["--data", str(run_dirs["data"]), "--checkpoints", str(tmp_path / "ckpt"), "--logs", str(tmp_path / "l")]
+            + [*CPU_OVERRIDES, "trainer.save_freq=1", "trainer.total_training_steps=4"],
+            **{"env": cluster, "cwd": REPO, "stdout": out, "stderr": subprocess.PIPE, "text": True},
+        )
+    tracker = experiment / "latest_checkpointed_iteration.txt"
+    try:
+        _wait_for(lambda: tracker.exists() or worker_run.poll() is not None, 600, "step 1's checkpoint", 0.2)
+        step1 = _files(experiment / "global_step_1")
+        killed = _ray_workers(cluster, "WorkerDict")
+        assert killed, "no Ray worker process of this cluster found"
+        for pid in killed:
+            os.kill(pid, signal.SIGKILL)
+        err = worker_run.communicate(timeout=600)[1]
+    finally:
+        _kill_like_a_container(cluster, worker_run.pid)
+    _gone(cluster)
+    output = (tmp_path / "d.out").read_text()
+    said = [line for line in output.splitlines() if "Error" in line or "died" in line][-20:]
+    assert worker_run.returncode == 2, "\n".join(said) + err[-2000:] + output[-1500:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("verl-p40 train: error: a Ray worker of the trainer died (killed: "), last
+    assert "the same command resumes from the newest complete checkpoint" in last and "Traceback" not in err
+    step = int(tracker.read_text())
+    assert step >= 1 and "verl-p40-complete" in _files(experiment / f"global_step_{step}")
+    if step == 1:
+        assert _files(experiment / "global_step_1") == step1

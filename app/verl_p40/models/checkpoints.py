@@ -20,30 +20,30 @@ from pathlib import Path
 
 from verl_p40 import UserError
 from verl_p40.atomic import staged
+from verl_p40.patches import p40_checkpoints as checkpoint_files
+
+LATEST, BEST = "latest", "best"  # a model given as the newest checkpoint, or the best validated one
+TRACKER = checkpoint_files.TRACKER
 
 MERGED = "merged_hf_fp32"
-RUN_RECORD = "verl-p40-run.json"  # written by `verl-p40 train` in <checkpoints>/<experiment>/
+RUN_RECORD = checkpoint_files.RUN_RECORD  # written by `verl-p40 train` in <checkpoints>/<experiment>/
 
 
 def latest_checkpoint(root: Path) -> Path:
-    """The actor folder of the newest `global_step_N` under `root` (any experiment), per verl's tracker file."""
+    """The actor folder of the newest `global_step_N` under `root` (any experiment), per verl's tracker file; a
+    tracker that names a step whose save never completed counts as broken."""
     best: tuple[float, Path] | None = None
     broken: list[tuple[float, str]] = []  # trackers that name no checkpoint here, with their times
-    for tracker in Path(root).glob("**/latest_checkpointed_iteration.txt"):
-        try:
-            step = tracker.read_text(encoding="utf-8").strip()
-        except UnicodeDecodeError:
-            broken.append((tracker.stat().st_mtime, f"{tracker}: cannot read it (not UTF-8 text)"))
+    for tracker in Path(root).glob(f"**/{TRACKER}"):
+        step, problem = read_tracker(tracker)
+        if problem:
+            broken.append((tracker.stat().st_mtime if step != -1 else 0.0, f"{tracker}: {problem}"))
             continue
-        except OSError as exc:
-            broken.append((0.0, f"{tracker}: cannot read it ({exc.strerror or exc})"))
-            continue
-        if not re.fullmatch(r"[0-9]+", step):
-            broken.append((tracker.stat().st_mtime, f"{tracker}: says {step[:40]!r}, not a step number"))
-            continue
-        actor = tracker.parent / f"global_step_{int(step)}" / "actor"
+        actor = tracker.parent / f"global_step_{step}" / "actor"
         if not actor.is_dir():
-            broken.append((tracker.stat().st_mtime, f"{tracker}: names step {int(step)}, but {actor} is not there"))
+            broken.append((tracker.stat().st_mtime, f"{tracker}: names step {step}, but {actor} is not there"))
+        elif step not in complete_steps(tracker.parent):
+            broken.append((tracker.stat().st_mtime, f"{tracker}: names step {step}, whose save did not complete"))
         elif best is None or tracker.stat().st_mtime > best[0]:
             best = (tracker.stat().st_mtime, actor)
     newest_broken = max(broken, default=None)
@@ -54,8 +54,84 @@ def latest_checkpoint(root: Path) -> Path:
             "or write the step of one that is there into that file"
         )
     if best is None:
-        raise UserError(f"{root}: no verl checkpoint (latest_checkpointed_iteration.txt) found; train first")
+        raise UserError(f"{root}: no verl checkpoint ({TRACKER}) found; train first")
     return best[1]
+
+
+def read_tracker(tracker: Path) -> tuple[int, str | None]:
+    """(the step verl's tracker names, None), or (-1 when it cannot be read, -2 when it is not a step; what is
+    wrong with it)."""
+    try:
+        step = tracker.read_text(encoding="utf-8").strip()
+    except UnicodeDecodeError:
+        return -2, "cannot read it (not UTF-8 text)"
+    except OSError as exc:
+        return -1, f"cannot read it ({exc.strerror or exc})"
+    if not re.fullmatch(r"[0-9]+", step):
+        return -2, f"says {step[:40]!r}, not a step number"
+    return int(step), None
+
+
+def complete_steps(experiment: Path) -> list[int]:
+    """The steps of an experiment folder whose save completed (verl-p40's marker, written after every file of the
+    step was fsynced). An experiment saved without markers (an older verl-p40: no `verl-p40-marked-saves` file) is
+    taken as verl took it: the tracker's step, when its folder is there."""
+    if (Path(experiment) / checkpoint_files.MARKED).exists():
+        return checkpoint_files.complete_steps(str(experiment))
+    step, problem = read_tracker(Path(experiment) / TRACKER)
+    return [step] if problem is None and (Path(experiment) / f"global_step_{step}" / "actor").is_dir() else []
+
+
+def half_written(experiment: Path) -> list[str]:
+    """The step folders whose save was cut short (no completion marker), by name."""
+    done = set(complete_steps(experiment))
+    folders = checkpoint_files.step_folders(str(experiment))
+    return [Path(folders[s]).name for s in sorted(folders) if s not in done]
+
+
+def resume_line(experiment: Path) -> str:
+    """Where a resumed run starts, in one line, naming the half-written step folders it ignores. A tracker that names
+    no complete step is pointed (durably) at the newest complete one, so verl never starts from scratch silently."""
+    tracker = Path(experiment) / TRACKER
+    done = complete_steps(experiment)
+    skipped = half_written(experiment)
+    ignored = (
+        f"; {', '.join(skipped)} ignored (its save was cut short: the step is trained and saved again)"
+        if skipped
+        else ""
+    )
+    if not done:
+        if tracker.exists():  # verl would fail on it, or resume from a folder that is not whole
+            tracker.unlink()
+        return f"no complete checkpoint in {experiment}: training from the start{ignored}"
+    step, problem = read_tracker(tracker) if tracker.exists() else (-1, "missing")
+    if problem is None and step in done:
+        return f"resuming from {experiment / f'global_step_{step}'}{ignored}"
+    checkpoint_files.write_durably(str(tracker), str(done[-1]))
+    said = problem or f"names step {step}, whose save did not complete"
+    return f"{tracker}: {said}; resuming from the newest complete checkpoint, global_step_{done[-1]}{ignored}"
+
+
+def best_checkpoint(root: Path) -> tuple[Path, str]:
+    """The actor folder of the saved step of best validation accuracy in the newest run under `root`, and the line
+    saying which step that is and by how much it is best; the newest step when no saved step was validated."""
+    latest = latest_checkpoint(root)
+    experiment = latest.parent.parent
+    validations = checkpoint_files.read_validations(str(experiment))
+    best = checkpoint_files.best_summary(validations, complete_steps(experiment))
+    if best is None:
+        step = latest.parent.name.removeprefix("global_step_")
+        return latest, f"best: no saved step of {experiment} was validated; taking the newest, step {step}"
+    line = (
+        f"best: step {best['step']} of {experiment} (validation accuracy {best['accuracy']:.1%}, "
+        f"{100 * best['gain_over_first']:+.1f} points over step {best['first_step']}"
+        + (
+            f", {100 * best['gain_over_latest']:+.1f} over the newest validation, step {best['latest_step']})"
+            if best["latest_step"] != best["step"]
+            else ")"
+        )
+    )
+    return experiment / f"global_step_{best['step']}" / "actor", line
 
 
 def is_fsdp_checkpoint(path: Path) -> bool:
@@ -79,7 +155,7 @@ def merge_command(actor: Path, target: Path) -> list[str]:
 
 def resolve_model(spec: str, checkpoints: Path) -> Path:
     """A Hugging Face model folder for `spec`, merging a verl FSDP checkpoint first when needed."""
-    path = latest_checkpoint(checkpoints) if spec == "latest" else Path(spec)
+    path = chosen(spec, checkpoints)
     if (path / "config.json").is_file() and not is_fsdp_checkpoint(path):
         return verified(path)
     if not is_fsdp_checkpoint(path):
@@ -103,6 +179,19 @@ def resolve_model(spec: str, checkpoints: Path) -> Path:
         else:
             shutil.copytree(merged, out, dirs_exist_ok=True)
     return verified(target, f"; verl's model merger wrote it from {path}")
+
+
+def chosen(spec: str, checkpoints: Path) -> Path:
+    """`latest` or `best` as an actor folder (and the line saying which step was taken), else the path given."""
+    if spec == LATEST:
+        path = latest_checkpoint(checkpoints)
+        print(f"[verl-p40] latest: {path.parent.name} of {path.parent.parent}", flush=True)
+        return path
+    if spec == BEST:
+        path, line = best_checkpoint(checkpoints)
+        print(f"[verl-p40] {line}", flush=True)
+        return path
+    return Path(spec)
 
 
 def merger_error(stderr: str) -> str:
@@ -167,7 +256,7 @@ def fold(merged: Path, actor: Path, out: Path) -> str:
 
 def saved_world_size(experiment: Path) -> tuple[Path, int] | None:
     """(the newest checkpoint's actor folder, how many processes wrote it) under an experiment folder, or None."""
-    tracker = Path(experiment) / "latest_checkpointed_iteration.txt"
+    tracker = Path(experiment) / TRACKER
     try:
         actor = Path(experiment) / f"global_step_{tracker.read_text().strip()}" / "actor"
     except OSError:
@@ -203,6 +292,8 @@ def write_run_record(record: dict) -> Path:
             before = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             before = {}
+        # what the trainer keeps in the record (every validation, the best step) outlives the resume
+        record = {**record, **{k: before[k] for k in ("validations", "best") if k in before}}
         for key in ("algorithm", "lora"):
             if key in before and before[key] != record[key]:
                 raise UserError(

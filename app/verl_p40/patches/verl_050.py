@@ -14,6 +14,7 @@ from verl_p40.patches.edit import Edit
 _BERT_PADDING = (Path(__file__).parent / "bert_padding_torch.py").read_text(encoding="utf-8")
 _P40_DTYPES = (Path(__file__).parent / "p40_dtypes.py").read_text(encoding="utf-8")
 _P40_TRIM = (Path(__file__).parent / "p40_trim.py").read_text(encoding="utf-8")
+_P40_CHECKPOINTS = (Path(__file__).parent / "p40_checkpoints.py").read_text(encoding="utf-8")
 _SEQLEN_IMPORT = "from verl.utils.seqlen_balancing import prepare_dynamic_batch, restore_dynamic_batch\n"
 _TRIM_IMPORT = _SEQLEN_IMPORT + "from verl.utils.p40_trim import forward_trimmed, length_grouped\n"
 _MODEL_CALL_ARGS = """                    input_ids=input_ids,
@@ -401,5 +402,79 @@ EDITS: list[Edit] = [
         new="                self.config.ref.use_remove_padding = use_remove_padding\n"
         '                self.config.ref.trim_padding = self.config.model.get("trim_padding", False)  # verl-p40\n',
         why="and the reference model",
+    ),
+    Edit(
+        name="p40-checkpoints",
+        file="utils/p40_checkpoints.py",
+        old=None,
+        new=_P40_CHECKPOINTS,
+        why="helpers for the checkpoint edits below: fsyncs, the completion marker, the tracker written durably, "
+        "retention after the tracker, and the best validated step (verl_p40.models.checkpoints reads the same file)",
+    ),
+    Edit(
+        name="save-starts-incomplete",
+        file="trainer/ppo/ray_trainer.py",
+        old='        actor_local_path = os.path.join(local_global_step_folder, "actor")\n',
+        new='        actor_local_path = os.path.join(local_global_step_folder, "actor")\n'
+        "        from verl.utils.p40_checkpoints import begin, commit  # verl-p40: durable saves (p40_checkpoints.py)\n"
+        "\n"
+        "        begin(local_global_step_folder)\n",
+        why="a step folder saved again (the step after a resume from an older one) kept its completion marker while "
+        "its files were rewritten; the marker goes first, so a kill during the save leaves the folder incomplete",
+    ),
+    Edit(
+        name="actor-retention-after-the-tracker",
+        file="trainer/ppo/ray_trainer.py",
+        old="            actor_local_path, actor_remote_path, self.global_steps, max_ckpt_to_keep=max_actor_ckpt_to_keep\n",
+        new="            actor_local_path, actor_remote_path, self.global_steps, max_ckpt_to_keep=None  # verl-p40: commit()\n",
+        why="verl's checkpoint manager deletes the oldest checkpoint BEFORE it writes the new one, from a list kept in "
+        "memory (empty after a resume): with max_actor_ckpt_to_keep=1 no complete checkpoint exists during a save, "
+        "and the best validated step is deleted like any other. Retention moves to commit(), after the tracker",
+    ),
+    Edit(
+        name="critic-retention-after-the-tracker",
+        file="trainer/ppo/ray_trainer.py",
+        old="                critic_local_path, critic_remote_path, self.global_steps, max_ckpt_to_keep=max_critic_ckpt_to_keep\n",
+        new="                critic_local_path, critic_remote_path, self.global_steps, max_ckpt_to_keep=None  # verl-p40\n",
+        why="the same delete-before-write in the critic's checkpoint manager",
+    ),
+    Edit(
+        name="tracker-written-durably",
+        file="trainer/ppo/ray_trainer.py",
+        old='        with open(local_latest_checkpointed_iteration, "w") as f:\n'
+        "            f.write(str(self.global_steps))\n",
+        new="        # verl-p40: the step's files fsynced, its completion marker, then the tracker (temp file, fsync, rename),\n"
+        "        # then retention: the tracker always names a complete step and one is always on disk\n"
+        "        keep = [k for k in (max_actor_ckpt_to_keep, max_critic_ckpt_to_keep if self.use_critic else None) if k]\n"
+        "        commit(os.path.dirname(local_latest_checkpointed_iteration), self.global_steps, min(keep, default=None))\n",
+        why="verl writes the tracker with a plain open('w') and no fsync: after a power cut it can be empty or name a "
+        "step whose files never reached the disk, and the run resumes from scratch or fails to load",
+    ),
+    Edit(
+        name="validation-before-training-recorded",
+        file="trainer/ppo/ray_trainer.py",
+        old='            pprint(f"Initial validation metrics: {val_metrics}")\n',
+        new='            pprint(f"Initial validation metrics: {val_metrics}")\n'
+        "            from verl.utils.p40_checkpoints import record_validation  # verl-p40: the best step's baseline\n"
+        "\n"
+        "            record_validation(self.config.trainer.default_local_dir, self.global_steps, val_metrics, False)\n",
+        why="the validation before training is what the best step's gain is measured against (the run record)",
+    ),
+    Edit(
+        name="validation-names-the-best-step",
+        file="trainer/ppo/ray_trainer.py",
+        old="                            val_metrics: dict = self._validate()\n",
+        new="                            val_metrics: dict = self._validate()\n"
+        "                            from verl.utils.p40_checkpoints import record_validation  # verl-p40\n"
+        "\n"
+        "                            save_freq = self.config.trainer.save_freq\n"
+        "                            record_validation(\n"
+        "                                self.config.trainer.default_local_dir,\n"
+        "                                self.global_steps,\n"
+        "                                val_metrics,\n"
+        "                                save_freq > 0 and (is_last_step or self.global_steps % save_freq == 0),\n"
+        "                            )\n",
+        why="nothing said which step was best: every validation is kept in the run record (verl-p40-run.json) with "
+        "the best saved step and its gain, retention never deletes that step, and a console line names it",
     ),
 ]

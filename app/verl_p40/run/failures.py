@@ -40,6 +40,11 @@ _NOSPACE = re.compile(
     r"No space left on device|PytorchStreamWriter failed writing file|file write failed"
     r"|inline_container\.cc.*unexpected pos \d+ vs \d+|basic_ios::clear: iostream error"
 )
+# a worker process gone (SIGKILL, the kernel's OOM killer, Ray's memory monitor): Ray says so in the driver
+_WORKER_DIED = re.compile(
+    r"ActorDiedError|The actor died unexpectedly|RayActorError|WorkerCrashedError|ray\.exceptions\.OutOfMemoryError"
+    r"|Task was killed due to the node running low on memory"
+)
 _NOSPACE_PATH = re.compile(r"(?:'|\")(/[^'\"]+)(?:'|\")")
 
 
@@ -55,6 +60,7 @@ class Diagnosis:
     parquet_path: str | None = None
     no_space: bool = False
     no_space_path: str | None = None
+    worker_died: bool = False
     _workers: list[str] = field(default_factory=list)
 
     def feed(self, line: str) -> None:
@@ -70,6 +76,8 @@ class Diagnosis:
         path = _PATH.search(line)
         if path and (self.parquet or "parquet" in line.lower()) and self.parquet_path is None:
             self.parquet_path = path.group(1)
+        if _WORKER_DIED.search(line):
+            self.worker_died = True
         if _NOSPACE.search(line):
             self.no_space = True
             where = _NOSPACE_PATH.search(line)
@@ -108,6 +116,13 @@ class Diagnosis:
                 f"disk full{where}: free space under the checkpoint folder, or keep fewer checkpoints "
                 "(trainer.max_actor_ckpt_to_keep=1 trainer.max_critic_ckpt_to_keep=1) or save less often "
                 "(trainer.save_freq); `verl-p40 doctor` says how much a run needs"
+            )
+        if self.worker_died:
+            return (
+                "a Ray worker of the trainer died (killed: on a P40 host usually the kernel's out-of-memory killer, "
+                "which `dmesg` or `journalctl -k` names; host memory is the p40 plan's limit): free host memory or "
+                "lower the CPU offload (`verl-p40 doctor` says how much a run needs); the same command resumes from "
+                "the newest complete checkpoint"
             )
         if self.parquet:
             where = self.parquet_path or "the data folder"

@@ -13,8 +13,10 @@ import time
 from pathlib import Path
 
 from verl_p40 import defaults
+from verl_p40.models.checkpoints import resume_line
 from verl_p40.plan.planner import RunPlan
 from verl_p40.plan.verlconfig import hydra_value
+from verl_p40.run import lock
 from verl_p40.run.failures import Diagnosis
 from verl_p40.run.trainer_log import ValidationWatch
 
@@ -43,6 +45,11 @@ def run_trainer(run: RunPlan, logs: str) -> int:
         f"+trainer.stop_file={hydra_value(str(stop_file))}",
     ]
     print(f"[verl-p40] logging to {log_path}", flush=True)
+    record = getattr(run, "record", {})  # a stand-in plan may have none
+    experiment = record.get("checkpoints")
+    locks = (lock.train_lock(experiment),) if experiment else ()  # the trainer keeps the folder's lock while it lives
+    if experiment and record.get("resume_mode", "auto") != "disable":  # where the run starts, in one line
+        print(f"[verl-p40] {resume_line(Path(experiment))}", file=sys.stderr, flush=True)
     # line-buffered: whoever follows the log (tail -f, a bench that stops the run at a step) sees each line as
     # verl prints it, not 8 KB later
     with open(log_path, "a", encoding="utf-8", buffering=1) as log:
@@ -55,6 +62,7 @@ def run_trainer(run: RunPlan, logs: str) -> int:
             text=True,
             bufsize=1,
             start_new_session=True,
+            pass_fds=locks,
         )
 
         def stop(signum, _frame):
