@@ -74,8 +74,9 @@ def needs(cfg: Any, parameters: int) -> Needs:
         notes.append("trainer.max_actor_ckpt_to_keep is unset: every checkpoint is kept")
     else:
         kept_n = int(kept)
-    # verl writes the new checkpoint before it removes the oldest: one more than kept, for a moment.
-    disk = checkpoint * (kept_n + 1) if kept_n else 0
+    # the new checkpoint is written before the oldest goes (patches/p40_checkpoints.py), and the best validated step
+    # is kept beside the newest ones: two more than kept, at most
+    disk = checkpoint * (kept_n + 2) if kept_n else 0
 
     host = HOST_OVERHEAD_BYTES
     if _get(cfg, "actor_rollout_ref.actor.fsdp_config.param_offload", False):

@@ -350,7 +350,14 @@ def paths(draft: Draft) -> Part:
         Override("trainer.default_local_dir", f"{hydra_value(str(checkpoints))}/${{trainer.experiment_name}}", MINE),
     ]
     if (data / "val.parquet").is_file():  # a slice held out to choose settings on: validate on it as the run goes
-        out.append(Override("trainer.test_freq", str(VALIDATION_EVERY), "val.parquet (prep --val-size)"))
+        # saved at every validation, so the best validated step is on disk (retention keeps it: p40_checkpoints);
+        # validated before the first step too, so the gain is measured against the model before training
+        origin = "val.parquet (prep --val-size)"
+        out += [
+            Override("trainer.test_freq", str(VALIDATION_EVERY), origin),
+            Override("trainer.save_freq", str(VALIDATION_EVERY), origin),
+            Override("trainer.val_before_train", "true", origin),
+        ]
     env = {
         "TENSORBOARD_DIR": str(Path(o.logs).expanduser().absolute() / "tensorboard"),
         **layout_mod.env(draft.layout),
