@@ -16,7 +16,8 @@ from verl_p40.plan.facts import Facts
 from verl_p40.plan.planner import plan
 from verl_p40.plan.run_options import RunOptions
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "qwen2.5-0.5b-instruct"
+# Qwen2.5-0.5B-Instruct's config.json (the tokenizer folder the tests carry): the shape every projection prices
+SHARED = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "qwen2.5-0.5b-instruct"
 # The H200's constants as calibrate() measured them under the mask (bench/results/generations-2026-11-30/bench-p40.json)
 H200 = projection.Card(
     "NVIDIA H200 (measured 2026-11-30)", 41.14, 4251.0, 22.3, "generations-2026-11-30/bench-p40.json"
