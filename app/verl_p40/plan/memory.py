@@ -151,7 +151,7 @@ def phase_peaks(shape: Shape, step: Step, sizes: Sizes) -> dict[str, float]:
     if step.critic:  # a value head: no vocabulary-wide logits
         transient = sizes.logprob_micro * step.width * (2 * shape.hidden + 3 * shape.intermediate) * FP32  # no grad
         peaks["values"] = with_("critic_params") + transient + FIXED_BYTES
-        kept_for_backward = (checkpointed if sizes.checkpointing else every) * FP32 * sizes.update_micro * step.width
+        kept_for_backward = checkpointed * FP32 * sizes.update_micro * step.width  # the critic keeps checkpointing
         peaks["update_critic"] = with_("critic_params", "critic_optimizer") + kept_for_backward + FIXED_BYTES
     return peaks
 

@@ -182,10 +182,9 @@ MEMORY_KEYS = {
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
     ),
-    "checkpointing": (
-        "actor_rollout_ref.model.enable_gradient_checkpointing",
-        "critic.model.enable_gradient_checkpointing",
-    ),
+    # the actor's only: the critic keeps its checkpointing (without it, torch 2.6's critic backward under FSDP2 failed
+    # with "modified by an inplace operation" in the Docker e2e of 2026-12-02)
+    "checkpointing": ("actor_rollout_ref.model.enable_gradient_checkpointing",),
 }
 STATE_KEYS = {  # memory.STATES -> the offload key that keeps it off the GPU
     "actor_optimizer": "actor_rollout_ref.actor.fsdp_config.optimizer_offload",
@@ -259,6 +258,12 @@ def memory_plan(draft: Draft) -> Part:
     user = draft.user_sets
     fixed = {name for name, keys in MEMORY_KEYS.items() if any(k in user for k in keys)}
     fixed |= {state for state, key in STATE_KEYS.items() if key in user}
+    from omegaconf import OmegaConf
+
+    if OmegaConf.select(preview(draft.user), "actor_rollout_ref.actor.strategy") != "fsdp" or (
+        draft.profile.verl.get("actor_rollout_ref", {}).get("actor", {}).get("strategy", "fsdp") != "fsdp"
+    ):
+        fixed.add("checkpointing")  # measured without it on FSDP1 only: FSDP2 keeps the profile's checkpointing
     usable = mem.usable_bytes(card, draft.options.gpu_memory_cap_gb)
     budget = mem.BUDGET * usable
     # a card as large as the one the profile was measured on runs the profile's own sizes at least
