@@ -64,11 +64,14 @@ export VERL_P40_IMAGE=verl-p40 VERL_P40_TAG=e2e PULL_POLICY=never PROFILE=p40 DO
   EXPORT_ARGS="--model latest --out /exports --gguf f16"
 project=verl-p40-e2e
 dc() { /usr/bin/docker compose -p "$project" -f docker-compose.yml -f tests/e2e/compose.cpu.yaml "$@"; }
+# every profile's containers too: a plain `down` leaves a gpu-monitor of an earlier run (profile monitor), whose
+# network it removes and whose logs volume it keeps, so the next `up -d gpu-monitor` fails with "network not found"
+dc_down() { dc --profile "*" down -v --remove-orphans >/dev/null 2>&1 || true; }
 in_volume() {  # in_volume VOLUME COMMAND...: a command in a throwaway container of the image, the volume at /v
   /usr/bin/docker run --rm --entrypoint "" -v "${project}_$1:/v" "${in_image:-$image}" "${@:2}"
 }
 latest_step() { in_volume checkpoints sh -c 'cat /v/*/latest_checkpointed_iteration.txt 2>/dev/null || echo none'; }
-dc down -v --remove-orphans >/dev/null 2>&1 || true
+dc_down
 
 step "docker compose up trainer: model-fetch, data-prep, doctor, then 2 steps of verl's loop (exit code: the trainer's)"
 TRAIN_ARGS="$cpu trainer.total_training_steps=2" dc up --exit-code-from trainer trainer && rc=0 || rc=$?
@@ -150,7 +153,7 @@ echo "host folder exports: entries by uid: $exports_owners"
 expect "the exports folder and its files owned by uid 1000" sh -c "! echo '$exports_owners' | tr ';' '\n' | grep -v '^\$' | grep -qv ' 1000\$'"
 
 step "clean up"
-dc down -v --remove-orphans >/dev/null 2>&1 || true
+dc_down
 
 # Another host: the image from a real registry, and from a file. Each on an engine of its own with an empty data root
 # (one engine at a time: two on one host fight over docker0), each a short `up trainer` (1 step) to a saved checkpoint.
@@ -176,7 +179,7 @@ if [ "${REGISTRY:-1}" != 0 ]; then
     grep -E "Pulling|Pulled|pull access|Building|step:1 " "$E2E_DIR/$1.log" | sed 's/^[^|]*| //' | cut -c1-160 | head -6
     check "up trainer ($1: fetch, prep, doctor, 1 step)" 0 "$rc"
     expect "a checkpoint of step 1 in the new engine's checkpoints volume" test "$(latest_step)" = 1
-    dc down -v --remove-orphans >/dev/null 2>&1 || true
+    dc_down
   }
 
   # what this part started is stopped by its pid however the script ends
