@@ -225,24 +225,10 @@ def _run(
     from verl_p40.run.trainer import run_trainer
     from verl_p40.run.trainer_log import read_steps
 
-    source = Path(options.model).expanduser()
     reuse = keep is not None and kept_model(keep)
-    model = keep if reuse else work / "model"
-    if not reuse:
-        print(f"[bench] random weights of {source}'s shape -> {model}", flush=True)
-        make_random_model(source, model)
+    model = _bench_model(Path(options.model).expanduser(), keep if reuse else work / "model", reuse)
     shape = projection.Shape.from_config(json.loads((model / "config.json").read_text()))
-    options.model = str(model)
-    options.checkpoints = str(work / "checkpoints")
-    options.sets = [
-        *options.sets,
-        f"trainer.total_training_steps={steps}",
-        "trainer.save_freq=-1",
-        "trainer.test_freq=-1",
-        "trainer.val_before_train=false",
-        "trainer.resume_mode=disable",
-        "trainer.experiment_name=bench",
-    ]
+    _bench_options(options, model, work, steps)
     run_plan = plan(options)
     for note in run_plan.notes:
         print(f"[verl-p40] {note}", flush=True)
@@ -265,16 +251,7 @@ def _run(
         "environment": environment(),
         "profile": run_plan.profile.name,
         "notes": run_plan.notes,
-        "settings": {
-            "model_parameters": shape.parameters,
-            "train_batch_size": int(cfg.data.train_batch_size),
-            "rollout_n": int(cfg.actor_rollout_ref.rollout.n),
-            "rollout": cfg.actor_rollout_ref.rollout.name,
-            "algorithm": cfg.algorithm.adv_estimator,
-            "max_prompt_length": int(cfg.data.max_prompt_length),
-            "max_response_length": int(cfg.data.max_response_length),
-            "gpu_memory_cap_gb": options.gpu_memory_cap_gb,
-        },
+        "settings": _settings(cfg, shape, options.gpu_memory_cap_gb),
         "wall_s": round(wall, 1),
         **summarise(measured, cfg, shape, card),
         "memory": sampler.peaks(),
@@ -286,6 +263,44 @@ def _run(
         keep_model(model, keep)
     save(folder, out, result)
     return result
+
+
+def _bench_model(source: Path, model: Path, reuse: bool) -> Path:
+    """The model the bench trains: a kept one, or random weights of the source's shape written to `model`."""
+    if not reuse:
+        print(f"[bench] random weights of {source}'s shape -> {model}", flush=True)
+        make_random_model(source, model)
+    return model
+
+
+def _bench_options(options, model: Path, work: Path, steps: int) -> None:
+    """The user's train options made a bench: its model, its own checkpoints folder, `steps` steps, no save, no
+    validation, no resume."""
+    options.model = str(model)
+    options.checkpoints = str(work / "checkpoints")
+    options.sets = [
+        *options.sets,
+        f"trainer.total_training_steps={steps}",
+        "trainer.save_freq=-1",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        "trainer.resume_mode=disable",
+        "trainer.experiment_name=bench",
+    ]
+
+
+def _settings(cfg: Any, shape: projection.Shape, cap_gb: float | None) -> dict:
+    """What the result's numbers depend on, from the composed config."""
+    return {
+        "model_parameters": shape.parameters,
+        "train_batch_size": int(cfg.data.train_batch_size),
+        "rollout_n": int(cfg.actor_rollout_ref.rollout.n),
+        "rollout": cfg.actor_rollout_ref.rollout.name,
+        "algorithm": cfg.algorithm.adv_estimator,
+        "max_prompt_length": int(cfg.data.max_prompt_length),
+        "max_response_length": int(cfg.data.max_response_length),
+        "gpu_memory_cap_gb": cap_gb,
+    }
 
 
 def lines(result: dict) -> list[str]:
