@@ -21,6 +21,7 @@ def gpus(*kinds):
 
 
 def composed(monkeypatch, found, model, **options):
+    options.setdefault("algorithm", "ppo")  # the profile's own batch: PPO's one answer a prompt, with a critic
     run = plan(RunOptions(model=str(model), **options), Facts(gpus=tuple(found) if found is not None else None))
     return run, run.config()
 
@@ -151,6 +152,8 @@ def test_a_checkpoint_of_another_gpu_count_is_refused_in_one_line(tiny_model, pr
         str(prepared),
         "--checkpoints",
         str(tmp_path / "ckpt"),
+        "--algorithm",
+        "ppo",
     ]
     result = cli(*args)
     assert result.returncode == 2 and "Traceback" not in result.stderr

@@ -27,7 +27,7 @@ def test_every_profile_composes_against_verl_config(name):
 def test_p40_profile_is_fp32_sdpa_hf_without_compile():
     from verl_p40.plan.verlconfig import compose
 
-    cfg = compose(plan(RunOptions(profile="p40")).overrides)
+    cfg = compose(plan(RunOptions(profile="p40", algorithm="ppo")).overrides)
     arr = cfg.actor_rollout_ref
     assert cfg.algorithm.adv_estimator == "gae"
     for fsdp in (arr.actor.fsdp_config, arr.ref.fsdp_config, cfg.critic.model.fsdp_config):
