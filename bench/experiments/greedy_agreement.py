@@ -1,0 +1,145 @@
+"""Greedy-answer agreement of the memory plan's generation (issue 41): the trainer's own validation rollout of the
+test split's first questions, in the chunks the p40 profile used before the memory plan (64 prompts at once) and in
+the plan's (all at once), real weights, under the Pascal mask with the 24 GB cap.
+
+Two validation-only `verl-p40 train` runs (`trainer.val_only=true`) of the GSM8K recipe on the same 256 questions
+(the first 256 of the test split, in order), verl dumping every answer (`trainer.validation_data_dir`); then the
+first 64 answers compared text for text, with the first divergence shown (where it starts and both continuations).
+
+    python3 bench/experiments/greedy_agreement.py run --model /tmp/qwen-real --test /tmp/gsm8k/test.parquet \
+        --train /tmp/gsm8k/train.parquet --work /tmp/agree      (setsid on the GPU)
+    python3 bench/experiments/greedy_agreement.py compare --work /tmp/agree --out $OUT/agree
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from lib.device_runs import mask_env  # noqa: E402
+from lib.real_runs import ray_stop  # noqa: E402
+
+QUESTIONS = 256
+COMPARED = 64
+# name: the chunk size (None: the memory plan's own)
+CHUNKS: dict[str, int | None] = {"chunk64": 64, "plan": None}
+P40_CLI = ["--profile", "p40", "--gpu-memory-cap-gb", "24", "--skip-check", "kernels"]
+
+
+def command(name: str, model: str, work: Path) -> list[str]:
+    chunk = CHUNKS[name]
+    return [
+        sys.executable,
+        "-m",
+        "verl_p40.cli",
+        "train",
+        "--algorithm",
+        "grpo-gsm8k",
+        *P40_CLI,
+        "--model",
+        model,
+        "--data",
+        str(work / "data"),
+        "--checkpoints",
+        str(work / name / "ckpt"),
+        "--logs",
+        str(work / name / "logs"),
+        "trainer.val_only=true",
+        "trainer.val_before_train=true",
+        "trainer.resume_mode=disable",
+        f"trainer.validation_data_dir={work / name / 'answers'}",
+        *([f"actor_rollout_ref.rollout.micro_batch_size={chunk}"] if chunk else []),
+    ]
+
+
+def run(args: argparse.Namespace) -> None:
+    import pandas as pd
+
+    work = Path(args.work)
+    (work / "data").mkdir(parents=True, exist_ok=True)
+    test = pd.read_parquet(args.test)
+    test.head(QUESTIONS).to_parquet(work / "data" / "val.parquet")
+    test.to_parquet(work / "data" / "test.parquet")
+    pd.read_parquet(args.train).to_parquet(work / "data" / "train.parquet")
+    for name in CHUNKS:
+        cmd = command(name, args.model, work)
+        print(f"[agreement] {name}: $ {shlex.join(cmd)}", flush=True)
+        (work / f"{name}.command").write_text("verl-p40 " + shlex.join(cmd[4:]) + "\n")
+        ray_stop()
+        code = subprocess.run(cmd, env=mask_env("6.1")).returncode
+        (work / f"{name}.exit").write_text(f"{code}\n")
+    ray_stop()
+    (work / "done").touch()
+
+
+def answers(folder: Path) -> list[dict]:
+    files = sorted(folder.glob("*.jsonl"))
+    if not files:
+        raise SystemExit(f"no answers under {folder}: did the run finish? (see its log under {folder.parent}/logs)")
+    return [json.loads(line) for line in files[-1].read_text().splitlines() if line.strip()]
+
+
+def compare(before: list[dict], after: list[dict], count: int = COMPARED) -> dict:
+    """Text-for-text agreement of the first `count` answers; the first divergence with both continuations."""
+    pairs = list(zip(before[:count], after[:count]))
+    if any(a["input"] != b["input"] for a, b in pairs):
+        raise SystemExit("the two runs answered different questions in a different order")
+    differing = [i for i, (a, b) in enumerate(pairs) if a["output"] != b["output"]]
+    result = {
+        "compared": len(pairs),
+        "identical": len(pairs) - len(differing),
+        "differing_rows": differing,
+        "score_before": sum(a["score"] for a, _ in pairs),
+        "score_after": sum(b["score"] for _, b in pairs),
+        "score_changed_rows": [i for i, (a, b) in enumerate(pairs) if a["score"] != b["score"]],
+    }
+    if differing:
+        a, b = pairs[differing[0]][0]["output"], pairs[differing[0]][1]["output"]
+        at = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        result["first_divergence"] = {
+            "row": differing[0],
+            "chars_in_common": at,
+            "answer_chars": [len(a), len(b)],
+            "common_tail": a[max(0, at - 160) : at],
+            "before_continues": a[at : at + 200],
+            "after_continues": b[at : at + 200],
+        }
+    return result
+
+
+def report(args: argparse.Namespace) -> None:
+    work, out = Path(args.work), Path(args.out)
+    before, after = answers(work / "chunk64" / "answers"), answers(work / "plan" / "answers")
+    result = {
+        "what": f"the trainer's greedy validation answers to the test split's first {COMPARED} questions (of "
+        f"{QUESTIONS} validated at once), generation in chunks of 64 (the p40 profile before the memory plan) and "
+        "in the memory plan's chunk; real-weights proxy, Pascal mask, 24 GB cap",
+        "commands": {n: (work / f"{n}.command").read_text().strip() for n in CHUNKS},
+        "exit": {n: int((work / f"{n}.exit").read_text()) for n in CHUNKS},
+        **compare(before, after),
+        "all_256": {k: v for k, v in compare(before, after, QUESTIONS).items() if k in ("compared", "identical")},
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "agreement.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k != "first_divergence"}, indent=1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("action", choices=("run", "compare"))
+    parser.add_argument("--model", default="/tmp/qwen-real")
+    parser.add_argument("--test", default="/tmp/gsm8k/test.parquet")
+    parser.add_argument("--train", default="/tmp/gsm8k/train.parquet")
+    parser.add_argument("--work", default="/tmp/agree")
+    parser.add_argument("--out", default="/tmp/agree/out")
+    args = parser.parse_args()
+    (run if args.action == "run" else report)(args)
+
+
+if __name__ == "__main__":
+    main()
