@@ -170,6 +170,8 @@ def run_all(args: argparse.Namespace) -> None:
         print(f"[speed_run] {name}: $ {shlex.join(command)}", flush=True)
         ray_stop()
         audit = work / name / "audit.jsonl" if name.endswith("-audit") else None
+        if audit:  # the mask writes it from the first process on: without its folder that process exits 1
+            audit.parent.mkdir(parents=True, exist_ok=True)
         started = time.time()
         code = subprocess.run(command, env=mask_env(RUNS[name][0], audit)).returncode
         try:
