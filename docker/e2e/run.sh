@@ -47,7 +47,9 @@ rm -rf "$E2E_DIR/source-model" "$E2E_DIR/exports"
   python /e2e/tiny_model.py /e2e/tokenizer /e2e/out/source-model
 ls "$E2E_DIR/source-model"
 
-# The product's variables (.env.example) for this machine; the CPU run's verl values go through TRAIN_ARGS.
+# The product's variables (.env.example) for this machine; the CPU run's verl values go through TRAIN_ARGS. The
+# seed's PPO (one answer a prompt) and no validation slice keep a CPU step short: the default recipe's 8 answers a
+# prompt and its validations are the unit tests' (tests/unit_plan, tests/image).
 cpu="trainer.device=cpu actor_rollout_ref.actor.strategy=fsdp2 actor_rollout_ref.ref.strategy=fsdp2 critic.strategy=fsdp2"
 cpu="$cpu data.dataloader_num_workers=0 trainer.logger=[console] data.train_batch_size=4"
 cpu="$cpu actor_rollout_ref.actor.ppo_mini_batch_size=2 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2"
@@ -58,7 +60,7 @@ cpu="$cpu critic.model.fsdp_config.param_offload=false critic.model.fsdp_config.
 cpu="$cpu trainer.ray_wait_register_center_timeout=180 trainer.save_freq=1"
 export VERL_P40_IMAGE=verl-p40 VERL_P40_TAG=e2e PULL_POLICY=never PROFILE=p40 DOCTOR_SKIP=gpu,kernels,compute \
   MODEL_FROM=/source-model MODEL_SOURCE_DIR=$E2E_DIR/source-model \
-  GSM8K_SOURCE=/source GSM8K_SOURCE_DIR=$repo/tests/fixtures/gsm8k VAL_SIZE=0 SHM_SIZE=2gb \
+  GSM8K_SOURCE=/source GSM8K_SOURCE_DIR=$repo/tests/fixtures/gsm8k VAL_SIZE=0 ALGORITHM=ppo SHM_SIZE=2gb \
   EXPORT_DIR=$E2E_DIR/exports \
   EVAL_ARGS="--model /models/Qwen2.5-0.5B-Instruct --compare latest --data /data/gsm8k/test.parquet --out /logs/eval --device cpu --limit 3 --max-new-tokens 8" \
   EXPORT_ARGS="--model latest --out /exports --gguf f16"

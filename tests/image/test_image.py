@@ -135,7 +135,10 @@ def test_compose_services_volumes_and_wiring(compose):
     }
     assert {v["target"]: v["source"] for v in doctor["volumes"]} == mounts
     assert trainer["environment"]["VERL_P40_PROFILE"] == "auto" == doctor["environment"]["VERL_P40_PROFILE"]
-    assert trainer["environment"]["VERL_P40_ALGORITHM"] == "ppo" and trainer["environment"]["VERL_P40_LORA_RANK"] == "0"
+    assert trainer["environment"]["VERL_P40_ALGORITHM"] == "grpo-gsm8k"  # the GSM8K recipe, by default
+    assert trainer["environment"]["VERL_P40_LORA_RANK"] == "0"
+    # the default run is validated: data-prep holds 256 train rows out as val.parquet
+    assert services["data-prep"]["environment"]["VERL_P40_VAL_SIZE"] == "256"
     monitor = services["gpu-monitor"]
     assert [(p["host_ip"], p["target"]) for p in monitor["ports"]] == [("127.0.0.1", 9400)]
     # without a driver the monitor exits 3 with its line: a restart policy would repeat it in a loop
@@ -383,7 +386,9 @@ def test_trainer_entrypoint_dry_run_reads_the_profile_from_the_environment(tiny_
     assert "verl.trainer.main_ppo" in result.stdout and "VERL_P40_GPU_MEMORY_CAP_GB=24" in result.stdout
     assert f"actor_rollout_ref.model.path={tiny_model}" in result.stdout
     assert "trainer.total_training_steps=3" in result.stdout
-    assert "algorithm.adv_estimator=gae" in result.stdout and "actor_rollout_ref.model.lora_rank" not in result.stdout
+    # the default algorithm is the GSM8K recipe
+    assert "algorithm.adv_estimator=grpo" in result.stdout and "actor_rollout_ref.rollout.n=8" in result.stdout
+    assert "actor_rollout_ref.model.lora_rank" not in result.stdout
 
 
 def test_trainer_entrypoint_takes_the_algorithm_and_lora_from_the_environment(tiny_model, prepared):

@@ -228,7 +228,7 @@ def test_disk_and_memory_estimates_for_the_real_05b_shape(tokenizer_dir):
 
     parameters = budget.model_parameters(tokenizer_dir)
     assert 494.0e6 < parameters < 494.1e6  # Qwen2.5-0.5B: 494.03M
-    need = budget.needs(plan(RunOptions(profile="p40")).config(), parameters)
+    need = budget.needs(plan(RunOptions(algorithm="ppo", profile="p40")).config(), parameters)
     assert need.checkpoints_kept == 2
     assert round(need.checkpoint_bytes / 1e9, 1) == 11.9  # actor and critic: fp32 weights + Adam states
     # offloaded on a P40 by the memory plan: critic weights 1.98 + optimizer 3.95, and Ray 4 (the actor's Adam states

@@ -34,7 +34,7 @@ PROFILE_SIZES = [
 
 
 def _run(profile="p40", *sets):
-    options = RunOptions(profile=profile, sets=[*PROFILE_SIZES, *sets])
+    options = RunOptions(algorithm="ppo", profile=profile, sets=[*PROFILE_SIZES, *sets])
     return projection.run_from_config(plan(options).config(), generated=256)
 
 
@@ -98,7 +98,7 @@ def test_bench_summary_from_recorded_steps(shape):
         }
         for i in range(1, 5)
     ]
-    cfg = plan(RunOptions(profile="p40")).config()
+    cfg = plan(RunOptions(algorithm="ppo", profile="p40")).config()
     card = projection.Card("H200 (measured)", 45.0, 4000.0, 40.0, "test")
     summary = benchmark.summarise(steps, cfg, shape, card)
     assert summary["seconds_per_step"] == 20.0 and summary["prompts_per_s"] == 3.2  # warm-up step left out
@@ -116,11 +116,11 @@ def test_bench_summary_from_recorded_steps(shape):
 
 
 def test_trimmed_width_only_where_trimming_is_on(shape):
-    cfg = plan(RunOptions(profile="p40")).config()
+    cfg = plan(RunOptions(algorithm="ppo", profile="p40")).config()
     assert projection.run_from_config(cfg, 256, (150.0, 256.0)).width == 406
     assert projection.run_from_config(cfg, 256, (400.0, 256.0)).width == 576  # never wider than verl's own
     assert projection.run_from_config(cfg, 256).width == 576  # no lengths logged: the full width
-    off = plan(RunOptions(profile="p40", sets=["actor_rollout_ref.model.trim_padding=false"])).config()
+    off = plan(RunOptions(algorithm="ppo", profile="p40", sets=["actor_rollout_ref.model.trim_padding=false"])).config()
     assert projection.run_from_config(off, 256, (150.0, 256.0)).width == 576
     narrow, wide = (
         projection.phases(shape, projection.run_from_config(cfg, 256, lengths))["ref"]["flops"]

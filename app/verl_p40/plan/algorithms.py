@@ -19,7 +19,7 @@ from typing import Any
 from verl_p40 import UserError
 from verl_p40.plan.profiles import Settings, config_dir, read
 
-DEFAULT = "ppo"
+DEFAULT = "grpo-gsm8k"
 
 
 def folder() -> Path:
