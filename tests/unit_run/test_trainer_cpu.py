@@ -16,6 +16,8 @@ from conftest import REPO, make_tiny_qwen
 from verl_p40.run.trainer_log import read_steps
 
 BIN = Path(sys.executable).parent
+# `verl-p40 train` of the seed's PPO (a critic too) with the p40 profile; a test naming another --algorithm wins
+TRAIN = [sys.executable, "-m", "verl_p40.cli", "train", "--algorithm", "ppo", "--profile", "p40"]
 CPU_OVERRIDES = [  # what a CPU needs on top of the p40 profile, plus a tiny batch
     "trainer.device=cpu",
     "actor_rollout_ref.actor.strategy=fsdp2",
@@ -106,12 +108,7 @@ def run_dirs(tokenizer_dir, gsm8k_dir, tmp_path_factory):
 def _train(cluster, dirs, logs, steps, *options):
     return subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "verl_p40.cli",
-            "train",
-            "--profile",
-            "p40",
+            *TRAIN,
             "--model",
             str(dirs["model"]),
             "--data",
@@ -372,12 +369,7 @@ def test_sigterm_saves_the_step_in_progress_and_the_same_command_resumes_from_it
 
     dirs = {**run_dirs, "checkpoints": tmp_path / "ckpt"}
     command = [
-        sys.executable,
-        "-m",
-        "verl_p40.cli",
-        "train",
-        "--profile",
-        "p40",
+        *TRAIN,
         "--model",
         str(dirs["model"]),
         "--data",
@@ -422,12 +414,7 @@ def test_a_zero_byte_parquet_ends_with_the_trainers_one_line(cluster, run_dirs, 
     (data / "test.parquet").write_bytes((run_dirs["data"] / "test.parquet").read_bytes())
     result = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "verl_p40.cli",
-            "train",
-            "--profile",
-            "p40",
+            *TRAIN,
             "--model",
             str(run_dirs["model"]),
             "--data",
@@ -464,12 +451,7 @@ def test_checkpoints_on_a_full_disk_end_with_the_trainers_one_line(cluster, run_
     try:
         result = subprocess.run(
             [
-                sys.executable,
-                "-m",
-                "verl_p40.cli",
-                "train",
-                "--profile",
-                "p40",
+                *TRAIN,
                 "--model",
                 str(run_dirs["model"]),
                 "--data",
@@ -576,7 +558,11 @@ def test_sigkill_in_a_save_a_second_trainer_then_resume_and_best(cluster, run_di
     keep = ["trainer.max_actor_ckpt_to_keep=1", "trainer.max_critic_ckpt_to_keep=1", "trainer.save_freq=1"]
 
     def command(name: str, steps: int) -> list[str]:
-        run = [sys.executable, "-m", "verl_p40.cli", "train", "--profile", "p40", "--model", str(dirs["model"])]
+        run = [
+            *TRAIN,
+            "--model",
+            str(dirs["model"]),
+        ]
         run += ["--data", str(dirs["data"]), "--checkpoints", str(dirs["checkpoints"])]
         run += ["--logs", str(tmp_path / f"logs-{name}"), *CPU_OVERRIDES, *keep, "trainer.test_freq=1"]
         return [*run, "trainer.val_before_train=false", f"trainer.total_training_steps={steps}"]
@@ -659,7 +645,11 @@ def test_a_killed_ray_worker_ends_the_run_in_one_line_and_keeps_the_checkpoint(c
     experiment = tmp_path / "ckpt" / "model-gsm8k-ppo"
     with open(tmp_path / "d.out", "w") as out:
         worker_run = subprocess.Popen(
-            [sys.executable, "-m", "verl_p40.cli", "train", "--profile", "p40", "--model", str(run_dirs["model"])]
+            [
+                *TRAIN,
+                "--model",
+                str(run_dirs["model"]),
+            ]
             + ["--data", str(run_dirs["data"]), "--checkpoints", str(tmp_path / "ckpt"), "--logs", str(tmp_path / "l")]
             + [*CPU_OVERRIDES, "trainer.save_freq=1", "trainer.total_training_steps=4"],
             **{"env": cluster, "cwd": REPO, "stdout": out, "stderr": subprocess.PIPE, "text": True},
@@ -686,3 +676,103 @@ def test_a_killed_ray_worker_ends_the_run_in_one_line_and_keeps_the_checkpoint(c
     assert step >= 1 and "verl-p40-complete" in _files(experiment / f"global_step_{step}")
     if step == 1:
         assert _files(experiment / "global_step_1") == step1
+
+
+def test_killed_at_ten_random_moments_of_its_saves_every_copy_resumes_from_a_complete_step(cluster, run_dirs, tmp_path):
+    """SIGKILL at random moments of verl's real saves, at least 10 in one run (a trainer start per moment would cost
+    CI minutes each): at a seeded random poll while a step folder has no completion marker, every process of the run
+    is stopped at once (SIGSTOP: like a SIGKILL, nothing more of the run reaches the disk), the experiment folder is
+    copied as the kill would leave it, and the run goes on (SIGCONT). Two more copies come from moments between saves.
+    Each copy must then resume from its newest complete step (models/checkpoints.py's resume_line, what `train`
+    runs), naming the half-written one; every complete step in any copy holds the same bytes as in every other copy,
+    and its .pt files load. (The real trainer resuming such a copy, naming the cut step: the test above.)"""
+    import hashlib
+    import random
+    import shutil
+    import signal
+    import time
+
+    import torch
+
+    from verl_p40.models import checkpoints
+    from verl_p40.patches import p40_checkpoints as marks
+
+    rng = random.Random(44)
+    steps = 6  # 16 prompts, 4 a step: two epochs hold them
+    root = tmp_path / "ckpt"
+    experiment = root / "model-gsm8k-ppo"
+    command = [*TRAIN]
+    command += ["--model", str(run_dirs["model"]), "--data", str(run_dirs["data"]), "--checkpoints", str(root)]
+    command += ["--logs", str(tmp_path / "logs"), *CPU_OVERRIDES, "trainer.save_freq=1", "trainer.test_freq=-1"]
+    command += ["trainer.max_actor_ckpt_to_keep=1", "trainer.max_critic_ckpt_to_keep=1"]
+    command += ["trainer.val_before_train=false", "trainer.total_epochs=2", f"trainer.total_training_steps={steps}"]
+
+    def saving() -> int | None:
+        """The step whose save is under way: its folder is there, its completion marker not yet, and it is newer
+        than every complete step (an older folder without its marker is one that retention is deleting)."""
+        folders = {int(f.name.removeprefix("global_step_")): f for f in experiment.glob("global_step_*")}
+        done = [n for n, f in folders.items() if (f / marks.COMPLETE).exists()]
+        under_way = [n for n in folders if n not in done and n > max(done, default=0)]
+        return max(under_way, default=None)
+
+    def signal_all(pids: list[int], sig: int) -> None:
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    copies: list[tuple[Path, int | None]] = []  # (the copy, the step whose save it cut; None: between saves)
+    cut: dict[int, int] = {}
+    spread: list[int | None] = []  # files of the cut step on disk at each moment: where in the save it fell
+    with open(tmp_path / "run.out", "w") as out:
+        run = subprocess.Popen(command, env=cluster, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, text=True)
+    pids: list[int] = []
+    try:
+        deadline = time.time() + 600
+        while run.poll() is None and time.time() < deadline:
+            step = saving() if experiment.is_dir() else None
+            # saves of steps 2..6 (step 1 has no complete step before it), at most 3 moments each, at random polls
+            pick = step is not None and step >= 2 and cut.get(step, 0) < 3 and rng.random() < 0.05
+            between = step is None and (experiment / marks.MARKED).exists() and rng.random() < 0.002
+            if pick or (between and sum(s is None for _, s in copies) < 2):
+                pids = pids or [run.pid, *_children(run.pid), *_ray_workers(cluster, "TaskRunner", "WorkerDict")]
+                signal_all(pids, signal.SIGSTOP)
+                try:
+                    step = saving()  # what is on disk now, frozen
+                    copy = tmp_path / "copies" / str(len(copies)) / experiment.name
+                    shutil.copytree(experiment, copy, symlinks=True)
+                finally:
+                    signal_all(pids, signal.SIGCONT)
+                copies.append((copy, step))
+                spread.append(len(list((copy / f"global_step_{step}").rglob("*"))) if step else None)
+                if step is not None:
+                    cut[step] = cut.get(step, 0) + 1
+            time.sleep(rng.uniform(0, 0.003))
+        assert run.wait(timeout=120) == 0, (tmp_path / "run.out").read_text()[-4000:]
+    finally:
+        signal_all(pids, signal.SIGCONT)
+        if run.poll() is None:
+            _kill_like_a_container(cluster, run.pid)
+    in_saves = [c for c, s in copies if s is not None]
+    assert len(in_saves) >= 10, f"only {len(in_saves)} moments inside a save ({cut}); {len(copies)} copies in all"
+    print(f"moments: {len(copies)} copies, cut saves {cut}, files of the cut step at each: {spread}")
+
+    seen: dict[tuple[int, str], str] = {}  # (step, file) -> sha256, across every copy
+    for copy, step in copies:
+        done = checkpoints.complete_steps(copy)
+        assert done and done[-1] >= 1, copy
+        if step is not None:
+            assert done[-1] == step - 1 and step not in done, (copy, step, done)  # the cut step is not taken
+        line = checkpoints.resume_line(copy)
+        assert f"global_step_{done[-1]}" in line and "resuming from" in line and "from the start" not in line, line
+        ignored = checkpoints.half_written(copy)
+        assert (f"global_step_{step} ignored" in line) == (step is not None and f"global_step_{step}" in ignored), line
+        assert (copy / checkpoints.TRACKER).read_text().strip() == str(done[-1])  # what verl reads on resume
+        for finished in done:
+            folder = copy / f"global_step_{finished}"
+            for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+                digest = hashlib.sha256(path.read_bytes()).hexdigest()
+                assert seen.setdefault((finished, str(path.relative_to(folder))), digest) == digest, path
+                if path.suffix == ".pt":
+                    torch.load(path, map_location="cpu", weights_only=False)
