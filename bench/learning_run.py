@@ -4,9 +4,10 @@ The learning issue's run, on one GPU or several, with the real-weights proxy (Qw
 Qwen2.5-0.5B-Instruct's exact shape, staged as in bench/results/README.md, "Real weights"), in one of two modes:
 - `--mode p40`: every process sees a Tesla P40 (the Pascal mask), `--profile p40 --gpu-memory-cap-gb 24`: the path
   a P40 owner runs, at the masked H200's speed;
-- `--mode fast`: the same recipe unmasked with the hardware used (`--profile ampere`, TF32 by `--tf32 auto`, and the
-  FAST_SETS values below: states kept on the GPU, generation in one batch), so that a learning check of the order
-  of an epoch fits one GPU session. Its curve stands for the P40 path when a p40-mode run tracks it.
+- `--mode fast`: the same recipe unmasked, with nothing but what a user passes (`--profile auto`: the ampere profile
+  on an H200, TF32 by `--tf32 auto`, and the memory plan's sizes for the card: states kept on the GPU, generation in
+  one chunk), so that a learning check of tens of steps fits one GPU session. Its curve stands for the P40 path
+  when a p40-mode run tracks it.
 After `bash .gpu-bundle/install.sh && VERL_P40_NO_RANDOM=1 source bench/device/gpu_setup.sh`, in device calls kept
 back to back (/tmp lives only while the machine stays warm):
 
@@ -71,20 +72,16 @@ MODES = {
         "sets": [],
         "setup": "Pascal mask PASCAL_MASK_CC=6.1 (Tesla P40), 24 GB cap per process, audit off",
     },
-    # what an unmasked H200 (141 GB) allows: nothing offloaded, generation and log-probs in large batches
+    # the product's own plan on the unmasked GPU, as a user runs it: the auto profile (ampere on an H200, TF32 by
+    # --tf32 auto) and the memory plan's sizes for the card's memory (on an H200: nothing offloaded, generation in
+    # one chunk, large micro-batches). The hand-set sizes this mode had before the memory plan ran 41.5 s a step
+    # against the plan's 39.9 (bench/results/speed-2026-12-02: h200-hand, h200-plain); they are gone.
     "fast": {
-        "profile": "ampere",
+        "profile": "auto",
         "mask": None,
-        "cli": ["--tf32", "auto"],
-        "sets": [
-            "actor_rollout_ref.rollout.micro_batch_size=256",
-            "actor_rollout_ref.actor.fsdp_config.optimizer_offload=false",
-            "actor_rollout_ref.ref.fsdp_config.param_offload=false",
-            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
-            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32",
-            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=32",
-        ],
-        "setup": "unmasked, the ampere profile with TF32 and the bench's FAST_SETS (no offload, large batches)",
+        "cli": [],
+        "sets": [],
+        "setup": "unmasked, the product's plan as a user runs it (--profile auto, the memory plan; no hand-set sizes)",
     },
 }
 

@@ -74,8 +74,9 @@ def test_stop_only_leaves_a_note_for_the_session(tmp_path, monkeypatch):
 
 
 def test_the_fast_mode_runs_the_same_recipe_unmasked_through_the_cli(tmp_path):
-    """The fast path is the product's CLI with a profile and --set values, never a fork; the p40 mode is the P40 path
-    (mask, 24 GB cap). Both train the one recipe with the same validation settings."""
+    """The fast path is the product's CLI as a user runs it (the auto profile, the memory plan: no hand-set sizes),
+    never a fork; the p40 mode is the P40 path (mask, 24 GB cap). Both train the one recipe with the same validation
+    settings."""
     import argparse
 
     args = argparse.Namespace(mode="fast", test_freq=5, save_freq=10, steps=100, override=[])
@@ -85,10 +86,16 @@ def test_the_fast_mode_runs_the_same_recipe_unmasked_through_the_cli(tmp_path):
     for command in (fast, p40):
         assert command[command.index("--algorithm") + 1] == "grpo-gsm8k"
         assert "trainer.test_freq=5" in command and "trainer.val_before_train=true" in command
-    assert fast[fast.index("--profile") + 1] == "ampere" and "--gpu-memory-cap-gb" not in fast
+    assert fast[fast.index("--profile") + 1] == "auto" and "--gpu-memory-cap-gb" not in fast
     assert p40[p40.index("--profile") + 1] == "p40" and p40[p40.index("--gpu-memory-cap-gb") + 1] == "24"
     assert learning_run.MODES["fast"]["mask"] is None and learning_run.MODES["p40"]["mask"] == "6.1"
-    assert "actor_rollout_ref.actor.fsdp_config.optimizer_offload=false" in fast
+    # the only verl settings are the run's own (validation, saving, length): the sizes are the memory plan's
+    assert [w for w in fast if "=" in w] == [
+        "trainer.val_before_train=true",
+        "trainer.test_freq=5",
+        "trainer.save_freq=10",
+        "trainer.total_training_steps=100",
+    ]
 
 
 def test_the_evaluated_checkpoint_is_picked_by_validation_never_by_the_test_split(tmp_path):
