@@ -19,7 +19,7 @@ def _words(result):
 
 
 def test_every_algorithm_file_composes_against_verl_and_names_a_verl_estimator():
-    assert algorithms.available() == ["grpo", "grpo-gsm8k", "ppo", "reinforce_plus_plus", "rloo"]
+    assert algorithms.available() == ["grpo", "grpo-gsm8k", "ppo", "ppo-gsm8k", "reinforce_plus_plus", "rloo"]
     for name in algorithms.available():
         run = plan(RunOptions(profile="p40", algorithm=name))
         cfg = run.config()
