@@ -1,9 +1,11 @@
 """Run verl's HF rollout on a CPU model and compare it with plain `generate()` (used by test_patches.py).
 
-Usage: python hf_rollout_probe.py MODEL_DIR   (with the verl copy under test first on PYTHONPATH)
+Usage: python hf_rollout_probe.py MODEL_DIR [P40_DECODE]   (with the verl copy under test first on PYTHONPATH)
 Prints JSON: for greedy and for sampling, whether the rollout's tokens equal `generate()`'s with the configured
-settings and positions transformers derives from the attention mask. The model's generation_config is given
-Qwen2.5-Instruct's published defaults (temperature 0.7, top_p 0.8, top_k 20, repetition_penalty 1.05).
+settings and positions transformers derives from the attention mask; P40_DECODE sets the rollout's p40_decode
+(patches/p40_decode.py; absent: verl's own generate() call), and `said` holds what the decoder printed. The
+model's generation_config is given Qwen2.5-Instruct's published defaults (temperature 0.7, top_p 0.8, top_k 20,
+repetition_penalty 1.05).
 """
 
 import json
@@ -20,7 +22,7 @@ if not hasattr(torch.cpu, "empty_cache"):  # verl empties the device cache after
     torch.cpu.empty_cache = lambda: None
 
 
-def main(model_dir: str) -> None:
+def main(model_dir: str, decode: str | None = None) -> None:
     tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
     model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
     model.generation_config.update(do_sample=True, temperature=0.7, top_p=0.8, top_k=20, repetition_penalty=1.05)
@@ -40,6 +42,7 @@ def main(model_dir: str) -> None:
                 "n": 1,
                 "dtype": "float32",
                 "val_kwargs": {"top_k": -1, "top_p": 1.0, "temperature": 0.0, "n": 1},
+                **({"p40_decode": decode} if decode else {}),
             }
         )
         batch = DataProto.from_dict(
@@ -79,6 +82,7 @@ def main(model_dir: str) -> None:
             "n": n,
             "dtype": "float32",
             "val_kwargs": {"top_k": -1, "top_p": 1.0, "temperature": 0.0, "n": 1},
+            **({"p40_decode": decode} if decode else {}),
         }
     )
     repeated = {
@@ -99,8 +103,12 @@ def main(model_dir: str) -> None:
             len({tuple(r) for r in out.batch["responses"][i * n : (i + 1) * n].tolist()}) for i in range(2)
         ],
     }
+    if decode:
+        from verl.utils import p40_decode
+
+        result["said"] = sorted(p40_decode._said)
     print(json.dumps(result))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:3])

@@ -144,12 +144,12 @@ def test_merge_dtype_defaults_to_bf16_and_follows_the_environment(verl_copy, mon
     assert dtypes.merge_dtype() == torch.float32
 
 
-def _probe_hf_rollout(verl_copy: Path, model: Path) -> dict:
+def _probe_hf_rollout(verl_copy: Path, model: Path, decode: str | None = None) -> dict:
     import json
 
     probe = Path(__file__).resolve().parents[1] / "hf_rollout_probe.py"
     result = subprocess.run(
-        [sys.executable, str(probe), str(model)],
+        [sys.executable, str(probe), str(model), *([decode] if decode else [])],
         capture_output=True,
         text=True,
         timeout=300,
@@ -183,6 +183,18 @@ def test_each_hf_rollout_edit_is_needed(verl_copy, tiny_model, left_out, mode):
     patches.apply(verl_copy, edits=[edit for edit in EDITS if edit.name != left_out])
     result = _probe_hf_rollout(verl_copy, tiny_model)
     assert not result[mode]["equal"], result[mode]
+
+
+def test_hf_rollout_decoding_with_a_static_cache_makes_what_generate_does(verl_copy, tiny_model):
+    """rollout.p40_decode (patches/p40_decode.py) on a CPU: the decoder ran (its line said so), and its greedy and
+    sampled tokens equal generate()'s with the same settings and seed; GRPO's repeated prompts still give one
+    sequence each."""
+    patches.apply(verl_copy)
+    result = _probe_hf_rollout(verl_copy, tiny_model, "auto")
+    assert result["said"] == ["static KV cache (p40_decode=auto)"], result["said"]
+    assert result["greedy"]["equal"], result["greedy"]
+    assert result["sample"]["equal"], result["sample"]
+    assert result["grpo"]["sequences"] == 8 and result["grpo"]["distinct_per_prompt"] == [4, 4], result["grpo"]
 
 
 def test_hf_rollout_makes_one_sequence_per_repeated_prompt(verl_copy, tiny_model):

@@ -58,6 +58,25 @@ def test_the_reason_is_given():
     assert verl["actor_rollout_ref"]["rollout"]["dtype"] == "float16"  # the profile's dtype is kept
 
 
+def test_the_decoder_is_said_with_the_hf_rollout():
+    """patches/p40_decode.py: a CUDA graph where there is a GPU, the static cache alone where there is none, and
+    transformers' generate() where the run turns it off; nothing for vLLM, which decodes on its own."""
+    hf = profiles.load("p40").verl
+    _, notes = engines.complete(hf, Where(sm=P40, vllm=False, triton=False))
+    assert notes[1] == (
+        "rollout decoding: a static KV cache and one CUDA graph a token "
+        "(p40_decode=auto; off: transformers' generate())"
+    )
+    _, notes = engines.complete(hf, Where(sm=None, vllm=False, triton=False))
+    assert notes[1].startswith("rollout decoding: a static KV cache (no GPU: no CUDA graph)")
+    _, notes = engines.complete(
+        hf, Where(sm=P40, vllm=False, triton=False), {"actor_rollout_ref.rollout.p40_decode": "off"}
+    )
+    assert notes[1] == "rollout decoding: transformers' generate() (p40_decode=off)"
+    _, notes = engines.complete(profiles.load("ampere").verl, Where(sm=H200, vllm=True, triton=True))
+    assert not any(note.startswith("rollout decoding") for note in notes)
+
+
 @pytest.mark.parametrize("sm,triton,expected", [(P40, True, False), (V100, False, False), (A100, True, True)])
 def test_torch_compile_needs_triton_on_sm70(sm, triton, expected):
     verl = {"actor_rollout_ref": {"rollout": {"name": "hf"}, "actor": {}}}  # verl's default: compile on

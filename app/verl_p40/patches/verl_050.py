@@ -15,6 +15,7 @@ _BERT_PADDING = (Path(__file__).parent / "bert_padding_torch.py").read_text(enco
 _P40_DTYPES = (Path(__file__).parent / "p40_dtypes.py").read_text(encoding="utf-8")
 _P40_TRIM = (Path(__file__).parent / "p40_trim.py").read_text(encoding="utf-8")
 _P40_CHECKPOINTS = (Path(__file__).parent / "p40_checkpoints.py").read_text(encoding="utf-8")
+_P40_DECODE = (Path(__file__).parent / "p40_decode.py").read_text(encoding="utf-8")
 _SEQLEN_IMPORT = "from verl.utils.seqlen_balancing import prepare_dynamic_batch, restore_dynamic_batch\n"
 _TRIM_IMPORT = _SEQLEN_IMPORT + "from verl.utils.p40_trim import forward_trimmed, length_grouped\n"
 _MODEL_CALL_ARGS = """                    input_ids=input_ids,
@@ -199,6 +200,32 @@ EDITS: list[Edit] = [
         "batch size' (64 vs 256 for GRPO n=4 at batch 16, seen on the GPU machine)",
     ),
     Edit(
+        name="p40-decode",
+        file="utils/p40_decode.py",
+        old=None,
+        new=_P40_DECODE,
+        why="generation for the HF rollout without generate()'s per-token host work: weights unsharded once, a "
+        "static KV cache, grouped attention for the new token, the step replayed as a CUDA graph",
+    ),
+    Edit(
+        name="hf-rollout-decode-import",
+        file="workers/rollout/hf_rollout.py",
+        old="from verl.utils.torch_functional import get_response_mask\n",
+        new="from verl.utils.p40_decode import generator as p40_generator\n"
+        "from verl.utils.torch_functional import get_response_mask\n",
+        why="import for hf-rollout-decode",
+    ),
+    Edit(
+        name="hf-rollout-decode",
+        file="workers/rollout/hf_rollout.py",
+        old="            output = self.module.generate(\n",
+        new="            output = p40_generator(self.module, self.config)(  # verl-p40: rollout.p40_decode\n",
+        why="generate() on the FSDP-wrapped actor spent ~68 ms a token in host work on the H200 (FSDP hooks, a "
+        "concatenated KV cache, a sync a token) and copied every layer's keys and values to all heads; "
+        "actor_rollout_ref.rollout.p40_decode (p40_decode.py) decodes with a static cache and a CUDA graph; "
+        "absent or off, generate() as before",
+    ),
+    Edit(
         name="no-triton-cross-entropy-below-sm70",
         file="utils/torch_functional.py",
         old="    if FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE:\n        batch_dim = logits.shape[:-1]\n",
@@ -353,6 +380,19 @@ EDITS: list[Edit] = [
         new=_SPLIT_NEW + "        log_probs_lst = []\n",
         why="old log-probs and the reference are forward-only: ordering their rows by length before cutting "
         "micro-batches lets trimming cut more, and the order is restored exactly",
+    ),
+    Edit(
+        name="actor-update-reports-pass-tokens",
+        file="workers/actor/dp_actor.py",
+        old="        self.actor_optimizer.zero_grad()\n        return metrics\n",
+        new="        self.actor_optimizer.zero_grad()\n"
+        "        from verl.utils.p40_trim import take_counts  # verl-p40: the step's passes, in tokens\n"
+        "\n"
+        "        metrics.update(take_counts())\n"
+        "        return metrics\n",
+        why="the P40 projection priced every pass at the step's longest prompt + longest answer (a bound); the "
+        "rows x columns each pass of the step ran on (actor and critic, forward-only and update) are logged as "
+        "perf/p40_tokens/* with the actor's update metrics, so the projection prices what ran",
     ),
     Edit(
         name="critic-trim-import",

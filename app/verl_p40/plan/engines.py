@@ -54,6 +54,16 @@ def _why_not(package: str, installed: bool, min_sm: float, sm: float | None, hin
     return None
 
 
+def _decoding(profile_value: str | None, where: Where, user_sets: dict[str, str] | None) -> str:
+    """How the HF rollout decodes (patches/p40_decode.py), as a note."""
+    mode = (user_sets or {}).get("actor_rollout_ref.rollout.p40_decode") or profile_value or "off"
+    if mode == "off":
+        return "rollout decoding: transformers' generate() (p40_decode=off)"
+    graph = mode in ("graph", "auto") and where.sm is not None  # a CUDA graph needs a GPU
+    how = "a static KV cache and one CUDA graph a token" if graph else "a static KV cache (no GPU: no CUDA graph)"
+    return f"rollout decoding: {how} (p40_decode={mode}; off: transformers' generate())"
+
+
 def complete(verl: dict, where: Where, user_sets: dict[str, str] | None = None) -> tuple[dict, list[str]]:
     """(the profile's verl settings completed for `where`, notes on every choice made). `user_sets`: the run's own
     `key=value` settings, which win over the profile's, so that a note names the value the run will use."""
@@ -80,6 +90,8 @@ def complete(verl: dict, where: Where, user_sets: dict[str, str] | None = None) 
             notes.append("rollout: vllm (installed, and the GPU is sm_70 or newer)")
     else:
         notes.append(f"rollout: {rollout} (the profile's)")
+    if (OmegaConf.select(tree, "actor_rollout_ref.rollout.name") or "vllm") == "hf":
+        notes.append(_decoding(OmegaConf.select(tree, "actor_rollout_ref.rollout.p40_decode"), where, user_sets))
     compile_reason = _why_not("Triton", where.triton, TRITON_MIN_SM, where.sm)
     for key in ("actor_rollout_ref.actor.use_torch_compile", "actor_rollout_ref.ref.use_torch_compile"):
         if OmegaConf.select(tree, key) is not False and compile_reason:

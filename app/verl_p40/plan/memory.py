@@ -11,7 +11,8 @@ prompt plus the longest answer, `data.max_prompt_length + data.max_response_leng
   (the logits and the entropy's softmax);
 - activations kept for the backward: one hidden state a layer with gradient checkpointing, every saved tensor of a
   layer without it (ACTIVATION_VALUES per token and layer);
-- generation: the KV cache of the longest answers for the whole chunk, and one layer's prefill intermediates.
+- generation: the KV cache of the longest answers for the whole chunk, one layer's prefill intermediates, and on
+  several GPUs the actor's weights unsharded whole (the rollout's decoder gathers them once: patches/p40_decode.py).
 Calibrated on two measured runs of the grpo-gsm8k recipe on the H200 (torch's `max_memory_allocated`, steady steps):
 the p40 plan (update micro-batch 4, Adam offloaded: 14.2 GiB) and the fast plan (micro-batch 16, nothing offloaded:
 35.3 GiB; its first step, before Adam had states, 31.6 GiB, which the fit predicts within 0.1 GB). Sizes are chosen
@@ -138,8 +139,9 @@ def phase_peaks(shape: Shape, step: Step, sizes: Sizes) -> dict[str, float]:
     chunk = sizes.generation
     kv_cache = chunk * step.width * shape.layers * 2 * shape.kv_dim * FP32
     prefill = chunk * step.prompt_width * (3 * shape.intermediate + 4 * shape.hidden) * FP32
+    unsharded = FP32 * shape.parameters - states["actor_weights"]  # the other GPUs' shards, while decoding
     peaks = {
-        "generation": kept + kv_cache + prefill + 3 * chunk * shape.vocab * FP32 + FIXED_BYTES,
+        "generation": kept + kv_cache + prefill + 3 * chunk * shape.vocab * FP32 + FIXED_BYTES + unsharded,
         "old_log_prob": kept + LOGPROB_LOGIT_COPIES * logits(sizes.logprob_micro) + FIXED_BYTES,
         "update_actor": with_("actor_grads", "actor_optimizer")
         + UPDATE_LOGIT_COPIES * logits(sizes.update_micro)

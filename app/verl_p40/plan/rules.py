@@ -34,6 +34,7 @@ CHOICES = {
         "seq-mean-token-sum-norm",
     ),
     "actor_rollout_ref.rollout.dtype": ("float32", "fp32", "float16", "fp16", "half", "bfloat16", "bf16"),
+    "actor_rollout_ref.rollout.p40_decode": ("auto", "graph", "eager", "off"),  # patches/p40_decode.py
 }
 # Real-valued settings that verl 0.5.0's YAML writes as a whole number (0, 1): a float is what they hold.
 REAL_WITH_INT_DEFAULT = (

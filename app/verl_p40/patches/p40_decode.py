@@ -1,0 +1,325 @@
+# Installed into verl by verl-p40's patch set as verl/utils/p40_decode.py.
+"""The HF rollout's generation without generate()'s per-token host work (`actor_rollout_ref.rollout.p40_decode`).
+
+verl 0.5.0's HF rollout calls transformers' generate() on the FSDP-wrapped actor. Every generated token then costs
+Python and about a thousand kernel launches through FSDP's hooks, a KV cache grown by concatenation, a host sync,
+and, as the prompts are left-padded (an attention mask), SDPA's grouped-query path copies every layer's keys and
+values to all 14 heads (transformers' repeat_kv): a P40 moves ~18 GB a token for that at batch 256. `generator()`
+hands the rollout a function with generate()'s signature that does the same work another way:
+- the weights are unsharded once (FSDP1's summon_full_params, FSDP2's unshard) and a plain copy of the model is made
+  that shares them (built on the meta device, no copy of a weight), so no FSDP hook runs per token;
+- a static KV cache for prompt + answer columns, written in place (transformers' StaticCache);
+- the prompt runs as generate()'s first step does (SDPA, the same mask, on the prompt's columns); each new token's
+  attention reads every key and value once, the query heads grouped under their KV head (no copies);
+- with `graph` (CUDA), the step of one token is captured once as a CUDA graph and replayed for every token after
+  (CUDA graphs run on sm_61; Triton and torch.compile, the usual route to this, do not);
+- sampling and stopping are generate()'s own: its merged generation config, logits processors and stopping criteria
+  (transformers' private helpers, pinned with transformers 4.53), finished rows emit the pad token, and the loop
+  ends when every row has ended (checked every STOP_CHECK tokens: the columns after that are pad, as verl pads).
+Anything else (beam search, a LoRA model, sliding-window layers, a model without a static cache) falls back to
+generate(), said once. Greedy answers match generate()'s up to floating-point summation order in attention.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+from types import SimpleNamespace
+
+import torch
+
+MODES = ("off", "eager", "graph", "auto")
+STOP_CHECK = 16  # tokens between two checks (a host sync) of whether every row has ended
+ATTENTION = "p40_decode"
+_said: set[str] = set()
+
+
+def _say_once(text: str) -> None:
+    if text not in _said:
+        _said.add(text)
+        print(f"[verl-p40] rollout: {text}", flush=True)
+
+
+def _grouped_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """transformers' attention interface. The prompt (several query columns, from position 0) goes to SDPA on the
+    prompt's columns of the cache, as generate()'s first step; one new token's query reads each KV head once."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if query.shape[2] > 1:
+        width = query.shape[2]
+        return sdpa_attention_forward(
+            module,
+            query,
+            key[:, :, :width],
+            value[:, :, :width],
+            attention_mask,
+            dropout=dropout,
+            scaling=scaling,
+            **kwargs,
+        )
+    batch, heads, _, dim = query.shape
+    kv_heads = key.shape[1]
+    q = query.reshape(batch, kv_heads, heads // kv_heads, dim)  # head h reads KV head h // groups, as repeat_kv
+    scores = torch.matmul(q, key.transpose(-1, -2)) * (dim**-0.5 if scaling is None else scaling)
+    scores = scores.masked_fill(~attention_mask, float("-inf"))  # mask (batch, 1, 1, columns)
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
+    return torch.matmul(probs, value).reshape(batch, 1, heads, dim), None
+
+
+def _register_attention() -> None:
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    from transformers.modeling_utils import AttentionInterface
+
+    AttentionInterface.register(ATTENTION, _grouped_attention)
+    AttentionMaskInterface.register(ATTENTION, sdpa_mask)  # the prompt's mask, built as for SDPA
+
+
+def _fsdp_kinds():
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    try:
+        from verl.utils.fsdp_utils import FSDPModule
+    except ImportError:  # verl's import of torch's FSDP2 failed: no FSDP2 module can exist either
+        FSDPModule = None
+    return FSDP, FSDPModule
+
+
+def _unwrapped(module):
+    """The Hugging Face model inside `module` (FSDP1's wrapped module, FSDP2's own class), or None."""
+    FSDP, FSDPModule = _fsdp_kinds()
+    inner = module.module if isinstance(module, FSDP) else module
+    return inner if hasattr(inner, "config") and hasattr(inner, "_prepare_generation_config") else None
+
+
+def unsupported(module) -> str | None:
+    """Why the model cannot decode here, or None."""
+    inner = _unwrapped(module)
+    if inner is None:
+        return "not a Hugging Face causal LM"
+    if hasattr(inner, "peft_config"):
+        return "a LoRA (peft) model"
+    if not getattr(inner, "_supports_static_cache", False):
+        return f"{type(inner).__name__} has no static KV cache"
+    types = set(getattr(inner.config, "layer_types", None) or ["full_attention"])
+    if types != {"full_attention"} or getattr(inner.config, "use_sliding_window", False):
+        return "sliding-window attention layers"
+    return None
+
+
+@contextlib.contextmanager
+def _full_weights(module):
+    """{name: tensor} of every weight of `module`, unsharded, while the block runs (names as the unwrapped model's)."""
+    FSDP, FSDPModule = _fsdp_kinds()
+    from torch.distributed.fsdp._common_utils import TrainingState
+
+    with contextlib.ExitStack() as stack:
+        if isinstance(module, FSDP):
+            for unit in FSDP.fsdp_modules(module):  # verl's rollout already holds the root's (recurse=False)
+                if unit.training_state == TrainingState.IDLE:
+                    stack.enter_context(FSDP.summon_full_params(unit, writeback=False, recurse=False))
+            module = module.module
+        elif FSDPModule is not None:
+            for unit in module.modules():
+                if isinstance(unit, FSDPModule):
+                    unit.unshard()
+                    stack.callback(unit.reshard)
+        weights = {}
+        for name, tensor in module.named_parameters(remove_duplicate=False):
+            if "flat_param" in name:
+                raise RuntimeError(f"a parameter is still flattened by FSDP: {name}")
+            weights[name.replace("_fsdp_wrapped_module.", "").replace("_checkpoint_wrapped_module.", "")] = tensor
+        yield weights
+
+
+def _plain_copy(inner, weights: dict[str, torch.Tensor]) -> torch.nn.Module:
+    """A model of `inner`'s class and config without FSDP, whose weights are `weights` (shared, not copied), with
+    the grouped attention; buffers (rotary frequencies) taken from `inner`."""
+    _, FSDPModule = _fsdp_kinds()
+    cls = next(c for c in type(inner).__mro__ if FSDPModule is None or not issubclass(c, FSDPModule))
+    config = copy.deepcopy(inner.config)
+    with torch.device("meta"):
+        plain = cls(config)
+    missing, unexpected = plain.load_state_dict(weights, strict=False, assign=True)
+    if unexpected:
+        raise RuntimeError(f"weights the model does not have: {unexpected[:3]}")
+    plain.tie_weights()
+    sources = {
+        n.replace("_fsdp_wrapped_module.", "").replace("_checkpoint_wrapped_module.", ""): m
+        for n, m in inner.named_modules()
+    }
+    for name, sub in plain.named_modules():  # buffers and tensors kept as attributes (rotary inv_freq and its copy)
+        source = sources.get(name)
+        for attr, value in list(vars(sub).items()) + list(sub._buffers.items()):
+            if isinstance(value, torch.Tensor) and value.is_meta and source is not None:
+                setattr(sub, attr, getattr(source, attr))
+    still = [n for n, t in list(plain.named_parameters()) + list(plain.named_buffers()) if t.is_meta]
+    if still:
+        raise RuntimeError(f"weights not found: {still[:3]} (missing: {missing[:3]})")
+    for sub in plain.modules():
+        if hasattr(sub, "config") and hasattr(sub.config, "_attn_implementation"):
+            sub.config._attn_implementation = ATTENTION
+    config._attn_implementation = ATTENTION
+    return plain.eval()
+
+
+class _Step:
+    """One token's forward for every row; `graph`: the first call runs eagerly (on a side stream, as torch's CUDA
+    graph documentation asks before a capture), then it is captured and every later call replays it."""
+
+    def __init__(self, forward, graph: bool):
+        self.forward, self.graph, self.out = forward, None if graph else False, None
+
+    def __call__(self) -> torch.Tensor:
+        if self.graph is None:
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                logits = self.forward()
+            torch.cuda.current_stream().wait_stream(stream)
+            try:
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # Ray's threads may call CUDA
+                    self.out = self.forward()
+                self.graph = graph
+            except Exception as exc:  # noqa: BLE001 - any capture failure: decode on without it, said once
+                torch.cuda.synchronize()
+                self.graph = False
+                _say_once(f"CUDA graph capture failed ({type(exc).__name__}: {str(exc)[:200]}); decoding without it")
+            return logits
+        if self.graph is False:
+            return self.forward()
+        self.graph.replay()
+        return self.out
+
+
+@torch.no_grad()
+def decode(model, input_ids, attention_mask, generation_config, processors, stopping, graph: bool) -> torch.Tensor:
+    """generate()'s greedy or sampled tokens for `input_ids` (left-padded), with `model` a plain copy (_plain_copy).
+    Returns the prompts and the new tokens, (batch, prompt + generated) as generate() does."""
+    from transformers import StaticCache
+
+    batch, width = input_ids.shape
+    device, total = input_ids.device, generation_config.max_length
+    dtype = next(model.parameters()).dtype
+    if torch.is_autocast_enabled(device.type):
+        dtype = torch.get_autocast_dtype(device.type)
+        graph = False  # autocast keeps a cache of cast weights, which a captured graph must not use
+    cache = StaticCache(config=model.config, max_batch_size=batch, max_cache_len=total, device=device, dtype=dtype)
+    positions = attention_mask.long().cumsum(-1) - 1  # as generate() derives them from the mask
+    positions.masked_fill_(attention_mask == 0, 1)
+    logits = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=positions,
+        past_key_values=cache,
+        cache_position=torch.arange(width, device=device),
+        use_cache=True,
+        logits_to_keep=1,
+    ).logits[:, -1]
+    # the inputs of one token's step: the token, its position, its cache column, and the columns it may attend to
+    token = torch.zeros(batch, 1, dtype=torch.long, device=device)
+    position = positions[:, -1:].clone()
+    column = torch.full((1,), width - 1, dtype=torch.long, device=device)
+    keys = torch.ones(batch, total, dtype=torch.bool, device=device)
+    keys[:, :width] = attention_mask.bool()
+    columns = torch.arange(total, device=device)
+
+    def forward() -> torch.Tensor:
+        mask = (keys & (columns <= column))[:, None, None, :]
+        return model(
+            input_ids=token,
+            attention_mask={"full_attention": mask},
+            position_ids=position,
+            past_key_values=cache,
+            cache_position=column,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits[:, -1]
+
+    step = _Step(forward, graph)
+    pad = generation_config._pad_token_tensor
+    sample = generation_config.do_sample
+    ends = any(hasattr(criterion, "eos_token_id") for criterion in stopping)
+    sequences = torch.full((batch, total), 0 if pad is None else int(pad), dtype=torch.long, device=device)
+    sequences[:, :width] = input_ids
+    unfinished = torch.ones(batch, dtype=torch.long, device=device)
+    length = width
+    while True:
+        scores = processors(sequences[:, :length], logits.to(copy=True, dtype=torch.float32))
+        if sample:
+            tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+        else:
+            tokens = torch.argmax(scores, dim=-1)
+        if ends:
+            tokens = tokens * unfinished + pad * (1 - unfinished)
+        sequences[:, length] = tokens
+        length += 1
+        unfinished = unfinished & ~stopping(sequences[:, :length], scores)
+        if length >= total or (length - width) % STOP_CHECK == 0 and unfinished.max() == 0:
+            return sequences[:, :length]
+        token.copy_(tokens[:, None])
+        position.add_(1)
+        column.add_(1)
+        logits = step()
+
+
+def _generate(module, graph: bool, input_ids=None, attention_mask=None, generation_config=None, **kwargs):
+    """generate()'s signature, as verl's HF rollout calls it; returns an object with `.sequences`."""
+    from transformers import LogitsProcessorList, StoppingCriteriaList
+    from transformers.generation.configuration_utils import GenerationMode
+
+    inner = _unwrapped(module)
+    config, model_kwargs = inner._prepare_generation_config(copy.deepcopy(generation_config), **kwargs)
+    mode = config.get_generation_mode()
+    extra = set(model_kwargs) - {"use_cache", "output_scores", "return_dict_in_generate"}
+    if mode not in (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE) or config.num_return_sequences != 1 or extra:
+        _say_once(f"{mode.value} with {sorted(extra)} is generate()'s: decoding through it")
+        return module.generate(
+            input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config, **kwargs
+        )
+    inner._prepare_special_tokens(config, True, device=input_ids.device)
+    config = inner._prepare_generated_length(
+        generation_config=config,
+        has_default_max_length=kwargs.get("max_length") is None,
+        has_default_min_length=kwargs.get("min_length") is None,
+        model_input_name="input_ids",
+        inputs_tensor=input_ids,
+        input_ids_length=input_ids.shape[1],
+    )
+    processors = inner._get_logits_processor(
+        generation_config=config,
+        input_ids_seq_length=input_ids.shape[1],
+        encoder_input_ids=input_ids,
+        prefix_allowed_tokens_fn=None,
+        logits_processor=LogitsProcessorList(),
+        device=input_ids.device,
+        model_kwargs={"attention_mask": attention_mask},
+    )
+    stopping = inner._get_stopping_criteria(generation_config=config, stopping_criteria=StoppingCriteriaList())
+    _register_attention()
+    with _full_weights(module) as weights:
+        model = _plain_copy(inner, weights)
+        sequences = decode(model, input_ids, attention_mask, config, processors, stopping, graph)
+    return SimpleNamespace(sequences=sequences)
+
+
+def generator(module, config):
+    """What verl's HF rollout calls in place of `module.generate`: `p40_decode` off (or absent) keeps generate();
+    eager decodes with the static cache; graph and auto also replay the step as a CUDA graph where the model is on a
+    CUDA GPU (elsewhere they are eager)."""
+    mode = str(config.get("p40_decode", "off") or "off")
+    if mode not in MODES:
+        raise ValueError(f"actor_rollout_ref.rollout.p40_decode={mode}: use one of {', '.join(MODES)}")
+    if mode == "off":
+        return module.generate
+    why = unsupported(module)
+    if why:
+        _say_once(f"p40_decode={mode} does not apply to {why}: generate() decodes")
+        return module.generate
+    cuda = next(module.parameters()).is_cuda
+    graph = mode in ("graph", "auto") and cuda
+    if mode == "graph" and not cuda:
+        _say_once("p40_decode=graph: the model is not on a CUDA GPU, so no graph")
+    _say_once(f"static KV cache{', one CUDA graph a token' if graph else ''} (p40_decode={mode})")
+    return functools.partial(_generate, module, graph)

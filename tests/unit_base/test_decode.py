@@ -1,0 +1,138 @@
+"""The HF rollout's decoder (patches/p40_decode.py, installed into verl as verl/utils/p40_decode.py) against
+transformers' generate(), on a CPU: the same tokens, the same stop, the same padding, through FSDP2 too; what it
+cannot do goes to generate() with a line. Its CUDA graph runs only on a GPU (bench/experiments/decode_check.py)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from verl_p40.patches import p40_decode
+
+
+@pytest.fixture(scope="module")
+def tiny(tokenizer_dir, tmp_path_factory):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from conftest import make_tiny_qwen
+
+    folder = make_tiny_qwen(tokenizer_dir, tmp_path_factory.mktemp("tiny-decode"), initializer_range=1.0)
+    tokenizer = AutoTokenizer.from_pretrained(folder, padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32).eval()
+    texts = ["one two three four five six seven eight", "hello", "a b c"]
+    prompts = tokenizer(texts, return_tensors="pt", padding=True)
+    return model, tokenizer, prompts
+
+
+def _kwargs(tokenizer, prompts, **settings) -> dict:
+    """generate()'s arguments as verl's patched HF rollout passes them."""
+    return {
+        "input_ids": prompts.input_ids,
+        "attention_mask": prompts.attention_mask,
+        "max_new_tokens": 40,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+        "repetition_penalty": 1.0,
+        "num_beams": 1,
+        **settings,
+    }
+
+
+def _both(model, kwargs, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    torch.manual_seed(seed)
+    plain = model.generate(**kwargs)
+    torch.manual_seed(seed)
+    decoded = p40_decode.generator(model, {"p40_decode": "eager"})(**kwargs).sequences
+    return plain, decoded
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"do_sample": False},
+        {"do_sample": True, "temperature": 1.0, "top_p": 1.0, "top_k": 0},
+        {"do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20},
+    ],
+    ids=["greedy", "sample", "sample-warped"],
+)
+def test_the_tokens_are_generates(tiny, settings):
+    model, tokenizer, prompts = tiny
+    plain, decoded = _both(model, _kwargs(tokenizer, prompts, **settings))
+    assert decoded.shape == plain.shape and torch.equal(decoded, plain)
+
+
+def test_rows_end_at_their_eos_and_the_loop_stops_soon_after_the_last(tiny):
+    """An end token every row produces at a different step: each row's tokens and its pad after the end are
+    generate()'s; generate() stops at the last row's end, the decoder at most STOP_CHECK - 1 tokens later (pad)."""
+    model, tokenizer, prompts = tiny
+    width = prompts.input_ids.shape[1]
+    free = model.generate(**_kwargs(tokenizer, prompts, do_sample=False, max_new_tokens=64))[:, width:]
+    shared = set(free[0].tolist()) & set(free[1].tolist()) & set(free[2].tolist())
+    eos = next(t for t in shared if all(row.tolist().index(t) < 40 for row in free))
+    plain, decoded = _both(model, _kwargs(tokenizer, prompts, do_sample=False, max_new_tokens=64, eos_token_id=eos))
+    assert plain.shape[1] < width + 64, "generate() stopped early"
+    assert torch.equal(decoded[:, : plain.shape[1]], plain)
+    assert plain.shape[1] <= decoded.shape[1] < plain.shape[1] + p40_decode.STOP_CHECK
+    assert bool((decoded[:, plain.shape[1] :] == tokenizer.pad_token_id).all())
+
+
+def test_fsdp2_weights_are_unsharded_for_the_decode_and_sharded_again(tiny, tmp_path):
+    """A model sharded by FSDP2 (verl's strategy on a CPU), one process: the same tokens as the plain model's
+    generate(), and its parameters are DTensors again afterwards (the shards FSDP2 trains)."""
+    import copy
+
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+
+    model, tokenizer, prompts = tiny
+    kwargs = _kwargs(tokenizer, prompts, do_sample=False)
+    plain = model.generate(**kwargs)
+    sharded = copy.deepcopy(model)
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        for layer in sharded.model.layers:
+            fully_shard(layer)
+        fully_shard(sharded)
+        decoded = p40_decode.generator(sharded, {"p40_decode": "auto"})(**kwargs).sequences
+        assert torch.equal(decoded, plain)
+        assert all(isinstance(p, DTensor) for p in sharded.parameters())
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_new_tokens_attention_is_sdpas_without_copying_the_heads():
+    """One query column against a cache with masked columns: the grouped matmul gives SDPA's output over
+    transformers' repeat_kv copies (what generate() computes), to float32 rounding."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    torch.manual_seed(0)
+    batch, heads, kv_heads, dim, columns = 3, 14, 2, 64, 37
+
+    class Layer(torch.nn.Module):
+        num_key_value_groups = heads // kv_heads
+
+    query = torch.randn(batch, heads, 1, dim)
+    key, value = torch.randn(batch, kv_heads, columns, dim), torch.randn(batch, kv_heads, columns, dim)
+    mask = torch.rand(batch, 1, 1, columns) > 0.3
+    mask[..., -1] = True  # every row attends to at least its own column
+    expected, _ = sdpa_attention_forward(Layer(), query, key, value, mask, scaling=dim**-0.5)
+    got, _ = p40_decode._grouped_attention(Layer(), query, key, value, mask, scaling=dim**-0.5)
+    assert got.shape == expected.shape == (batch, 1, heads, dim)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_what_it_cannot_decode_goes_to_generate_and_says_why(tiny, capsys):
+    model, tokenizer, prompts = tiny
+    p40_decode._said.clear()
+    kwargs = _kwargs(tokenizer, prompts, do_sample=False, num_beams=2, max_new_tokens=8)
+    beams = p40_decode.generator(model, {"p40_decode": "eager"})(**kwargs)
+    assert torch.equal(beams.sequences if hasattr(beams, "sequences") else beams, model.generate(**kwargs))
+    assert "beam_search with [] is generate()'s: decoding through it" in capsys.readouterr().out
+    assert p40_decode.generator(model, {"p40_decode": "off"}) == model.generate
+    assert p40_decode.generator(model, {}) == model.generate  # verl without the setting: as before
+    with pytest.raises(ValueError, match="p40_decode=fast: use one of off, eager, graph, auto"):
+        p40_decode.generator(model, {"p40_decode": "fast"})
