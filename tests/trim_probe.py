@@ -4,8 +4,8 @@ Usage: python trim_probe.py CONFIG_YAML   (the composed config `verl-p40 config 
 A tiny random Qwen2 actor and a token-classification critic of the same shape, on a CPU, one process group of
 one. A batch of 12 rows with prompts of 2..12 of 12 columns (left padding) and responses of 1..10 of 10 columns
 (right padding). Prints JSON: the largest differences under the response mask between the two settings for the
-old log-probs, entropies, values and the gradients of one actor and one critic update, and the widths the models
-were called with.
+old log-probs, entropies, values and the gradients of one actor and one critic update, the widths the models
+were called with, and the rows x columns the actor's update reported (perf/p40_tokens/*).
 """
 
 import json
@@ -110,8 +110,8 @@ def run(config, trim: bool) -> dict:
     log_probs, entropy = actor.compute_log_prob(data, calculate_entropy=True)
     values = critic.compute_values(data)
     data.meta_info.update({"micro_batch_size": 4})
-    actor.update_policy(data)
-    critic.update_critic(data)
+    critic.update_critic(data)  # verl's order: the critic's update, then the actor's, which reports the counts
+    metrics = actor.update_policy(data)
     return {
         "log_probs": log_probs,
         "entropy": entropy,
@@ -120,6 +120,7 @@ def run(config, trim: bool) -> dict:
         "actor_grads": actor_optim.grads,
         "critic_grads": critic_optim.grads,
         "widths": {k: w.seen for k, w in widths.items()},
+        "counts": {k.split("/")[-1]: v for k, v in metrics.items() if k.startswith("perf/p40_tokens/")},
     }
 
 
@@ -153,6 +154,7 @@ def main(config_path: str) -> None:
                 ),
                 "grads": grads,
                 "widths": {"full": full["widths"], "trimmed": trimmed["widths"]},
+                "counts": {"full": full["counts"], "trimmed": trimmed["counts"]},
                 "full_width": PROMPT + RESPONSE,
             }
         )

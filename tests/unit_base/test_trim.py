@@ -66,6 +66,20 @@ def test_the_models_saw_fewer_columns(probe):
         assert sum(trimmed[role]) < sum(full[role]) and min(trimmed[role]) < width, trimmed
 
 
+def test_the_actors_update_reports_the_tokens_each_kind_of_pass_ran_on(probe):
+    """perf/p40_tokens/* (what the P40 projection prices): the rows x columns of every call, 4 rows a micro-batch,
+    forward-only passes first (3 calls), then the updates (3), for the actor and the critic; trimmed and full."""
+    for run in ("full", "trimmed"):
+        widths, counts = probe["widths"][run], probe["counts"][run]
+        expected = {
+            f"{role}_{kind}": 4 * sum(widths[role][part])
+            for role in ("actor", "critic")
+            for kind, part in (("forward", slice(0, 3)), ("update", slice(3, 6)))
+        }
+        assert counts == expected, (run, counts, expected)
+    assert probe["counts"]["trimmed"]["actor_update"] < probe["counts"]["full"]["actor_update"]
+
+
 def test_kept_columns_edges():
     import torch
 

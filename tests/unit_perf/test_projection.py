@@ -217,3 +217,36 @@ def test_several_gpus_share_the_sequences_and_pay_for_fsdp_traffic(shape):
         projection.project(shape, two, nvlink, 0.02)["step"]
         < projection.project(shape, two, projection.Card("two H200s", 41.0, 4251.0, 22.3, "test"), 0.02)["step"]
     )
+
+
+def test_logged_tokens_price_each_phase_at_what_its_passes_ran_on(shape):
+    """perf/p40_tokens/* (the patch set's rows x columns of every pass, tests/unit_base/test_trim.py): the medians
+    over the steps, old log-probs and the reference sharing the actor's forward count; a phase priced at the tokens
+    it ran on, so as many tokens as the bound give the bound's FLOPs, and half as many about half."""
+    steps = [
+        {
+            "perf/p40_tokens/actor_forward": 2 * 64 * 300.0 * k,
+            "perf/p40_tokens/actor_update": 64 * 320.0 * k,
+            "perf/p40_tokens/critic_forward": 64 * 290.0 * k,
+            "perf/p40_tokens/critic_update": 64 * 310.0 * k,
+        }
+        for k in (1.0, 1.0, 2.0)  # the median leaves the outlier out
+    ]
+    tokens = projection.measured_tokens(steps, reference=True)
+    assert tokens == {
+        "old_log_prob": 64 * 300.0,
+        "ref": 64 * 300.0,
+        "update_actor": 64 * 320.0,
+        "values": 64 * 290.0,
+        "update_critic": 64 * 310.0,
+    }
+    assert projection.measured_tokens(steps, reference=False)["old_log_prob"] == 2 * 64 * 300.0  # no reference pass
+    assert projection.measured_tokens([{"step": 1}], reference=True) is None  # an older run logged none
+    cfg = plan(RunOptions(algorithm="ppo", profile="p40")).config()
+    bound = projection.run_from_config(cfg, 256, (150.0, 256.0))  # every pass at 406 columns
+    at_bound = projection.run_from_config(cfg, 256, (150.0, 256.0), {p: 64 * 406.0 for p in tokens})
+    assert projection.phases(shape, at_bound) == projection.phases(shape, bound)
+    half = projection.run_from_config(cfg, 256, (150.0, 256.0), {p: 64 * 203.0 for p in tokens})
+    for phase, cost in projection.phases(shape, half).items():
+        full = projection.phases(shape, bound)[phase]
+        assert 0.45 * full["flops"] < cost["flops"] < 0.5 * full["flops"], phase  # attention shrinks twice

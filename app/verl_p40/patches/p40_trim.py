@@ -17,6 +17,22 @@ averages the loss per micro-batch, so regrouping rows would change the weights o
 import torch
 import torch.nn.functional as F
 
+# Rows x columns the model ran on since the last take_counts(), by model and kind of pass: the tokens a step's
+# passes computed, which verl-p40's P40 projection prices (perf/projection.py); reported with the actor's update.
+_COUNTS: dict[str, int] = {}
+
+
+def _count(causal_lm: bool, rows: int, columns: int) -> None:
+    key = ("actor" if causal_lm else "critic") + ("_update" if torch.is_grad_enabled() else "_forward")
+    _COUNTS[key] = _COUNTS.get(key, 0) + rows * columns
+
+
+def take_counts() -> dict[str, int]:
+    """{"perf/p40_tokens/<actor|critic>_<forward|update>": rows x columns} since the last call, then zero."""
+    out = {f"perf/p40_tokens/{key}": value for key, value in _COUNTS.items()}
+    _COUNTS.clear()
+    return out
+
 
 def kept_columns(attention_mask: torch.Tensor, response_length: int) -> tuple[int, int]:
     """(left, kept): the first column any row attends to (at most the last prompt column, whose logits predict the
@@ -36,10 +52,12 @@ def forward_trimmed(module, enabled: bool, response_length: int, causal_lm: bool
     columns (response_length + 1 of them, zeros past the longest response), so verl's slice picks the same
     positions. A causal LM computes logits for those columns only (transformers' `logits_to_keep`)."""
     if not enabled:
+        _count(causal_lm, input_ids.shape[0], input_ids.shape[1])
         return module(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, **kwargs)
     prompt_width = input_ids.shape[1] - response_length
     left, kept = kept_columns(attention_mask, response_length)
     end = prompt_width + kept
+    _count(causal_lm, input_ids.shape[0], end - left)
     if causal_lm:
         kwargs["logits_to_keep"] = kept + 1
     output = module(input_ids=input_ids[:, left:end], attention_mask=attention_mask[:, left:end],

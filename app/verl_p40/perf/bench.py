@@ -170,12 +170,14 @@ def summarise(steps: list[dict], cfg: Any, shape: projection.Shape, measured_car
     """Measured medians (warm-up step left out), and the projection for this GPU (its error) and for a P40."""
     phases = projection.median_phases(steps)
     generated = statistics.median(s.get("response_length/max", 0.0) for s in steps)
-    run = projection.run_from_config(cfg, generated, projection.longest_lengths(steps))
+    reference = bool(cfg.algorithm.get("use_kl_in_reward") or cfg.actor_rollout_ref.actor.get("use_kl_loss"))
+    tokens = projection.measured_tokens(steps, reference)
+    run = projection.run_from_config(cfg, generated, projection.longest_lengths(steps), tokens)
     prompts = int(cfg.data.train_batch_size)
     host = projection.host_overhead_per_token(phases.get("gen", 0.0), shape, run, measured_card)
     here = projection.project(shape, run, measured_card, host)
     p40 = projection.project(shape, run, projection.P40, host)
-    full_width = projection.project(shape, dataclasses.replace(run, pass_width=None), projection.P40, host)
+    full_width = projection.project(shape, dataclasses.replace(run, pass_width=None, tokens=None), projection.P40, host)
     measured_step = phases.get("step")
     error = round(100 * (here["step"] - measured_step) / measured_step, 1) if measured_step else None
     return {
@@ -194,6 +196,7 @@ def summarise(steps: list[dict], cfg: Any, shape: projection.Shape, measured_car
                 "card": projection.card_dict(projection.P40),
             },
             "pass_width": run.width,
+            "tokens_per_phase": tokens,  # as the run logged them (None: every pass priced at pass_width)
             "p40_at_full_width": {
                 **full_width,
                 "pass_width": run.prompt_width + run.response_width,

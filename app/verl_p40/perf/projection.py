@@ -2,7 +2,8 @@
 card's constants.
 
 Model (per phase, fp32, no padding removal, so every sequence runs at the full prompt+response width, or with
-trim_padding (patches/p40_trim.py) at the step's longest prompt + longest response, a bound for every micro-batch):
+trim_padding (patches/p40_trim.py) at the step's longest prompt + longest response, a bound for every micro-batch;
+where the run logged the rows x columns its passes ran on (perf/p40_tokens/*, the patch set's count), those tokens):
 - forward passes (old log-probs, reference, values): 2 x matmul parameters x padded tokens, plus attention
   (4 x width^2 x hidden per layer and sequence) and the logits' memory traffic (vocab x tokens x 4 bytes, 3 passes);
 - updates: forward + backward (2 forwards' FLOPs) + the recomputation of gradient checkpointing where it is on = 4
@@ -76,6 +77,8 @@ class Run:
     # micro-batches each GPU runs per phase in one step (each costs FSDP collectives when gpus > 1)
     micro_batches: dict[str, int] | None = None
     recompute: bool = True  # gradient checkpointing: the backward runs the forward again (an update = 4 forwards)
+    # tokens (rows x columns) each phase's passes ran on in one step, as logged (measured_tokens); None: the bound
+    tokens: dict[str, float] | None = None
 
     @property
     def width(self) -> float:
@@ -90,34 +93,41 @@ def _forward_flops(shape: Shape, tokens: float, width: int, lm_head: bool) -> fl
 
 def phases(shape: Shape, run: Run) -> dict[str, dict[str, float]]:
     """{phase: {"flops", "bytes", "host_bytes"}} of one step (generation is separate: see generation())."""
-    width = run.width
-    tokens = run.sequences * width
-    logits_bytes = 3 * shape.vocab * tokens * FP32
+
+    def tokens(phase: str) -> float:  # what the phase's passes ran on: as logged, else every sequence at the bound
+        return (run.tokens or {}).get(phase) or run.sequences * run.width
+
+    def forward(phase: str, lm_head: bool) -> float:  # attention at the phase's mean width a sequence
+        return _forward_flops(shape, tokens(phase), tokens(phase) / run.sequences, lm_head=lm_head)
+
+    logits_bytes = lambda phase: 3 * shape.vocab * tokens(phase) * FP32  # noqa: E731
     weights = shape.parameters * FP32
     optim = shape.parameters * FP32 * ADAM_STATES
     adam_bytes = 28 * shape.parameters
-    actor_fwd = _forward_flops(shape, tokens, width, lm_head=True)
     passes = 4 if run.recompute else 3  # forward, backward (2 forwards' FLOPs), and the recomputed forward
-    critic_fwd = _forward_flops(shape, tokens, width, lm_head=False)
     out: dict[str, dict[str, float]] = {
-        "old_log_prob": {"flops": actor_fwd, "bytes": logits_bytes, "host_bytes": 0.0},
+        "old_log_prob": {
+            "flops": forward("old_log_prob", True),
+            "bytes": logits_bytes("old_log_prob"),
+            "host_bytes": 0.0,
+        },
         "update_actor": {
-            "flops": passes * actor_fwd,
-            "bytes": 3 * logits_bytes + (0 if run.lora else adam_bytes),
+            "flops": passes * forward("update_actor", True),
+            "bytes": 3 * logits_bytes("update_actor") + (0 if run.lora else adam_bytes),
             "host_bytes": 2 * optim if run.offload.get("actor_optimizer") and not run.lora else 0.0,
         },
     }
     if run.reference:
         out["ref"] = {
-            "flops": actor_fwd,
-            "bytes": logits_bytes,
+            "flops": forward("ref", True),
+            "bytes": logits_bytes("ref"),
             "host_bytes": 2 * weights if run.offload.get("reference_params") and not run.lora else 0.0,
         }
     if run.critic:
         params_moves = 2 * weights if run.offload.get("critic_params") else 0.0
-        out["values"] = {"flops": critic_fwd, "bytes": 0.0, "host_bytes": params_moves}
+        out["values"] = {"flops": forward("values", False), "bytes": 0.0, "host_bytes": params_moves}
         out["update_critic"] = {
-            "flops": passes * critic_fwd,
+            "flops": passes * forward("update_critic", False),
             "bytes": adam_bytes,
             "host_bytes": params_moves + (2 * optim if run.offload.get("critic_optimizer") else 0.0),
         }
@@ -170,9 +180,11 @@ def host_overhead_per_token(measured_gen_s: float, shape: Shape, run: Run, measu
     return max(per_token, (measured_gen_s - prefill) / max(run.generated, 1.0))
 
 
-def run_from_config(cfg: Any, generated: float, longest: tuple[float, float] | None = None) -> Run:
+def run_from_config(
+    cfg: Any, generated: float, longest: tuple[float, float] | None = None, tokens: dict[str, float] | None = None
+) -> Run:
     """The Run of a composed verl config; `longest` (the step's longest prompt and response, from its log) sets the
-    passes' width where trim_padding is on."""
+    passes' width where trim_padding is on; `tokens` (measured_tokens) what each phase's passes ran on."""
     from omegaconf import OmegaConf
 
     get = lambda key, default=None: OmegaConf.select(cfg, key, default=default)  # noqa: E731
@@ -204,6 +216,7 @@ def run_from_config(cfg: Any, generated: float, longest: tuple[float, float] | N
         },
         pass_width=min(float(sum(longest)), full) if trims and longest else None,
         recompute=bool(get("actor_rollout_ref.model.enable_gradient_checkpointing", False)),
+        tokens=tokens,
         gpus=gpus,
         micro_batches={
             "old_log_prob": micro("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"),
@@ -222,6 +235,24 @@ def longest_lengths(steps: list[dict[str, float]]) -> tuple[float, float] | None
     prompts = [s["prompt_length/max"] for s in steps if "prompt_length/max" in s]
     responses = [s["response_length/max"] for s in steps if "response_length/max" in s]
     return (statistics.median(prompts), statistics.median(responses)) if prompts and responses else None
+
+
+def measured_tokens(steps: list[dict[str, float]], reference: bool) -> dict[str, float] | None:
+    """Median over the steps of the rows x columns each phase's passes ran on (perf/p40_tokens/*, logged by the patch
+    set with the actor's update); old log-probs and the reference are the same passes over the same rows, logged
+    together. None where the run logged none (an older verl-p40)."""
+
+    def median(kind: str) -> float | None:
+        values = [s[f"perf/p40_tokens/{kind}"] for s in steps if f"perf/p40_tokens/{kind}" in s]
+        return statistics.median(values) if values else None
+
+    actor_forward = median("actor_forward")
+    if actor_forward is None:
+        return None
+    per_pass = actor_forward / (2 if reference else 1)
+    out = {"old_log_prob": per_pass, "ref": per_pass if reference else None, "update_actor": median("actor_update")}
+    out |= {"values": median("critic_forward"), "update_critic": median("critic_update")}
+    return {phase: value for phase, value in out.items() if value}
 
 
 def epoch_hours(seconds_per_step: float, prompts_per_step: int, prompts_per_epoch: int = 7473) -> float:
