@@ -25,6 +25,7 @@ import argparse
 import json
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -77,10 +78,14 @@ RUNS: dict[str, tuple[str | None, list[str], list[str], bool, str]] = {
     "cap40": (None, ["--gpu-memory-cap-gb", "40"], [], True, RECIPE),
     # the memory plan's P40 path with the mask's op audit (every half-precision op, every SDPA kernel): not a timing
     "p40-audit": ("6.1", P40_CLI, [], False, RECIPE),
+    # the P40 path decoding with transformers' generate(), as before patches/p40_decode.py (p40-after decodes with
+    # the plan's default: a static KV cache and one CUDA graph a token)
+    "p40-generate": ("6.1", P40_CLI, ["actor_rollout_ref.rollout.p40_decode=off"], False, RECIPE),
+    "h200-generate": (None, [], ["actor_rollout_ref.rollout.p40_decode=off"], False, RECIPE),
 }
 
 
-def train_command(name: str, work: Path, steps: int) -> list[str]:
+def train_command(name: str, work: Path, steps: int, model: Path | None = None) -> list[str]:
     _, cli, sets, validated, algorithm = RUNS[name]
     when = (
         ["trainer.val_before_train=true"] if validated else ["trainer.val_before_train=false", "trainer.test_freq=-1"]
@@ -94,7 +99,7 @@ def train_command(name: str, work: Path, steps: int) -> list[str]:
         algorithm,
         *cli,
         "--model",
-        str(work / "model"),
+        str(model or work / "model"),
         "--data",
         str(work / "gsm8k"),
         "--checkpoints",
@@ -124,6 +129,23 @@ def options_of(command: list[str]) -> tuple[RunOptions, Facts]:
     return opts, (Facts.of_card("p40") if "--skip-check" in words else Facts.here())
 
 
+def generation(training: list[dict], sequences: int, shape: projection.Shape, run: projection.Run) -> dict:
+    """The rollout's speed in a step: generated tokens a second, and the time of one decoding step (every row one
+    token) against what the P40's arithmetic and memory allow for that step (projection.py's limits)."""
+    gen = statistics.median(s["timing_s/gen"] for s in training[1:] or training)
+    mean = statistics.median(s["response_length/mean"] for s in training[1:] or training)
+    longest = statistics.median(s["response_length/max"] for s in training[1:] or training)
+    _, p40_step = projection.generation_gpu_seconds(shape, run, projection.P40)
+    return {
+        "seconds": round(gen, 2),
+        "generated_tokens": round(mean * sequences),
+        "tokens_per_s": round(mean * sequences / gen, 1),
+        "decoding_steps": longest,
+        "ms_per_decoding_step": round(1000 * gen / max(longest, 1.0), 2),
+        "p40_gpu_ms_per_decoding_step": round(1000 * p40_step, 2),
+    }
+
+
 def summary(name: str, command: list[str], code: int, wall: float, work: Path) -> dict:
     logs = sorted((work / name / "logs").glob("train-*.log"))
     steps = [s for s in read_steps(logs[-1])] if logs else []
@@ -134,8 +156,12 @@ def summary(name: str, command: list[str], code: int, wall: float, work: Path) -
         return out
     options, facts = options_of(command)
     run = plan(options, facts)
-    shape = projection.Shape.of_folder(work / "model")
+    model = command[command.index("--model") + 1]
+    shape = projection.Shape.of_folder(model)
     timed = product_bench.summarise(training, run.config(), shape, _h200())
+    generated = statistics.median(s.get("response_length/max", 0.0) for s in training)
+    tokens = projection.measured_tokens(training, "ref" in timed["phases_s"])
+    gen_run = projection.run_from_config(run.config(), generated, projection.longest_lengths(training), tokens)
     peak_gib = max((s.get("perf/max_memory_allocated_gb", 0.0) for s in training), default=0.0)
     out.update(
         {
@@ -148,6 +174,10 @@ def summary(name: str, command: list[str], code: int, wall: float, work: Path) -
             "validation": {int(s["step"]): v for s in steps for k, v in s.items() if k.startswith("val-core/")},
             "p40_projection": timed["projection"]["p40"],
             "pass_width": timed["projection"]["pass_width"],
+            "tokens_per_phase": timed["projection"]["tokens_per_phase"],
+            "p40_at_full_width": timed["projection"]["p40_at_full_width"]["step"],
+            "generation": generation(training, gen_run.sequences, shape, gen_run),
+            "model": model,
             "notes": [n for n in run.notes if n.startswith(("memory plan", "auto profile", "profile"))],
         }
     )
@@ -166,7 +196,7 @@ def run_all(args: argparse.Namespace) -> None:
     (work / "pid").write_text(str(__import__("os").getpid()))
     for item in args.runs.split(","):  # NAME or NAME:STEPS
         name, _, steps = item.partition(":")
-        command = train_command(name, work, int(steps or args.steps))
+        command = train_command(name, work, int(steps or args.steps), Path(args.model) if args.model else None)
         print(f"[speed_run] {name}: $ {shlex.join(command)}", flush=True)
         ray_stop()
         audit = work / name / "audit.jsonl" if name.endswith("-audit") else None
@@ -237,6 +267,7 @@ def main() -> None:
     parser.add_argument("--runs", default=",".join(RUNS))
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--work", default="/tmp/speed")
+    parser.add_argument("--model", help="the model folder (default: WORK/model, the random weights)")
     parser.add_argument("--out", default="/tmp/speed/out")
     parser.add_argument("--timeout-s", type=float, default=540)
     parser.add_argument("--copy-to")

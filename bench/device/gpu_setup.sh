@@ -10,8 +10,16 @@ export RAY_USAGE_STATS_ENABLED=0 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 verl_p40() { python3 -m verl_p40.cli "$@"; }
 verl_p40 patch-verl /tmp/site/verl
 verl_p40 patch-verl --check /tmp/site/verl
-[ -f /tmp/gsm8k/train.parquet ] || verl_p40 prep --source .gpu-shared/gsm8k --out /tmp/gsm8k \
-  --tokenizer .gpu-shared/qwen2.5-0.5b-instruct
+# GSM8K and Qwen2.5's tokenizer: a carried .gpu-shared copy of ../shared/data, else the repo's own test fixtures
+# (the same files; carrying them again with the bundle goes over what one call may carry)
+GPU_DATA=.gpu-shared
+[ -d "$GPU_DATA/gsm8k" ] || GPU_DATA=tests/fixtures
+export GPU_DATA
+# the Pascal mask, carried in .gpu-shared/pascal-mask: copied out of the checkout for processes that outlive the call
+if [ -d .gpu-shared/pascal-mask ]; then mkdir -p /tmp/pascal-mask && cp .gpu-shared/pascal-mask/* /tmp/pascal-mask/; fi
+[ -d /tmp/pascal-mask ] && export PASCAL_MASK_DIR=/tmp/pascal-mask
+[ -f /tmp/gsm8k/train.parquet ] || verl_p40 prep --source "$GPU_DATA/gsm8k" --out /tmp/gsm8k \
+  --tokenizer "$GPU_DATA/qwen2.5-0.5b-instruct"
 [ -n "${VERL_P40_NO_RANDOM:-}" ] || [ -f /tmp/qwen-random/config.json ] || python3 bench/device/make_random_model.py \
-  --config .gpu-shared/qwen2.5-0.5b-instruct --out /tmp/qwen-random
+  --config "$GPU_DATA/qwen2.5-0.5b-instruct" --out /tmp/qwen-random
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader

@@ -1,14 +1,18 @@
-"""Greedy-answer agreement of the memory plan's generation (issue 41): the trainer's own validation rollout of the
-test split's first questions, in the chunks the p40 profile used before the memory plan (64 prompts at once) and in
-the plan's (all at once), real weights, under the Pascal mask with the 24 GB cap.
+"""Greedy-answer agreement of a generation change (issue 41): the trainer's own validation rollout of the test
+split's first questions, before and after the change, real weights, under the Pascal mask with the 24 GB cap.
 
-Two validation-only `verl-p40 train` runs (`trainer.val_only=true`) of the GSM8K recipe on the same 256 questions
-(the first 256 of the test split, in order), verl dumping every answer (`trainer.validation_data_dir`); then the
-first 64 answers compared text for text, with the first divergence shown (where it starts and both continuations).
+Two pairs of runs (`--pair`):
+- chunk: the chunks the p40 profile used before the memory plan (64 prompts at once) against the plan's (all at
+  once), both decoded by transformers' generate() (bench/results/agreement-2026-12-02);
+- decode: transformers' generate() (`p40_decode=off`, the rollout before patches/p40_decode.py) against the plan's
+  default decoder (a static KV cache, one CUDA graph a token), both in the plan's chunk.
+Each run is a validation-only `verl-p40 train` (`trainer.val_only=true`) of the GSM8K recipe on the same 256
+questions (the first 256 of the test split, in order), verl dumping every answer (`trainer.validation_data_dir`),
+timed as a whole (start-up included); then the first 64 answers compared text for text, with the first divergence
+shown (where it starts and both continuations).
 
-    python3 bench/experiments/greedy_agreement.py run --model /tmp/qwen-real --test /tmp/gsm8k/test.parquet \
-        --train /tmp/gsm8k/train.parquet --work /tmp/agree      (setsid on the GPU)
-    python3 bench/experiments/greedy_agreement.py compare --work /tmp/agree --out $OUT/agree
+    python3 bench/experiments/greedy_agreement.py run --pair decode --model /tmp/qwen-real --work /tmp/agree
+    python3 bench/experiments/greedy_agreement.py compare --pair decode --work /tmp/agree --out $OUT/agree
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import json
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -26,13 +31,25 @@ from lib.real_runs import ray_stop  # noqa: E402
 
 QUESTIONS = 256
 COMPARED = 64
-# name: the chunk size (None: the memory plan's own)
-CHUNKS: dict[str, int | None] = {"chunk64": 64, "plan": None}
+# pair: (before, after), each a run's name and the verl settings that make it
+PAIRS: dict[str, tuple[tuple[str, list[str]], tuple[str, list[str]]]] = {
+    "chunk": (
+        ("chunk64", ["actor_rollout_ref.rollout.micro_batch_size=64", "actor_rollout_ref.rollout.p40_decode=off"]),
+        ("plan", ["actor_rollout_ref.rollout.p40_decode=off"]),
+    ),
+    "decode": (("generate", ["actor_rollout_ref.rollout.p40_decode=off"]), ("decoder", [])),
+}
+WHAT = {
+    "chunk": "generation in chunks of 64 (the p40 profile before the memory plan) and in the memory plan's chunk, "
+    "both by transformers' generate()",
+    "decode": "transformers' generate() (p40_decode=off) and the plan's decoder (patches/p40_decode.py: static KV "
+    "cache, one CUDA graph a token), both in the memory plan's chunk",
+}
 P40_CLI = ["--profile", "p40", "--gpu-memory-cap-gb", "24", "--skip-check", "kernels"]
 
 
-def command(name: str, model: str, work: Path) -> list[str]:
-    chunk = CHUNKS[name]
+def command(pair: str, which: int, model: str, work: Path) -> list[str]:
+    name, sets = PAIRS[pair][which]
     return [
         sys.executable,
         "-m",
@@ -53,7 +70,7 @@ def command(name: str, model: str, work: Path) -> list[str]:
         "trainer.val_before_train=true",
         "trainer.resume_mode=disable",
         f"trainer.validation_data_dir={work / name / 'answers'}",
-        *([f"actor_rollout_ref.rollout.micro_batch_size={chunk}"] if chunk else []),
+        *sets,
     ]
 
 
@@ -66,13 +83,15 @@ def run(args: argparse.Namespace) -> None:
     test.head(QUESTIONS).to_parquet(work / "data" / "val.parquet")
     test.to_parquet(work / "data" / "test.parquet")
     pd.read_parquet(args.train).to_parquet(work / "data" / "train.parquet")
-    for name in CHUNKS:
-        cmd = command(name, args.model, work)
+    for which, (name, _) in enumerate(PAIRS[args.pair]):
+        cmd = command(args.pair, which, args.model, work)
         print(f"[agreement] {name}: $ {shlex.join(cmd)}", flush=True)
         (work / f"{name}.command").write_text("verl-p40 " + shlex.join(cmd[4:]) + "\n")
         ray_stop()
+        started = time.time()
         code = subprocess.run(cmd, env=mask_env("6.1")).returncode
         (work / f"{name}.exit").write_text(f"{code}\n")
+        (work / f"{name}.wall_s").write_text(f"{time.time() - started:.1f}\n")
     ray_stop()
     (work / "done").touch()
 
@@ -114,13 +133,15 @@ def compare(before: list[dict], after: list[dict], count: int = COMPARED) -> dic
 
 def report(args: argparse.Namespace) -> None:
     work, out = Path(args.work), Path(args.out)
-    before, after = answers(work / "chunk64" / "answers"), answers(work / "plan" / "answers")
+    names = [name for name, _ in PAIRS[args.pair]]
+    before, after = (answers(work / name / "answers") for name in names)
+    walls = {n: float((work / f"{n}.wall_s").read_text()) for n in names if (work / f"{n}.wall_s").exists()}
     result = {
         "what": f"the trainer's greedy validation answers to the test split's first {COMPARED} questions (of "
-        f"{QUESTIONS} validated at once), generation in chunks of 64 (the p40 profile before the memory plan) and "
-        "in the memory plan's chunk; real-weights proxy, Pascal mask, 24 GB cap",
-        "commands": {n: (work / f"{n}.command").read_text().strip() for n in CHUNKS},
-        "exit": {n: int((work / f"{n}.exit").read_text()) for n in CHUNKS},
+        f"{QUESTIONS} validated at once), {WHAT[args.pair]}; real-weights proxy, Pascal mask, 24 GB cap",
+        "commands": {n: (work / f"{n}.command").read_text().strip() for n in names},
+        "exit": {n: int((work / f"{n}.exit").read_text()) for n in names},
+        "wall_s": walls,  # each run whole: start-up, model loading and the validation's generation
         **compare(before, after),
         "all_256": {k: v for k, v in compare(before, after, QUESTIONS).items() if k in ("compared", "identical")},
     }
@@ -132,6 +153,7 @@ def report(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=("run", "compare"))
+    parser.add_argument("--pair", choices=tuple(PAIRS), default="decode")
     parser.add_argument("--model", default="/tmp/qwen-real")
     parser.add_argument("--test", default="/tmp/gsm8k/test.parquet")
     parser.add_argument("--train", default="/tmp/gsm8k/train.parquet")

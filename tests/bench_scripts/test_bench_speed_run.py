@@ -33,3 +33,29 @@ def test_the_plain_command_is_what_a_user_types(tmp_path):
     words = command[4:]
     assert words[:2] == ["--algorithm", "grpo-gsm8k"] and "--profile" not in words
     assert not [w for w in words if w.startswith("actor_rollout_ref")]  # no hand-set size
+
+
+def test_the_generate_run_is_the_plan_with_transformers_generate(tmp_path, tokenizer_dir):
+    """p40-generate and p40-after differ only in the decoder (patches/p40_decode.py), the plan's default in after."""
+    generate_cmd, generate = _config("p40-generate", tmp_path, tokenizer_dir)
+    after_cmd, after = _config("p40-after", tmp_path, tokenizer_dir)
+    assert generate.actor_rollout_ref.rollout.p40_decode == "off"
+    assert after.actor_rollout_ref.rollout.p40_decode == "auto"
+    assert [w for w in generate_cmd if "p40_decode" not in w] == [w.replace("after", "generate") for w in after_cmd]
+    real = speed_run.train_command("p40-after", tmp_path, 3, Path("/real"))
+    assert real[real.index("--model") + 1] == "/real"  # --model: the real weights instead of WORK/model
+
+
+def test_generation_speed_against_the_p40s_limits(tokenizer_dir):
+    """Tokens a second from the step's mean answer, the decoding step's time from its longest, beside the P40's
+    GPU time for one decoding step (the projection's arithmetic and memory limits)."""
+    from verl_p40.perf import projection
+
+    shape = projection.Shape.of_folder(tokenizer_dir)
+    steps = [{"timing_s/gen": g, "response_length/mean": 300.0, "response_length/max": 512.0} for g in (40, 20, 22)]
+    run = projection.Run(256, 320, 512, 512.0, False, True, False, {})
+    out = speed_run.generation(steps, 256, shape, run)
+    assert out["seconds"] == 21.0 and out["tokens_per_s"] == round(300 * 256 / 21.0, 1)  # the warm-up step left out
+    assert out["ms_per_decoding_step"] == round(1000 * 21.0 / 512, 2)
+    _, p40 = projection.generation_gpu_seconds(shape, run, projection.P40)
+    assert out["p40_gpu_ms_per_decoding_step"] == round(1000 * p40, 2) > 20  # 256 rows of 0.5B in fp32: ~26 ms

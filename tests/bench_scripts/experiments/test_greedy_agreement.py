@@ -1,5 +1,6 @@
-"""The greedy-answer agreement check (bench/experiments/greedy_agreement.py): the two runs differ only in the
-generation chunk, and the comparison counts identical answers and shows where the first different one departs."""
+"""The greedy-answer agreement check (bench/experiments/greedy_agreement.py): the two runs of a pair differ only in
+what the pair compares (the generation chunk, or the decoder), and the comparison counts identical answers and shows
+where the first different one departs."""
 
 import sys
 from pathlib import Path
@@ -12,14 +13,21 @@ sys.path.insert(0, str(REPO / "bench" / "experiments"))
 import greedy_agreement  # noqa: E402
 
 
-def test_the_two_commands_differ_only_in_the_chunk(tmp_path):
-    before = greedy_agreement.command("chunk64", "/m", tmp_path)
-    after = greedy_agreement.command("plan", "/m", tmp_path)
-    assert "actor_rollout_ref.rollout.micro_batch_size=64" in before
-    assert not any("micro_batch_size" in word for word in after)
-    strip = lambda words: [w.replace("chunk64", "X").replace("plan", "X") for w in words if "micro_batch" not in w]  # noqa: E731
+@pytest.mark.parametrize("pair, differ", [("chunk", "micro_batch_size"), ("decode", "p40_decode")])
+def test_the_two_commands_of_a_pair_differ_only_in_what_it_compares(tmp_path, pair, differ):
+    before = greedy_agreement.command(pair, 0, "/m", tmp_path)
+    after = greedy_agreement.command(pair, 1, "/m", tmp_path)
+    assert any(differ in word for word in before) and not any(differ in word for word in after)
+    names = [name for name, _ in greedy_agreement.PAIRS[pair]]
+    strip = lambda words: [w.replace(names[0], "X").replace(names[1], "X") for w in words if differ not in w]  # noqa: E731
     assert strip(before) == strip(after)
     assert "trainer.val_only=true" in after and "--gpu-memory-cap-gb" in after
+
+
+def test_both_runs_of_the_chunk_pair_decode_with_generate_as_that_check_did(tmp_path):
+    """agreement-2026-12-02 compared chunks when generate() was the only decoder: its pair keeps it so."""
+    for which in (0, 1):
+        assert "actor_rollout_ref.rollout.p40_decode=off" in greedy_agreement.command("chunk", which, "/m", tmp_path)
 
 
 def _rows(outputs):

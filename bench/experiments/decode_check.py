@@ -1,0 +1,165 @@
+"""The rollout's decoder (patches/p40_decode.py) on the GPU (issue 41): verl's own HF rollout on an FSDP1-wrapped actor,
+as the trainer runs it, decoding the test split's first questions greedily with transformers' generate()
+(`p40_decode=off`, the rollout before the decoder) and with the decoder (`graph`: a static KV cache and one CUDA graph
+a token; `eager`: the same without the graph), one model load: each decoder's time, generated tokens a second and
+time a decoding step, beside the P40's GPU time for that step (perf/projection.py), and every answer compared with
+generate()'s token for token, the first divergence shown as text.
+
+Run it under the Pascal mask with the product's 24 GB cap for the P40 path (the op audit records what the decoder
+runs when PASCAL_MASK_AUDIT is set):
+
+    PYTHONPATH=/tmp/pascal-mask:$PYTHONPATH PASCAL_MASK=1 VERL_P40_GPU_MEMORY_CAP_GB=24 \\
+      python3 bench/experiments/decode_check.py --model /tmp/qwen-real --data /tmp/gsm8k/test.parquet \\
+      --questions 256 --out $OUT/decode
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ORDER = ("off", "graph", "eager")  # generate() first: every other decoder is compared with its answers
+
+
+def prompts(tokenizer, data: str, questions: int, width: int):
+    """The first `questions` prompts of a prepared split, as verl's dataset hands them to the rollout: the chat
+    template with the generation prompt, left-padded to data.max_prompt_length, positions from the mask."""
+    import pandas as pd
+
+    rows = pd.read_parquet(data).head(questions)
+    texts = [tokenizer.apply_chat_template(list(p), add_generation_prompt=True, tokenize=False) for p in rows.prompt]
+    batch = tokenizer(texts, return_tensors="pt", padding="max_length", max_length=width, padding_side="left")
+    positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
+    return batch.input_ids, batch.attention_mask, positions
+
+
+def compare(reference, other, tokenizer) -> dict:
+    """Rows whose tokens are generate()'s, and the first row that differs: where, and both continuations."""
+    same = [bool((a == b).all()) for a, b in zip(reference, other)]
+    out = {"identical": sum(same), "compared": len(same), "differing_rows": [i for i, s in enumerate(same) if not s]}
+    if out["differing_rows"]:
+        row = out["differing_rows"][0]
+        a, b = reference[row].tolist(), other[row].tolist()
+        at = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+        out["first_divergence"] = {
+            "row": row,
+            "token": at,
+            "common": tokenizer.decode(a[max(0, at - 40) : at], skip_special_tokens=True),
+            "generate_continues": tokenizer.decode(a[at : at + 40], skip_special_tokens=True),
+            "decoder_continues": tokenizer.decode(b[at : at + 40], skip_special_tokens=True),
+        }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--data", required=True, help="a prepared split (verl-p40 prep's test.parquet)")
+    parser.add_argument("--questions", type=int, default=256)
+    parser.add_argument("--prompt-width", type=int, default=320)
+    parser.add_argument("--new-tokens", type=int, default=512)
+    parser.add_argument("--modes", default="off,graph")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--cpu", action="store_true", help="a CPU check of this script: no FSDP1 (it refuses a CPU)")
+    args = parser.parse_args()
+
+    import torch
+    import torch.distributed as dist
+    from omegaconf import OmegaConf
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
+    from verl import DataProto
+    from verl.workers.rollout.hf_rollout import HFRollout
+
+    from verl_p40 import memcap
+    from verl_p40.perf import projection
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("MASTER_PORT", "29561"))
+    device = torch.device("cpu" if args.cpu else "cuda", 0)
+    dist.init_process_group("gloo" if args.cpu else "nccl", rank=0, world_size=1)
+    sync = (lambda: None) if args.cpu else torch.cuda.synchronize
+    if args.cpu and not hasattr(torch.cpu, "empty_cache"):  # verl empties the device's cache after generating
+        torch.cpu.empty_cache = lambda: None
+    if not args.cpu:
+        torch.cuda.set_device(0)
+    capped = memcap.apply()
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    model = AutoModelForCausalLM.from_pretrained(args.model, torch_dtype=torch.float32, attn_implementation="sdpa")
+    policy = lambda module, recurse, nonwrapped_numel: transformer_auto_wrap_policy(  # noqa: E731
+        module, recurse, nonwrapped_numel, transformer_layer_cls={Qwen2DecoderLayer}
+    )
+    actor = model if args.cpu else FSDP(model.to(device), auto_wrap_policy=policy, device_id=0, use_orig_params=False)
+    input_ids, attention_mask, positions = prompts(tokenizer, args.data, args.questions, args.prompt_width)
+    batch = DataProto.from_dict(
+        tensors={"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": positions},
+        meta_info={"eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id, "do_sample": False},
+    ).to(device)
+    shape = projection.Shape.from_config(model.config.to_dict())
+    result = {
+        "model": args.model,
+        "questions": args.questions,
+        "new_tokens": args.new_tokens,
+        "device": "cpu" if args.cpu else torch.cuda.get_device_name(0),  # under the mask: Tesla P40
+        "memory_cap_fraction": capped,
+        "torch": torch.__version__,
+        "runs": {},
+    }
+    answers = {}
+    for mode in [m for m in ORDER if m in args.modes.split(",")]:
+        config = OmegaConf.create(
+            {
+                "micro_batch_size": args.questions,
+                "response_length": args.new_tokens,
+                "do_sample": False,
+                "n": 1,
+                "dtype": "float32",
+                "temperature": 1.0,
+                "top_p": 1.0,
+                "top_k": -1,
+                "val_kwargs": {"top_k": -1, "top_p": 1.0, "temperature": 0.0, "n": 1},
+                "p40_decode": mode,
+            }
+        )
+        sync()
+        if not args.cpu:
+            torch.cuda.reset_peak_memory_stats()
+        started = time.perf_counter()
+        out = HFRollout(actor, config).generate_sequences(batch)
+        sync()
+        seconds = time.perf_counter() - started
+        responses = out.batch["responses"].cpu()
+        lengths = (out.batch["attention_mask"][:, args.prompt_width :].sum(-1)).float()
+        steps = float(lengths.max())
+        run = projection.Run(args.questions, args.prompt_width, args.new_tokens, steps, False, False, False, {})
+        _, p40_step = projection.generation_gpu_seconds(shape, run, projection.P40)
+        answers[mode] = responses
+        result["runs"][mode] = {
+            "seconds": round(seconds, 2),
+            "generated_tokens": int(lengths.sum()),
+            "tokens_per_s": round(float(lengths.sum()) / seconds, 1),
+            "decoding_steps": int(steps),
+            "ms_per_decoding_step": round(1000 * seconds / steps, 2),
+            "p40_gpu_ms_per_decoding_step": round(1000 * p40_step, 2),
+            "torch_max_allocated_gb": None if args.cpu else round(torch.cuda.max_memory_allocated() / 1e9, 2),
+            "mean_answer_tokens": round(float(lengths.mean()), 1),
+        }
+        if mode != "off" and "off" in answers:
+            result["runs"][mode]["against_generate"] = compare(answers["off"], responses, tokenizer)
+            first = compare(answers["off"][:64], responses[:64], tokenizer)
+            result["runs"][mode]["first_64"] = {k: first[k] for k in ("identical", "compared")}
+        print(json.dumps({mode: result["runs"][mode]}), flush=True)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "decode-check.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
