@@ -8,9 +8,9 @@ values to all 14 heads (transformers' repeat_kv): a P40 moves ~18 GB a token for
 hands the rollout a function with generate()'s signature that does the same work another way:
 - the weights are unsharded once (FSDP1's summon_full_params, FSDP2's unshard) and a plain copy of the model is made
   that shares them (built on the meta device, no copy of a weight), so no FSDP hook runs per token;
-- a static KV cache for prompt + answer columns, written in place (transformers' StaticCache);
-- the prompt runs as generate()'s first step does (SDPA, the same mask, on the prompt's columns); each new token's
-  attention reads every key and value once, the query heads grouped under their KV head (no copies);
+- the prompt runs as generate()'s first step does (its growing cache, its mask, SDPA), then its keys and values go
+  into a static KV cache for prompt + answer columns, written in place from there on (transformers' StaticCache);
+  each new token's attention reads every key and value once, the query heads grouped under their KV head (no copies);
 - with `graph` (CUDA), the step of one token is captured once as a CUDA graph and replayed for every token after
   (CUDA graphs run on sm_61; Triton and torch.compile, the usual route to this, do not);
 - sampling and stopping are generate()'s own: its merged generation config, logits processors and stopping criteria
@@ -197,26 +197,33 @@ class _Step:
 def decode(model, input_ids, attention_mask, generation_config, processors, stopping, graph: bool) -> torch.Tensor:
     """generate()'s greedy or sampled tokens for `input_ids` (left-padded), with `model` a plain copy (_plain_copy).
     Returns the prompts and the new tokens, (batch, prompt + generated) as generate() does."""
-    from transformers import StaticCache
+    from transformers import DynamicCache, StaticCache
 
     batch, width = input_ids.shape
     device, total = input_ids.device, generation_config.max_length
-    dtype = next(model.parameters()).dtype
     if torch.is_autocast_enabled(device.type):
-        dtype = torch.get_autocast_dtype(device.type)
         graph = False  # autocast keeps a cache of cast weights, which a captured graph must not use
-    cache = StaticCache(config=model.config, max_batch_size=batch, max_cache_len=total, device=device, dtype=dtype)
     positions = attention_mask.long().cumsum(-1) - 1  # as generate() derives them from the mask
     positions.masked_fill_(attention_mask == 0, 1)
+    # the prompt as generate()'s first step runs it (its cache, its mask); the static cache is made after it, so the
+    # prompt's intermediates (3 x rows x prompt x the MLP's width) never sit beside the whole answer's cache
+    prompt = DynamicCache()
     logits = model(
         input_ids=input_ids,
         attention_mask=attention_mask,
         position_ids=positions,
-        past_key_values=cache,
+        past_key_values=prompt,
         cache_position=torch.arange(width, device=device),
         use_cache=True,
         logits_to_keep=1,
     ).logits[:, -1]
+    dtype = prompt[0][0].dtype
+    cache = StaticCache(config=model.config, max_batch_size=batch, max_cache_len=total, device=device, dtype=dtype)
+    for layer in range(len(cache.key_cache)):
+        keys, values = prompt[layer]
+        cache.key_cache[layer][:, :, :width].copy_(keys)
+        cache.value_cache[layer][:, :, :width].copy_(values)
+    del prompt, keys, values
     # the inputs of one token's step: the token, its position, its cache column, and the columns it may attend to
     token = torch.zeros(batch, 1, dtype=torch.long, device=device)
     position = positions[:, -1:].clone()
