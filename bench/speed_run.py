@@ -41,6 +41,7 @@ from verl_p40.plan.run_options import RunOptions
 from verl_p40.run.trainer_log import read_steps
 
 RECIPE = "grpo-gsm8k"
+FIXTURE_SHAPE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "qwen2.5-0.5b-instruct"  # config.json
 # the p40 profile's sizes before the memory plan (config/profiles/p40.yaml at bf8d874)
 P40_BEFORE = [
     "actor_rollout_ref.rollout.micro_batch_size=64",
@@ -146,9 +147,8 @@ def generation(training: list[dict], sequences: int, shape: projection.Shape, ru
     }
 
 
-def summary(name: str, command: list[str], code: int, wall: float, work: Path) -> dict:
-    logs = sorted((work / name / "logs").glob("train-*.log"))
-    steps = [s for s in read_steps(logs[-1])] if logs else []
+def summary(name: str, command: list[str], code: int, wall: float, log: Path | None) -> dict:
+    steps = [s for s in read_steps(log)] if log else []
     training = [s for s in steps if "timing_s/step" in s]
     out = {"run": name, "command": "verl-p40 " + shlex.join(command[4:]), "returncode": code, "wall_s": wall}
     out["setup"] = "Pascal mask (Tesla P40), op audit off" if RUNS[name][0] else "unmasked H200"
@@ -176,6 +176,7 @@ def summary(name: str, command: list[str], code: int, wall: float, work: Path) -
             "pass_width": timed["projection"]["pass_width"],
             "tokens_per_phase": timed["projection"]["tokens_per_phase"],
             "p40_at_full_width": timed["projection"]["p40_at_full_width"]["step"],
+            "p40_at_longest": timed["projection"]["p40_at_longest"]["step"],
             "generation": generation(training, gen_run.sequences, shape, gen_run),
             "model": model,
             "notes": [n for n in run.notes if n.startswith(("memory plan", "auto profile", "profile"))],
@@ -204,8 +205,9 @@ def run_all(args: argparse.Namespace) -> None:
             audit.parent.mkdir(parents=True, exist_ok=True)
         started = time.time()
         code = subprocess.run(command, env=mask_env(RUNS[name][0], audit)).returncode
+        logs = sorted((work / name / "logs").glob("train-*.log"))
         try:
-            result = summary(name, command, code, round(time.time() - started, 1), work)
+            result = summary(name, command, code, round(time.time() - started, 1), logs[-1] if logs else None)
         except Exception as exc:  # the next runs still run; what went wrong is in the result
             result = {"run": name, "returncode": code, "summary_error": repr(exc)}
         if audit:
@@ -242,6 +244,28 @@ def wait(args: argparse.Namespace) -> None:
     print("done" if (work / "done").exists() else "still running", flush=True)
 
 
+def resummarise(args: argparse.Namespace) -> None:
+    """Each result's summary again from its trainer log (NAME.json beside NAME-train-*.log, as pack() names them):
+    what the device measured stays (command, exit code, wall time, setup, audit), what is derived is derived again
+    by this checkout's projection."""
+    for path in sorted(Path(args.results).glob("*.json")):
+        old = json.loads(path.read_text())
+        logs = sorted(path.parent.glob(f"{path.stem}-train-*.log"))
+        if "command" not in old or not logs:
+            continue
+        command = [sys.executable, "-m", "verl_p40.cli", "train", *shlex.split(old["command"])[1:]]
+        model = command[command.index("--model") + 1]
+        if not Path(model, "config.json").is_file():  # the device's model folder: its shape is Qwen2.5-0.5B's
+            command[command.index("--model") + 1] = str(
+                Path(__file__).parents[1] / "tests/fixtures/qwen2.5-0.5b-instruct"
+            )
+        new = summary(old["run"], command, old["returncode"], old["wall_s"], logs[-1])
+        new.update({k: old[k] for k in ("command", "setup", "audit", "predicted", "notes") if k in old})
+        new["model"] = model
+        path.write_text(json.dumps(new, indent=2) + "\n")
+        print(f"{path.name}: {new.get('seconds_per_step')} s/step, P40 {new.get('p40_projection', {}).get('step')} s")
+
+
 def report(args: argparse.Namespace) -> None:
     rows = [json.loads(p.read_text()) for p in sorted(Path(args.results).glob("*.json")) if p.name != "speed.json"]
     lines = [
@@ -263,7 +287,7 @@ def report(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("action", choices=("run", "wait", "report"))
+    parser.add_argument("action", choices=("run", "wait", "report", "resummarise"))
     parser.add_argument("--runs", default=",".join(RUNS))
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--work", default="/tmp/speed")
@@ -273,7 +297,7 @@ def main() -> None:
     parser.add_argument("--copy-to")
     parser.add_argument("--results", default="bench/results/speed-2026-12-02")
     args = parser.parse_args()
-    {"run": run_all, "wait": wait, "report": report}[args.action](args)
+    {"run": run_all, "wait": wait, "report": report, "resummarise": resummarise}[args.action](args)
 
 
 if __name__ == "__main__":

@@ -178,6 +178,7 @@ def summarise(steps: list[dict], cfg: Any, shape: projection.Shape, measured_car
     here = projection.project(shape, run, measured_card, host)
     p40 = projection.project(shape, run, projection.P40, host)
     full_width = projection.project(shape, dataclasses.replace(run, pass_width=None, tokens=None), projection.P40, host)
+    at_longest = projection.project(shape, dataclasses.replace(run, tokens=None), projection.P40, host)
     measured_step = phases.get("step")
     error = round(100 * (here["step"] - measured_step) / measured_step, 1) if measured_step else None
     return {
@@ -197,6 +198,8 @@ def summarise(steps: list[dict], cfg: Any, shape: projection.Shape, measured_car
             },
             "pass_width": run.width,
             "tokens_per_phase": tokens,  # as the run logged them (None: every pass priced at pass_width)
+            # every pass at pass_width (the step's longest prompt + answer): the model before the tokens were logged
+            "p40_at_longest": {**at_longest, "pass_width": run.width},
             "p40_at_full_width": {
                 **full_width,
                 "pass_width": run.prompt_width + run.response_width,
