@@ -94,7 +94,7 @@ ARG UID=1000
 # the toolkit's skips apex; see docker/standin/).
 ARG BUILD_CHECK_SKIP=""
 ENV PYTHONUNBUFFERED=1 HF_HOME=/home/verl/.cache/huggingface \
-    VERL_P40_MODEL=/models/Qwen2.5-0.5B-Instruct VERL_P40_DATA=/data/gsm8k \
+    VERL_P40_MODELS=/models VERL_P40_DATA=/data/gsm8k \
     VERL_P40_CHECKPOINTS=/checkpoints VERL_P40_LOGS=/logs RAY_USAGE_STATS_ENABLED=0
 LABEL org.opencontainers.image.title="verl-p40" \
       org.opencontainers.image.description="PPO post-training with verl 0.5.0 on Tesla P40 and other old/small NVIDIA GPUs" \

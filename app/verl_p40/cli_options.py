@@ -195,9 +195,9 @@ class MonitorOptions:
 @dataclass
 class EvalOptions:
     model: str | None = option(
-        None,
-        "Hugging Face folder, verl checkpoint .../global_step_N/actor, latest or best",
-        required=True,
+        defaults.MODEL.value,
+        "Hugging Face folder, verl checkpoint .../global_step_N/actor, latest or best (default: the fetched model)",
+        env=defaults.MODEL.env,
         path=FOLDER,
         unless=(LATEST, BEST),
     )

@@ -20,8 +20,17 @@ class Default:
         return os.path.join(self.get(), *parts)
 
 
-MODEL = Default("VERL_P40_MODEL", "models/Qwen2.5-0.5B-Instruct")
 MODEL_REPO = Default("VERL_P40_MODEL_REPO", "Qwen/Qwen2.5-0.5B-Instruct")
+MODELS = Default("VERL_P40_MODELS", "models")  # the folder the fetched models live in (compose: the models volume)
+
+
+def model_folder(repo: str) -> str:
+    """Where the model of a hub repository lives: MODELS/<its name> (Qwen/Qwen2.5-1.5B-Instruct ->
+    models/Qwen2.5-1.5B-Instruct), so another MODEL_REPO is another folder, never the default one's."""
+    return os.path.join(MODELS.get(), repo.rstrip("/").rsplit("/", 1)[-1] or repo)
+
+
+MODEL = Default("VERL_P40_MODEL", model_folder(MODEL_REPO.get()))  # fetch-model --out, train/eval --model
 DATA = Default("VERL_P40_DATA", "data/gsm8k")
 GSM8K_SOURCE = Default("VERL_P40_GSM8K_SOURCE", "hf:openai/gsm8k")
 VAL_SIZE = Default("VERL_P40_VAL_SIZE", "0")  # prep: train rows held out as val.parquet

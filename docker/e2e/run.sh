@@ -68,7 +68,7 @@ export VERL_P40_IMAGE=verl-p40 VERL_P40_TAG=e2e PULL_POLICY=never PROFILE=p40 DO
   MODEL_FROM=/source-model MODEL_SOURCE_DIR=$E2E_DIR/source-model \
   GSM8K_SOURCE=/source GSM8K_SOURCE_DIR=$repo/tests/fixtures/gsm8k VAL_SIZE=0 ALGORITHM=ppo SHM_SIZE=2gb \
   EXPORT_DIR=$E2E_DIR/exports \
-  EVAL_ARGS="--model /models/Qwen2.5-0.5B-Instruct --compare latest --data /data/gsm8k/test.parquet --out /logs/eval --device cpu --limit 3 --max-new-tokens 8" \
+  EVAL_ARGS="--compare latest --data /data/gsm8k/test.parquet --out /logs/eval --device cpu --limit 3 --max-new-tokens 8" \
   EXPORT_ARGS="--model latest --out /exports --gguf f16"
 project=verl-p40-e2e
 dc() { /usr/bin/docker compose -p "$project" -f docker-compose.yml -f tests/e2e/compose.cpu.yaml "$@"; }

@@ -79,7 +79,15 @@ def test_compose_services_volumes_and_wiring(compose):
     exporter = services["export"]
     assert exporter["profiles"] == ["export"] and exporter["restart"] == "no" and "deploy" not in exporter
     assert exporter["command"] == ["--model", "best", "--out", "/exports", "--gguf", "f16,q8_0"]
-    assert services["eval"]["command"][2:4] == ["--compare", "best"]  # the best validated step, by default
+    assert services["eval"]["command"][:2] == ["--compare", "best"]  # the best validated step, by default
+    # every service that reads the model finds the one model-fetch fetched: /models/<the repository's name>
+    repos = {n: s.get("environment", {}).get("VERL_P40_MODEL_REPO") for n, s in services.items()}
+    assert {n for n, r in repos.items() if r == "Qwen/Qwen2.5-0.5B-Instruct"} >= {
+        "model-fetch",
+        "doctor",
+        "trainer",
+        "eval",
+    }
     assert {v["target"]: v["source"] for v in exporter["volumes"]} == {
         "/checkpoints": "checkpoints",
         "/exports": str(REPO / "exports"),

@@ -157,3 +157,25 @@ def test_only_and_skip_pick_fields():
 def test_a_field_given_by_the_caller_is_not_read(monkeypatch):
     monkeypatch.setenv("DEMO_COUNT", "soon")
     assert _resolve([], count=10).count == 10
+
+
+def test_the_model_folder_follows_the_repository(tmp_path):
+    """MODEL_REPO=Qwen/Qwen2.5-1.5B-Instruct is fetched to, trained from and evaluated against
+    <VERL_P40_MODELS>/Qwen2.5-1.5B-Instruct (it was stored as .../Qwen2.5-0.5B-Instruct whatever the repository);
+    VERL_P40_MODEL still names any folder. Fresh interpreters: the defaults are read when the CLI starts."""
+    import os
+    import subprocess
+    import sys
+
+    def folder(**env: str) -> str:
+        code = "from verl_p40 import defaults; print(defaults.MODEL.get())"
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("VERL_P40_MODEL")}
+        run = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        return run.stdout.strip()
+
+    assert folder() == os.path.join("models", "Qwen2.5-0.5B-Instruct")
+    assert folder(VERL_P40_MODELS="/models", VERL_P40_MODEL_REPO="Qwen/Qwen2.5-1.5B-Instruct") == (
+        "/models/Qwen2.5-1.5B-Instruct"
+    )
+    assert folder(VERL_P40_MODELS="/models", VERL_P40_MODEL=str(tmp_path)) == str(tmp_path)
