@@ -1,0 +1,173 @@
+"""The image's torch on the lent GPU machine (issue 45): PyPI's torch 2.6.0 wheel and the CUDA 12 libraries it pins,
+carried in pieces under what one device call may carry, checked there, installed into a folder of their own.
+
+The GPU machine reaches nothing and runs its own torch; one call carries at most 64 MiB with the checkout (~21 MB of
+tracked files), so ~3 GB of wheels travel as ~70 chunks of 40 MiB, one ignored folder each (.gpu-torch-NN), as the
+real-weights model does (../shared/gpu/README.md). Here:
+
+    python3 bench/device/stage_torch.py pack               # downloads (PyPI), checksums, .gpu-torch-00 ... -NN
+
+then one device call per chunk, carrying `.gpu-torch-NN`:
+    mkdir -p /tmp/torch-chunks && cp .gpu-torch-NN/* /tmp/torch-chunks/
+and there, once:
+
+    python3 bench/device/stage_torch.py unpack --chunks /tmp/torch-chunks --target /tmp/torch26
+    export PYTHONPATH=/tmp/torch26:$PYTHONPATH     # before /tmp/site and the checkout: `import torch` is 2.6.0
+
+What goes: torch==2.6.0 for CPython 3.12 (the machine's) and every nvidia-* requirement of its wheel at the version it
+pins; sympy at the image lock's version (torch 2.6 pins 1.13.1). Left out: triton (torch imports it only for
+torch.compile and Triton kernels, which a P40 cannot run and the mask refuses). Every wheel's sha256 and every
+chunk's are written by pack and checked by unpack before anything is installed; a damaged or missing chunk is named.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+CHUNK_MIB = 40  # with the checkout's tracked files, under the 64 MiB one call may carry
+LEFT_OUT = {"triton": "torch.compile and Triton kernels only, which sm_61 cannot run"}
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def pins_of(wheel: Path) -> list[str]:
+    """The `name==version` requirements of a wheel for Linux x86_64 (its METADATA), less LEFT_OUT."""
+    with zipfile.ZipFile(wheel) as archive:
+        meta = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        lines = archive.read(meta).decode().splitlines()
+    pins = []
+    for line in lines:
+        if not line.startswith("Requires-Dist:") or "extra ==" in line:
+            continue
+        spec = line.split(":", 1)[1].split(";")[0].strip().replace(" ", "").replace("(", "").replace(")", "")
+        name = spec.split("==")[0]
+        if "==" in spec and name not in LEFT_OUT and (name.startswith("nvidia-") or name == "sympy"):
+            pins.append(spec)
+    return pins
+
+
+def lock_pin(name: str) -> str | None:
+    for line in (REPO / "docker" / "requirements.txt").read_text().splitlines():
+        if line.split("==")[0].strip().lower() == name:
+            return line.strip()
+    return None
+
+
+def download(torch: str, python: str, into: Path) -> list[Path]:
+    def fetch(spec: str) -> None:
+        command = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "-d", str(into)]
+        command += ["--python-version", python, "--platform", "manylinux2014_x86_64", "--platform", "manylinux1_x86_64"]
+        command += ["--platform", "manylinux_2_28_x86_64", spec]
+        subprocess.run(command, check=True)
+
+    fetch(f"torch=={torch}")
+    wheel = next(into.glob(f"torch-{torch}-*.whl"))
+    pins = pins_of(wheel)
+    pins = [lock_pin("sympy") or p if p.startswith("sympy==") else p for p in pins]
+    for spec in pins:
+        fetch(spec)
+    return sorted(into.glob("*.whl"))
+
+
+def pack(args: argparse.Namespace) -> None:
+    out = Path(args.out)
+    work = Path(tempfile.mkdtemp(prefix="stage-torch-"))
+    try:
+        wheels = sorted(Path(args.wheels).glob("*.whl")) if args.wheels else download(args.torch, args.python, work)
+        sums = "".join(f"{sha256(w)}  {w.name}\n" for w in wheels)
+        bundle = work / "wheels.tar"
+        with tarfile.open(bundle, "w") as tar:  # wheels are compressed already
+            for wheel in wheels:
+                tar.add(wheel, arcname=wheel.name)
+            info = tarfile.TarInfo("SHA256SUMS")
+            info.size = len(sums.encode())
+            tar.addfile(info, __import__("io").BytesIO(sums.encode()))
+        for old in out.glob(".gpu-torch-*"):
+            shutil.rmtree(old)
+        size, chunks = args.chunk_mib << 20, []
+        with open(bundle, "rb") as handle:
+            for index, block in enumerate(iter(lambda: handle.read(size), b"")):
+                folder = out / f".gpu-torch-{index:02d}"
+                folder.mkdir(parents=True)
+                (folder / f"c{index:02d}").write_bytes(block)
+                chunks.append(f"{hashlib.sha256(block).hexdigest()}  c{index:02d}\n")
+        (out / ".gpu-torch-00" / "CHUNKS.sha256").write_text("".join(chunks))
+        total = sum(w.stat().st_size for w in wheels)
+        print(f"{len(wheels)} wheels, {total / 2**30:.2f} GiB, in {len(chunks)} chunks of {args.chunk_mib} MiB:")
+        print(f"  {out}/.gpu-torch-00 ... .gpu-torch-{len(chunks) - 1:02d}; left out: {', '.join(LEFT_OUT)}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def fail(text: str) -> None:
+    print(f"stage_torch unpack: error: {text}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def unpack(args: argparse.Namespace) -> None:
+    chunks = Path(args.chunks)
+    listing = chunks / "CHUNKS.sha256"
+    if not listing.is_file():
+        fail(f"{listing} missing: copy .gpu-torch-00 (it carries the list) with its chunk")
+    expected = [line.split() for line in listing.read_text().splitlines() if line.strip()]
+    missing = [name for _, name in expected if not (chunks / name).is_file()]
+    if missing:
+        fail(f"{len(missing)} of {len(expected)} chunks missing under {chunks}: {', '.join(missing[:5])}")
+    damaged = [name for digest, name in expected if sha256(chunks / name) != digest]
+    if damaged:
+        fail(f"chunk {damaged[0]} under {chunks} is not what pack wrote (sha256 differs): copy it again")
+    work = Path(tempfile.mkdtemp(prefix="stage-torch-", dir=args.work))
+    try:
+        bundle = work / "wheels.tar"
+        with open(bundle, "wb") as out:
+            for _, name in expected:
+                with open(chunks / name, "rb") as part:
+                    shutil.copyfileobj(part, out)
+        with tarfile.open(bundle) as tar:
+            tar.extractall(work / "wheels", filter="data")
+        for line in (work / "wheels" / "SHA256SUMS").read_text().splitlines():
+            digest, name = line.split()
+            if sha256(work / "wheels" / name) != digest:
+                fail(f"{name}: sha256 differs from pack's")
+        wheels = sorted(str(w) for w in (work / "wheels").glob("*.whl"))
+        command = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", args.target]
+        subprocess.run([*command, *wheels], check=True)
+        print(f"{len(wheels)} wheels checked and installed into {args.target}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="action", required=True)
+    p = sub.add_parser("pack", help="download, checksum and split into .gpu-torch-NN folders")
+    p.add_argument("--torch", default="2.6.0")
+    p.add_argument("--python", default="3.12", help="the GPU machine's Python")
+    p.add_argument("--wheels", help="wheels already here (a folder) instead of downloading")
+    p.add_argument("--chunk-mib", type=int, default=CHUNK_MIB)
+    p.add_argument("--out", default=str(REPO))
+    u = sub.add_parser("unpack", help="check the chunks and the wheels, install them into --target")
+    u.add_argument("--chunks", required=True)
+    u.add_argument("--target", required=True)
+    u.add_argument("--work", default=None, help="where the wheels are unpacked on the way (default: the temp folder)")
+    args = parser.parse_args()
+    {"pack": pack, "unpack": unpack}[args.action](args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""Staging the image's torch on the GPU machine (bench/device/stage_torch.py): wheels packed into chunks with their
+checksums, checked and installed there; a damaged or missing chunk is named in one line and nothing is installed."""
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "bench" / "device" / "stage_torch.py"
+sys.path.insert(0, str(SCRIPT.parent))
+
+import stage_torch  # noqa: E402
+
+
+def _wheel(folder: Path, name: str, payload: bytes = b"", requires: tuple[str, ...] = ()) -> Path:
+    """A minimal pure-Python wheel: a package `name` with `payload` stored (not compressed) as its data.bin."""
+    path = folder / f"{name}-1.0-py3-none-any.whl"
+    meta = "Metadata-Version: 2.1\nName: {}\nVersion: 1.0\n".format(name) + "".join(f"{r}\n" for r in requires)
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(
+            f"{name}/__init__.py",
+            "import pathlib\nSIZE = (pathlib.Path(__file__).parent / 'data.bin').stat().st_size\n",
+        )
+        archive.writestr(f"{name}/data.bin", payload)
+        archive.writestr(f"{name}-1.0.dist-info/METADATA", meta)
+        archive.writestr(
+            f"{name}-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        archive.writestr(f"{name}-1.0.dist-info/RECORD", "")
+    return path
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120)
+
+
+def test_the_wheels_go_in_chunks_and_are_installed_after_every_check(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels, "alpha", os.urandom(3 << 19))  # 1.5 MiB that does not compress: two chunks of 1 MiB
+    _wheel(wheels, "beta")
+    packed = _run("pack", "--wheels", str(wheels), "--chunk-mib", "1", "--out", str(tmp_path))
+    assert packed.returncode == 0, packed.stderr
+    folders = sorted(p.name for p in tmp_path.glob(".gpu-torch-*"))
+    assert folders == [".gpu-torch-00", ".gpu-torch-01"] and "2 wheels" in packed.stdout
+    chunks = tmp_path / "chunks"
+    chunks.mkdir()
+    for folder in folders:  # as the device calls copy them, one folder each
+        for f in (tmp_path / folder).iterdir():
+            (chunks / f.name).write_bytes(f.read_bytes())
+
+    damaged = bytearray((chunks / "c01").read_bytes())
+    damaged[10] ^= 1
+    original = (chunks / "c01").read_bytes()
+    (chunks / "c01").write_bytes(bytes(damaged))
+    refused = _run("unpack", "--chunks", str(chunks), "--target", str(tmp_path / "site"))
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().splitlines()[-1].startswith("stage_torch unpack: error: chunk c01 under ")
+    assert not (tmp_path / "site").exists()  # nothing installed from a damaged chunk
+
+    (chunks / "c01").unlink()
+    missing = _run("unpack", "--chunks", str(chunks), "--target", str(tmp_path / "site"))
+    assert missing.returncode == 2 and "1 of 2 chunks missing" in missing.stderr
+
+    (chunks / "c01").write_bytes(original)
+    installed = _run("unpack", "--chunks", str(chunks), "--target", str(tmp_path / "site"))
+    assert installed.returncode == 0, installed.stderr
+    check = "import alpha, beta; print(alpha.SIZE)"
+    run = subprocess.run(
+        [sys.executable, "-c", check],
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
+        capture_output=True,
+        text=True,
+    )
+    assert run.stdout.strip() == str(3 << 19), run.stderr
+
+
+def test_what_travels_with_torch_is_its_linux_cuda_pins_less_triton(tmp_path):
+    wheel = _wheel(
+        tmp_path,
+        "torch",
+        requires=(
+            "Requires-Dist: filelock",
+            "Requires-Dist: nvidia-cublas-cu12 (==12.4.5.8) ; platform_machine == 'x86_64'",
+            'Requires-Dist: triton (==3.2.0) ; platform_system == "Linux" and platform_machine == "x86_64"',
+            'Requires-Dist: sympy (==1.13.1) ; python_version >= "3.9"',
+            "Requires-Dist: optree (>=0.13.0) ; extra == 'optree'",
+        ),
+    )
+    assert stage_torch.pins_of(wheel) == ["nvidia-cublas-cu12==12.4.5.8", "sympy==1.13.1"]
+    assert stage_torch.lock_pin("sympy") == "sympy==1.13.1"  # the image lock's, which torch 2.6 pins too
