@@ -107,6 +107,12 @@ def unsupported(module) -> str | None:
     return None
 
 
+def _unwrapped_name(name: str) -> str:
+    """A parameter's or module's name without the wrappers' own components (FSDP1, activation checkpointing)."""
+    wrappers = ("_fsdp_wrapped_module", "_checkpoint_wrapped_module")
+    return ".".join(part for part in name.split(".") if part not in wrappers)
+
+
 @contextlib.contextmanager
 def _full_weights(module):
     """{name: tensor} of every weight of `module`, unsharded, while the block runs (names as the unwrapped model's)."""
@@ -128,7 +134,7 @@ def _full_weights(module):
         for name, tensor in module.named_parameters(remove_duplicate=False):
             if "flat_param" in name:
                 raise RuntimeError(f"a parameter is still flattened by FSDP: {name}")
-            weights[name.replace("_fsdp_wrapped_module.", "").replace("_checkpoint_wrapped_module.", "")] = tensor
+            weights[_unwrapped_name(name)] = tensor
         yield weights
 
 
@@ -144,10 +150,7 @@ def _plain_copy(inner, weights: dict[str, torch.Tensor]) -> torch.nn.Module:
     if unexpected:
         raise RuntimeError(f"weights the model does not have: {unexpected[:3]}")
     plain.tie_weights()
-    sources = {
-        n.replace("_fsdp_wrapped_module.", "").replace("_checkpoint_wrapped_module.", ""): m
-        for n, m in inner.named_modules()
-    }
+    sources = {_unwrapped_name(n): m for n, m in inner.named_modules()}  # a wrapper and its module: the module
     for name, sub in plain.named_modules():  # buffers and tensors kept as attributes (rotary inv_freq and its copy)
         source = sources.get(name)
         for attr, value in list(vars(sub).items()) + list(sub._buffers.items()):
@@ -228,12 +231,12 @@ def decode(model, input_ids, attention_mask, generation_config, processors, stop
     token = torch.zeros(batch, 1, dtype=torch.long, device=device)
     position = positions[:, -1:].clone()
     column = torch.full((1,), width - 1, dtype=torch.long, device=device)
-    keys = torch.ones(batch, total, dtype=torch.bool, device=device)
-    keys[:, :width] = attention_mask.bool()
+    attended = torch.ones(batch, total, dtype=torch.bool, device=device)  # the prompt's padding is never attended
+    attended[:, :width] = attention_mask.bool()
     columns = torch.arange(total, device=device)
 
     def forward() -> torch.Tensor:
-        mask = (keys & (columns <= column))[:, None, None, :]
+        mask = (attended & (columns <= column))[:, None, None, :]
         return model(
             input_ids=token,
             attention_mask={"full_attention": mask},
