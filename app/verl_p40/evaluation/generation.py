@@ -139,7 +139,9 @@ class HfGenerator:
     """Greedy batched generation with Hugging Face transformers (left padding, the model's chat template).
 
     Plain greedy decoding of the policy the trainer optimises: no repetition penalty, whatever the checkpoint's
-    generation_config.json suggests (Qwen2.5's says 1.05), as the vLLM engine and verl's validation decode."""
+    generation_config.json suggests (Qwen2.5's says 1.05), as the vLLM engine and verl's validation decode. The
+    tokens are generate()'s, decoded by the rollout's decoder (patches/p40_decode.py: a static KV cache, the step of
+    one token replayed as a CUDA graph on a GPU)."""
 
     def __init__(self, model_dir: Path, device: str, max_new_tokens: int, dtype: str = "fp32"):
         import torch
@@ -169,8 +171,10 @@ class HfGenerator:
     def __call__(self, prompts: list[list[dict]]) -> list[tuple[str, int]]:
         texts = [self.tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
         batch = self.tokenizer(texts, return_tensors="pt", padding=True).to(self.device)
+        from verl_p40.patches.p40_decode import generator  # the rollout's decoder: generate()'s answers, faster
+
         with self.torch.no_grad():
-            out = self.model.generate(
+            out = generator(self.model, {"p40_decode": "auto"})(
                 **batch,
                 max_new_tokens=self.max_new_tokens,
                 do_sample=False,
@@ -178,6 +182,7 @@ class HfGenerator:
                 eos_token_id=self.eos,
                 pad_token_id=self.tokenizer.pad_token_id,
             )
+        out = getattr(out, "sequences", out)  # generate() itself (a model the decoder does not take) gives a tensor
         results = []
         for row in out[:, batch["input_ids"].shape[1] :]:
             ids = row.tolist()

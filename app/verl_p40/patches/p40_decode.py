@@ -38,7 +38,7 @@ _said: set[str] = set()
 def _say_once(text: str) -> None:
     if text not in _said:
         _said.add(text)
-        print(f"[verl-p40] rollout: {text}", flush=True)
+        print(f"[verl-p40] decoding: {text}", flush=True)
 
 
 def _grouped_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
