@@ -31,6 +31,10 @@ All through the product's CLI:
 - final: the last checkpoint merged once (verl_p40.models.checkpoints), then `verl-p40 eval --model BASE --compare
   MERGED --dtype fp32` on the test split, split over --eval-gpus GPUs (one part each, then the whole split read back
   from the parts' answers: the report and its paired sign tests cover all 1,319), then `report`.
+- horizon (--score-steps 10,20,...): the steps named before the run scored on the whole test split with no pick,
+  the base model once and each step's merged checkpoint alone (`verl-p40 eval`), each step's answers paired with the
+  base's (sign test): horizon-<date>.json and a plot against prompts seen and projected P40 hours; horizon-report
+  redraws them from a returned work bundle.
 - session --no-eval: the training and its validation curve only (a p40-mode run whose session holds no held-out
   evaluation); its record says it was not evaluated.
 - audit: one step of the recipe on the P40 path (half its prompts, not validated or saved) with the Pascal mask's op
@@ -244,7 +248,13 @@ def audit(args: argparse.Namespace, work: Path, out: Path) -> dict:
 def bundle(work: Path, out: Path) -> None:
     """learning-work.tgz: what `report --work` redraws everything from (state, logs, the held-out answers)."""
     with tarfile.open(out / "learning-work.tgz", "w:gz") as tar:
-        for name in ("state.json", "logs", "eval-final"):
+        for name in (
+            "state.json",
+            "logs",
+            "eval-final",
+            *sorted(p.name for p in work.glob("eval-base*")),
+            *sorted(p.name for p in work.glob("eval-step-*")),
+        ):
             if (work / name).exists():
                 tar.add(work / name, arcname=name, filter=lambda t: None if "/ckpt" in t.name else t)
 
@@ -344,6 +354,116 @@ def final(args: argparse.Namespace, work: Path, out: Path, state: State) -> dict
     result = report(work, out, state)
     bundle(work, out)
     return result
+
+
+def horizon(args: argparse.Namespace, work: Path, out: Path, state: State) -> dict:
+    """The run scored on the whole test split at the steps named before it (--score-steps: no pick among them), each
+    against the base model's answers (evaluated once) with the paired sign test, against prompts seen and the P40
+    hours the run's own steps project to: horizon-<date>.json and .png. Each checkpoint is merged by the product and
+    scored by `verl-p40 eval` alone; the pairs are read back from the answers files (no model, no GPU)."""
+    from verl_p40.models.checkpoints import resolve_model
+
+    os.environ.update(mask_env(MODES[state.data.get("mode", args.mode)]["mask"]))
+    steps = [int(s) for s in args.score_steps.split(",")]
+    saved = {int(p.name.removeprefix("global_step_")): p / "actor" for p in (work / "ckpt").rglob("global_step_*")}
+    missing = [s for s in steps if s not in saved]
+    if missing:
+        raise SystemExit(f"steps {missing} were named but not saved (saved: {sorted(saved)})")
+    common = ["--data", str(work / "gsm8k" / "test.parquet"), "--dtype", "fp32"]
+    common += ["--max-new-tokens", str(MAX_NEW_TOKENS), "--batch-size", str(args.eval_batch)]
+    commands, started = [], time.time()
+    for name, model in [("base", work / "qwen-real"), *((f"step-{s}", saved[s]) for s in steps)]:
+        if (work / f"eval-{name}" / "report.json").is_file():
+            continue  # scored by an earlier call of this session
+        model = resolve_model(str(model), work / "ckpt") if name != "base" else model
+        command = cli("eval", "--model", str(model), *common, "--out", str(work / f"eval-{name}"))
+        commands.append("verl-p40 " + shlex.join(command[3:]))
+        print("$ " + commands[-1], flush=True)
+        run(command)
+    state.data.setdefault("horizon_commands", []).extend(commands)
+    state.data["horizon_wall_s"] = state.data.get("horizon_wall_s", 0) + round(time.time() - started, 1)
+    state.save(out)
+    result = horizon_report(work, out, state, steps)
+    bundle(work, out)
+    return result
+
+
+def scored(folder: Path) -> dict[int, dict]:
+    """Question index -> the one model's scores in an eval folder's answers.jsonl."""
+    from verl_p40.evaluation import answers
+
+    return {i: record["models"]["base"] for i, (_, record) in answers.read(folder / answers.ANSWERS).items()}
+
+
+def horizon_report(work: Path, out: Path, state: State, steps: list[int]) -> dict:
+    from verl_p40.evaluation import evaluate
+
+    base = scored(work / "eval-base")
+    log = work / "logs" / state.data["train_log"]
+    setting = trainer_settings(log)
+    prompts = int(setting["data.train_batch_size"])
+    projection = p40_projection(
+        state.data.get("mode", "p40"), [s for s in read_steps(log) if "timing_s/step" in s], work
+    )
+    p40_step = projection.get("p40_s_per_step")
+    rows = []
+    for step in steps:
+        trained = scored(work / f"eval-step-{step}")
+        if set(trained) != set(base):
+            raise SystemExit(f"step {step} and the base answered different questions")
+        records = [{"models": {"base": base[i], "trained": trained[i]}} for i in sorted(base)]
+        summary = evaluate.summarise(records, ["base", "trained"])
+        rows.append(
+            {
+                "step": step,
+                "prompts_seen": step * prompts,
+                "p40_hours": round(step * p40_step / 3600, 2) if p40_step else None,
+                "accuracy": summary["trained"],
+                "against_base": evaluate.paired_differences(records, "base", "trained"),
+            }
+        )
+    result = {
+        "what": "the run scored on the whole test split at the steps named before it (no pick), fp32, greedy, "
+        f"{MAX_NEW_TOKENS} new tokens, each step's answers paired with the base model's (sign test)",
+        "mode": state.data.get("mode"),
+        "train_command": state.data.get("train_command"),
+        "eval_commands": state.data.get("horizon_commands"),
+        "base": evaluate.summarise([{"models": {"base": base[i]}} for i in sorted(base)], ["base"])["base"],
+        "steps": rows,
+        "prompts_per_step": prompts,
+        "p40_step_s": p40_step,
+        "gpu_minutes_scoring": round(state.data.get("horizon_wall_s", 0) / 60, 2),
+    }
+    stamp = time.strftime("%Y-%m-%d")
+    (out / f"horizon-{stamp}.json").write_text(json.dumps(result, indent=2) + "\n")
+    plot_horizon(result, out / f"horizon-{stamp}.png")
+    return result
+
+
+def plot_horizon(result: dict, path: Path) -> None:
+    """Flexible accuracy on the test split at each scored step against prompts seen (and P40 hours above)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["steps"]
+    x = [0] + [r["prompts_seen"] for r in rows]
+    y = [100 * result["base"]["accuracy_flexible"]] + [100 * r["accuracy"]["accuracy_flexible"] for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(x, y, marker="o")
+    for r, yy in zip(rows, y[1:]):
+        ax.annotate(f"p={r['against_base']['flexible']['p_value']:.2g}", (r["prompts_seen"], yy), fontsize=8)
+    ax.set_xlabel("prompts seen")
+    ax.set_ylabel("test split, flexible accuracy (%)")
+    ax.set_title("the run scored at steps named before it (no pick)", pad=30)
+    if result.get("p40_step_s"):
+        hours_a_prompt = result["p40_step_s"] / result["prompts_per_step"] / 3600
+        top = ax.secondary_xaxis("top", functions=(lambda v: v * hours_a_prompt, lambda h: h / hours_a_prompt))
+        top.set_xlabel("P40 hours (projected)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def rescore(work: Path) -> None:
@@ -590,7 +710,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "phase",
-        choices=("prepare", "session", "wait", "stop", "audit", "final", "rescore", "report", "plot-record", "compare"),
+        choices=(
+            "prepare",
+            "session",
+            "wait",
+            "stop",
+            "audit",
+            "final",
+            "horizon",
+            "horizon-report",
+            "rescore",
+            "report",
+            "plot-record",
+            "compare",
+        ),
     )
     parser.add_argument("--runs", type=Path, nargs="+", help="compare: the runs' learning-<date>.json")
     parser.add_argument("--no-eval", action="store_true", help="session: the validation curve only, no held-out eval")
@@ -617,6 +750,9 @@ def main() -> None:
         default="best-validation",
         help="final: which saved checkpoint the test split scores (validation is train rows, never the test split)",
     )
+    parser.add_argument(
+        "--score-steps", default="", help="horizon: the saved steps scored on the test split, named before the run"
+    )
     parser.add_argument("--heldout-limit", type=int, help="final: only the first N test questions (a smoke check)")
     args = parser.parse_args()
     work, out = Path(args.work), Path(args.out)
@@ -642,7 +778,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     state = State(work, "learning-state.json")
-    if args.phase in ("report", "final") and not state.path.exists():
+    if args.phase in ("report", "final", "horizon", "horizon-report") and not state.path.exists():
         raise SystemExit(f"{state.path}: no state; unpack learning-work.tgz into --work first")
     try:
         if args.phase == "prepare":
@@ -651,6 +787,14 @@ def main() -> None:
             session(args, work, out, state)
         elif args.phase == "audit":
             print(json.dumps(audit(args, work, out)["audit"], indent=1))
+        elif args.phase in ("horizon", "horizon-report"):  # the report alone: from a returned work bundle, no GPU
+            steps = [int(s) for s in args.score_steps.split(",")]
+            result = (
+                horizon(args, work, out, state) if args.phase == "horizon" else horizon_report(work, out, state, steps)
+            )
+            print(
+                json.dumps([{k: r[k] for k in ("step", "accuracy", "against_base")} for r in result["steps"]], indent=1)
+            )
         else:
             result = final(args, work, out, state) if args.phase == "final" else report(work, out, state)
             print(json.dumps({k: result[k] for k in ("eval", "comparison", "rollouts_per_gpu_minute")}, indent=1))

@@ -187,3 +187,39 @@ def test_rescore_reads_a_returned_evaluation_again_with_this_checkout(tmp_path):
     flexible = json.loads(report.read_text())["comparison"]["flexible"]
     assert (flexible["trained_only"], flexible["base_only"], flexible["p_value"]) == (183, 98, 4.463e-07)
     assert "| 183 | 98 | 4.46e-07 |" in (tmp_path / "eval-final" / "report.md").read_text()
+
+
+def test_the_horizon_pairs_each_named_step_with_the_base_answered_once(tmp_path):
+    """horizon-report on the committed fast-2 run: its step-20 answers and the base's, as two one-model evaluations
+    (what `horizon` writes), give the paired test the docs quote (183 gained, 98 lost, p = 4.463e-07), beside prompts
+    seen and the P40 hours the run's own steps project to."""
+    import tarfile
+
+    bundle = Path(__file__).resolve().parents[2] / "bench/results/learning-2026-12-01/fast-2/learning-work.tgz"
+    with tarfile.open(bundle) as tar:
+        tar.extractall(tmp_path / "work")
+    work, out = tmp_path / "work", tmp_path / "out"
+    out.mkdir()
+    lines = (work / "eval-final" / "answers.jsonl").read_text().splitlines()
+    for folder, label in (("eval-base", "base"), ("eval-step-20", "trained")):
+        (work / folder).mkdir()
+        kept = []
+        for line in lines:
+            record = json.loads(line)
+            if "models" in record:
+                record["models"] = {"base": record["models"][label]}
+            kept.append(json.dumps(record))
+        (work / folder / "answers.jsonl").write_text("\n".join(kept) + "\n")
+    result = learning_run.horizon_report(work, out, State(work, "learning-state.json"), [20])
+    (row,) = result["steps"]
+    flexible = row["against_base"]["flexible"]
+    assert (flexible["trained_only"], flexible["base_only"], flexible["p_value"]) == (183, 98, 4.463e-07)
+    assert row["prompts_seen"] == 20 * 32 and result["base"]["questions"] == 1319
+    assert row["p40_hours"] == round(20 * result["p40_step_s"] / 3600, 2) > 0
+    assert (out / f"horizon-{time_stamp()}.png").stat().st_size > 0
+
+
+def time_stamp() -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d")
