@@ -136,3 +136,52 @@ def test_what_it_cannot_decode_goes_to_generate_and_says_why(tiny, capsys):
     assert p40_decode.generator(model, {}) == model.generate  # verl without the setting: as before
     with pytest.raises(ValueError, match="p40_decode=fast: use one of off, eager, graph, auto"):
         p40_decode.generator(model, {"p40_decode": "fast"})
+
+
+def test_a_one_token_prompt_without_padding(tiny):
+    """The prompt's pass of one column takes the one-token attention, with no mask at all (nothing is padded)."""
+    model, tokenizer, _ = tiny
+    prompts = tokenizer(["hello", "world"], return_tensors="pt", padding=True)
+    assert prompts.input_ids.shape[1] == 1 and bool(prompts.attention_mask.all())
+    plain, decoded = _both(model, _kwargs(tokenizer, prompts, do_sample=False, max_new_tokens=12))
+    assert torch.equal(decoded, plain)
+
+
+def test_half_precision_scores_are_taken_in_fp32():
+    """fp16 queries and keys (eval --dtype fp16): the scores in fp32, as SDPA accumulates them. Values of ~40 make
+    q.k ~1e5, past fp16's 65,504: an fp16 product would be inf and the softmax NaN."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    torch.manual_seed(0)
+
+    class Layer(torch.nn.Module):
+        num_key_value_groups = 7
+
+    half = [(torch.rand(2, h, c, 64) * 10 + 35).to(torch.float16) for h, c in ((14, 1), (2, 40), (2, 40))]
+    assert torch.isinf(half[0][0, 0] @ half[1][0, 0].T).any()  # what an fp16 product of these gives
+    mask = torch.ones(2, 1, 1, 40, dtype=torch.bool)
+    expected, _ = sdpa_attention_forward(Layer(), *(t.float() for t in half), mask, scaling=0.125)  # the same values
+    got, _ = p40_decode._grouped_attention(Layer(), *half, mask, scaling=0.125)
+    assert got.dtype == torch.float16 and bool(torch.isfinite(got).all())
+    torch.testing.assert_close(got.float(), expected, rtol=0.01, atol=0.05)  # fp16's own rounding of the output
+
+
+def test_a_decoder_that_fails_hands_the_rest_of_the_process_to_generate(tiny, monkeypatch, capsys):
+    """Anything but memory going wrong in the decoder (a torch or a sharding it never ran on): generate()'s answer
+    for that call, one line with the reason, and generate() directly for every later call."""
+    model, tokenizer, prompts = tiny
+    kwargs = _kwargs(tokenizer, prompts, do_sample=False, max_new_tokens=8)
+
+    def broken(*args, **kw):
+        raise RuntimeError("weights not found: ['model.norm.weight']")
+
+    monkeypatch.setattr(p40_decode, "_plain_copy", broken)
+    p40_decode._said.clear()
+    try:
+        out = p40_decode.generator(model, {"p40_decode": "eager"})(**kwargs)
+        assert torch.equal(out, model.generate(**kwargs))  # generate()'s own result
+        said = capsys.readouterr().out
+        assert "the decoder failed (RuntimeError: weights not found: ['model.norm.weight']); transformers' " in said
+        assert p40_decode.generator(model, {"p40_decode": "eager"}) == model.generate
+    finally:
+        p40_decode._failed.clear()

@@ -17,7 +17,9 @@ hands the rollout a function with generate()'s signature that does the same work
   (transformers' private helpers, pinned with transformers 4.53), finished rows emit the pad token, and the loop
   ends when every row has ended (checked every STOP_CHECK tokens: the columns after that are pad, as verl pads).
 Anything else (beam search, a LoRA model, sliding-window layers, a model without a static cache) falls back to
-generate(), said once. Greedy answers match generate()'s up to floating-point summation order in attention.
+generate(), said once; so does the rest of the process after the decoder fails for any reason but memory (a torch
+or a sharding it never ran on), with the reason. Greedy answers match generate()'s up to floating-point summation
+order in attention (256 of 256 identical in the GPU check, bench/results/speed-2026-12-03).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ MODES = ("off", "eager", "graph", "auto")
 STOP_CHECK = 16  # tokens between two checks (a host sync) of whether every row has ended
 ATTENTION = "p40_decode"
 _said: set[str] = set()
+_failed: list[str] = []  # why the decoder failed in this process: generate() decodes from then on
 
 
 def _say_once(text: str) -> None:
@@ -61,8 +64,11 @@ def _grouped_attention(module, query, key, value, attention_mask, dropout=0.0, s
     batch, heads, _, dim = query.shape
     kv_heads = key.shape[1]
     q = query.reshape(batch, kv_heads, heads // kv_heads, dim)  # head h reads KV head h // groups, as repeat_kv
+    if q.dtype != torch.float32:  # fp16/bf16 scores in fp32, as SDPA's kernels accumulate them (no overflow)
+        q, key = q.float(), key.float()
     scores = torch.matmul(q, key.transpose(-1, -2)) * (dim**-0.5 if scaling is None else scaling)
-    scores = scores.masked_fill(~attention_mask, float("-inf"))  # mask (batch, 1, 1, columns)
+    if attention_mask is not None:  # (batch, 1, 1, columns); none for a one-token prompt without padding
+        scores = scores.masked_fill(~attention_mask, float("-inf"))
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
     return torch.matmul(probs, value).reshape(batch, 1, heads, dim), None
 
@@ -204,8 +210,9 @@ def decode(model, input_ids, attention_mask, generation_config, processors, stop
 
     batch, width = input_ids.shape
     device, total = input_ids.device, generation_config.max_length
-    if torch.is_autocast_enabled(device.type):
-        graph = False  # autocast keeps a cache of cast weights, which a captured graph must not use
+    if graph and torch.is_autocast_enabled(device.type):  # its cache of cast weights must not be in a graph
+        graph = False
+        _say_once(f"autocast ({torch.get_autocast_dtype(device.type)}) is on: no CUDA graph")
     positions = attention_mask.long().cumsum(-1) - 1  # as generate() derives them from the mask
     positions.masked_fill_(attention_mask == 0, 1)
     # the prompt as generate()'s first step runs it (its cache, its mask); the static cache is made after it, so the
@@ -308,9 +315,18 @@ def _generate(module, graph: bool, input_ids=None, attention_mask=None, generati
     )
     stopping = inner._get_stopping_criteria(generation_config=config, stopping_criteria=StoppingCriteriaList())
     _register_attention()
-    with _full_weights(module) as weights:
-        model = _plain_copy(inner, weights)
-        sequences = decode(model, input_ids, attention_mask, config, processors, stopping, graph)
+    try:
+        with _full_weights(module) as weights:
+            model = _plain_copy(inner, weights)
+            sequences = decode(model, input_ids, attention_mask, config, processors, stopping, graph)
+    except torch.cuda.OutOfMemoryError:
+        raise  # generate() would need the same memory: the plan's sizes are what to change
+    except Exception as exc:  # noqa: BLE001 - a path the decoder was never run on (a torch, a sharding): not fatal
+        _failed.append(f"{type(exc).__name__}: {str(exc)[:300]}")
+        _say_once(f"the decoder failed ({_failed[0]}); transformers' generate() decodes from here on")
+        return module.generate(
+            input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config, **kwargs
+        )
     return SimpleNamespace(sequences=sequences)
 
 
@@ -321,7 +337,7 @@ def generator(module, config):
     mode = str(config.get("p40_decode", "off") or "off")
     if mode not in MODES:
         raise ValueError(f"actor_rollout_ref.rollout.p40_decode={mode}: use one of {', '.join(MODES)}")
-    if mode == "off":
+    if mode == "off" or _failed:
         return module.generate
     why = unsupported(module)
     if why:
