@@ -176,6 +176,7 @@ def cmd_eval(options: o.EvalOptions) -> int:
         examples=options.examples,
         engine=options.engine,
         dtype=options.dtype,
+        decode=options.decode,
     )
     for label, m in report["models"].items():
         print(

@@ -228,6 +228,12 @@ class EvalOptions:
         "of the weights while generating; bf16 greedy answers do not repeat run to run, so compare models in fp32",
         choices=("fp32", "bf16", "fp16"),
     )
+    decode: str = option(
+        "auto",
+        "the hf engine's decoding: auto = the rollout's decoder (a CUDA graph a token on a GPU), off = transformers' "
+        "generate()",
+        choices=("auto", "off"),
+    )
 
 
 @dataclass

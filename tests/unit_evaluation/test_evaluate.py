@@ -442,3 +442,22 @@ def test_a_last_line_cut_short_by_a_kill_is_dropped_and_answered_again(tiny_mode
     (out / "answers.jsonl").write_text("not json\n" + lines[1] + "\n")
     broken = _one(tiny_models[0], prepared / "test.parquet", out)
     assert broken.returncode == 2 and f"{out / 'answers.jsonl'}:1: not valid JSON" in broken.stderr
+
+
+def test_the_decoder_and_generate_give_the_same_answers(tiny_models, prepared, tmp_path):
+    """eval --decode auto (the rollout's decoder, the default) and --decode off (transformers' generate()): the same
+    answers and scores for the same questions; the decoder says it ran."""
+    runs = {}
+    for decode in ("auto", "off"):
+        out = tmp_path / decode
+        result = cli(
+            *("eval", "--model", str(tiny_models[0]), "--compare", str(tiny_models[1])),
+            *("--data", str(prepared / "test.parquet"), "--out", str(out), "--device", "cpu"),
+            *("--max-new-tokens", "12", "--limit", "6", "--decode", decode),
+        )
+        assert result.returncode == 0, result.stderr
+        assert ("[verl-p40] decoding: static KV cache" in result.stdout) == (decode == "auto")
+        runs[decode] = [json.loads(line) for line in (out / "answers.jsonl").read_text().splitlines()]
+    answer = lambda r: {k: (v["answer"], v["flexible"]) for k, v in r.get("models", {}).items()}  # noqa: E731
+    assert [answer(r) for r in runs["auto"]] == [answer(r) for r in runs["off"]]
+    assert sum(bool(answer(r)) for r in runs["auto"]) == 6

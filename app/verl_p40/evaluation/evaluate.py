@@ -12,6 +12,7 @@ questions, models and settings). The reports are written together, replacing eva
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -22,6 +23,7 @@ from verl_p40 import reward
 from verl_p40.evaluation import answers, stats
 from verl_p40.evaluation.curves import figure
 from verl_p40.evaluation.generation import (
+    HfGenerator,
     Question,
     VllmGenerator,
     check_device,
@@ -228,6 +230,7 @@ def run(
     examples: int,
     engine: str = "auto",
     dtype: str = "fp32",
+    decode: str = "auto",
 ) -> dict:
     import torch
 
@@ -242,6 +245,8 @@ def run(
     specs = {"base": model} if compare is None else {"base": model, "trained": compare}
     models = {label: resolve_model(spec, checkpoints) for label, spec in specs.items()}
     settings = answers.settings(models, dtype, max_new_tokens, "vllm" if generator is VllmGenerator else "hf")
+    if generator is HfGenerator:  # the decoder's answers are generate()'s: the same engine for the answers' settings
+        generator = functools.partial(HfGenerator, decode=decode)
     problem = answers.mismatch(out / answers.ANSWERS, found, questions, settings)
     if problem:  # another run's answers (more training since, other --data or settings): kept, never mixed in
         kept = answers.set_aside(out / answers.ANSWERS)

@@ -143,11 +143,11 @@ class HfGenerator:
     tokens are generate()'s, decoded by the rollout's decoder (patches/p40_decode.py: a static KV cache, the step of
     one token replayed as a CUDA graph on a GPU)."""
 
-    def __init__(self, model_dir: Path, device: str, max_new_tokens: int, dtype: str = "fp32"):
+    def __init__(self, model_dir: Path, device: str, max_new_tokens: int, dtype: str = "fp32", decode: str = "auto"):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-        self.torch = torch
+        self.torch, self.decode = torch, decode  # decode: the decoder's mode (p40_decode), off = generate() itself
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir), padding_side="left")
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -174,7 +174,7 @@ class HfGenerator:
         from verl_p40.patches.p40_decode import generator  # the rollout's decoder: generate()'s answers, faster
 
         with self.torch.no_grad():
-            out = generator(self.model, {"p40_decode": "auto"})(
+            out = generator(self.model, {"p40_decode": self.decode})(
                 **batch,
                 max_new_tokens=self.max_new_tokens,
                 do_sample=False,

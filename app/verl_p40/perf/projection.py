@@ -79,6 +79,7 @@ class Run:
     recompute: bool = True  # gradient checkpointing: the backward runs the forward again (an update = 4 forwards)
     # tokens (rows x columns) each phase's passes ran on in one step, as logged (measured_tokens); None: the bound
     tokens: dict[str, float] | None = None
+    epochs: int = 1  # ppo_epochs: an update's logged tokens are this many passes over its sequences
 
     @property
     def width(self) -> float:
@@ -98,7 +99,8 @@ def phases(shape: Shape, run: Run) -> dict[str, dict[str, float]]:
         return (run.tokens or {}).get(phase) or run.sequences * run.width
 
     def forward(phase: str, lm_head: bool) -> float:  # attention at the phase's mean width a sequence
-        return _forward_flops(shape, tokens(phase), tokens(phase) / run.sequences, lm_head=lm_head)
+        passes_over = run.epochs if phase in ("update_actor", "update_critic") else 1
+        return _forward_flops(shape, tokens(phase), tokens(phase) / (run.sequences * passes_over), lm_head=lm_head)
 
     logits_bytes = lambda phase: 3 * shape.vocab * tokens(phase) * FP32  # noqa: E731
     weights = shape.parameters * FP32
@@ -217,6 +219,7 @@ def run_from_config(
         pass_width=min(float(sum(longest)), full) if trims and longest else None,
         recompute=bool(get("actor_rollout_ref.model.enable_gradient_checkpointing", False)),
         tokens=tokens,
+        epochs=int(get("actor_rollout_ref.actor.ppo_epochs", 1) or 1),
         gpus=gpus,
         micro_batches={
             "old_log_prob": micro("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"),
@@ -237,10 +240,12 @@ def longest_lengths(steps: list[dict[str, float]]) -> tuple[float, float] | None
     return (statistics.median(prompts), statistics.median(responses)) if prompts and responses else None
 
 
-def measured_tokens(steps: list[dict[str, float]], reference: bool) -> dict[str, float] | None:
-    """Median over the steps of the rows x columns each phase's passes ran on (perf/p40_tokens/*, logged by the patch
-    set with the actor's update); old log-probs and the reference are the same passes over the same rows, logged
-    together. None where the run logged none (an older verl-p40)."""
+def measured_tokens(steps: list[dict[str, float]], reference: bool, skip_first: bool = True) -> dict[str, float] | None:
+    """Median over the steps (the first, warm-up, left out where there are others, as median_phases does) of the rows
+    x columns each phase's passes ran on (perf/p40_tokens/*, logged by the patch set with the actor's update); old
+    log-probs and the reference are the same passes over the same rows, logged together. None where the run logged
+    none (an older verl-p40)."""
+    steps = steps[1:] if skip_first and len(steps) > 1 else steps
 
     def median(kind: str) -> float | None:
         values = [s[f"perf/p40_tokens/{kind}"] for s in steps if f"perf/p40_tokens/{kind}" in s]
