@@ -17,7 +17,10 @@ for lock in "${locks[@]}"; do
   python -m pip install -q "torch==2.6.0"  # with its CUDA wheels: torch will not import without them
   python -m pip install -q --no-deps -r "docker/$lock"
   python -m pip install -q --no-deps verl==0.5.0
-  python -m pip install -q --no-deps .
+  # from a copy: pip writes build files beside the sources, and CI runs this beside tests/run.sh's editable install
+  src=$(mktemp -d) && cp -r pyproject.toml README.md app config "$src/"
+  python -m pip install -q --no-deps "$src"
+  rm -rf "$src"
   # Left out on purpose: wandb (only verl's wandb logger imports it) and torch's CUDA wheels (the default image takes
   # torch 2.6.0+cu118 with its own from the PyTorch index; the -vllm variant PyPI's with its CUDA 12.4 wheels).
   problems=$(python -m pip check 2>&1 | grep -v -E "requires wandb, which is not installed|^torch 2\.6\.0 requires (nvidia-|triton)|^No broken requirements" || true)
