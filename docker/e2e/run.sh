@@ -187,8 +187,16 @@ if [ "${REGISTRY:-1}" != 0 ]; then
     for _ in $(seq 120); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
     rm -f "$1"
   }
+  clear_dir() {  # clear_dir DIR: removed, after unmounting what a stopped engine may leave mounted at or under it
+    # (dockerd bind-mounts its data root onto itself; one killed before it cleans up leaves that mount behind, and
+    # rm then fails with "Device or resource busy", on this run or the next one in the same /tmp)
+    local m
+    [ -e "$1" ] || return 0
+    findmnt -rn -o TARGET | awk -v d="$1" '$0 == d || index($0, d "/") == 1' | sort -r | while read -r m; do umount -l "$m" || true; done
+    rm -rf "$1"
+  }
   engine_start() {  # engine_start NAME: a dockerd on the empty data root $E2E_DIR/NAME-root
-    rm -rf "$E2E_DIR/$1-root" && mkdir -p "$E2E_DIR/$1-root"
+    clear_dir "$E2E_DIR/$1-root" && mkdir -p "$E2E_DIR/$1-root" || return 1
     dockerd --data-root "$E2E_DIR/$1-root" --iptables=false --ip-masq=false > "$E2E_DIR/$1.log" 2>&1 &
     echo $! > "$E2E_DIR/$1.pid"
     for _ in $(seq 60); do /usr/bin/docker info >/dev/null 2>&1 && return 0; sleep 1; done
@@ -241,7 +249,9 @@ if [ "${REGISTRY:-1}" != 0 ]; then
   expect "the image it ran is the pushed digest" sh -c "/usr/bin/docker image inspect -f '{{.RepoDigests}}' '$in_image' | grep -q '$digest'"
   engine_stop "$E2E_DIR/engine2.pid"
   kill "$(cat "$E2E_DIR/registry.pid")" 2>/dev/null || true
-  rm -rf "$E2E_DIR/registry.pid" "$E2E_DIR/engine2-root" "$E2E_DIR/reg-store"
+  rm -rf "$E2E_DIR/registry.pid" "$E2E_DIR/reg-store"
+  clear_dir "$E2E_DIR/engine2-root" && rc=0 || rc=$?
+  check "the second engine's data root removed" 0 "$rc"
 
   step "a third engine, empty data root: docker load of the file, PULL_POLICY=never, up trainer"
   engine_start engine3 && rc=0 || rc=$?
@@ -253,7 +263,9 @@ if [ "${REGISTRY:-1}" != 0 ]; then
   in_image=$image
   one_step loaded
   engine_stop "$E2E_DIR/engine3.pid"
-  rm -rf "$E2E_DIR/engine3-root" "$E2E_DIR/verl-p40-e2e.tar"
+  rm -f "$E2E_DIR/verl-p40-e2e.tar"
+  clear_dir "$E2E_DIR/engine3-root" && rc=0 || rc=$?
+  check "the third engine's data root removed" 0 "$rc"
   echo "(the first engine is stopped; docker/e2e/engine.sh starts it again on its data root)"
 fi
 if [ "$failed" = 0 ]; then echo "e2e: every step PASSED"; else echo "e2e: some steps FAILED (above)"; fi
