@@ -1,7 +1,7 @@
 # verl-p40: PPO/GRPO post-training with verl 0.5.0 on old and small NVIDIA GPUs (Tesla P40 first).
 #
 # Stages: python-base (Debian 12, Python 3.11, torch 2.6.0+cu118 with its own CUDA libraries)
-#         -> apex (builder: Debian's CUDA 11.8 toolkit, one Apex wheel)
+#         -> apex (builder: the Debian CUDA toolkit of torch's CUDA, 11.8 or 12.4; one Apex wheel)
 #         -> runtime (python-base + the pinned lock + Apex + verl 0.5.0 patched + verl-p40; non-root).
 # The runtime needs nothing from the host but the NVIDIA driver (>= 450.80.02; CUDA 11.8 minor-version
 # compatibility): torch's cu118 wheels carry the CUDA runtime, cuBLAS and cuDNN.
@@ -12,8 +12,8 @@
 # The -vllm variant (sm_70+; vLLM 0.8.5 is built for PyPI's torch 2.6.0+cu124, which needs driver >= 525.60.13),
 # in .env, then `docker compose build`: TORCH_INDEX_URL=https://pypi.org/simple TORCH_VERSION=2.6.0
 #   LOCK=requirements-vllm.txt APEX_STAGE=no-apex BUILD_CHECKS=torch-build,verl,vllm VERL_P40_TAG=0.1.0-vllm
-# (Apex is left out there: Debian 12 has no CUDA 12 toolkit to build it against cu124, and only verl's Megatron
-# backend uses it.)
+# (Apex is left out there, as only verl's Megatron backend uses it; APEX_STAGE=apex with BUILD_CHECKS naming apex
+# builds it against Debian 13's CUDA 12.4.)
 
 ARG BASE_IMAGE=docker.io/library/debian:12.8-slim
 # The stage whose /wheels hold Apex: apex (built here) or no-apex (none).
@@ -56,21 +56,39 @@ RUN rm -f /etc/apt/sources.list \
 # TORCH_CUDA_ARCH_LIST="6.0;6.1;7.0;7.5;8.0;8.6;9.0" (a P100's sm_60 needs 6.0 in the list). 25.01 is the first tag
 # that compiles against torch 2.6 (apex e552ad99: Tensor.type() -> scalar_type() in csrc/mlp.cpp, NVIDIA/apex#1898).
 FROM python-base AS apex
+ARG APT_MIRROR=http://deb.debian.org
 ARG APEX_URL=https://github.com/NVIDIA/apex/archive/refs/tags/25.01.tar.gz
 ARG TORCH_CUDA_ARCH_LIST="6.1+PTX"
 ARG MAX_JOBS=4
 ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} MAX_JOBS=${MAX_JOBS} CUDA_HOME=/usr
-# Debian 12's non-free CUDA 11.8.89 toolkit (nvcc, headers) with the GCC 11 it supports, and Python's headers.
-RUN apt-get update \
- && apt-get install -y --no-install-recommends nvidia-cuda-toolkit g++-11 python3-dev \
- && rm -rf /var/lib/apt/lists/* \
+# Apex's setup refuses a toolkit whose CUDA differs from torch's, so the toolkit follows torch: Debian 12's non-free
+# CUDA 11.8 (with the GCC 11 it supports) for the default torch 2.6.0+cu118; Debian 13's CUDA 12.4 for PyPI's torch
+# 2.6.0 (+cu124), its packages only, on Debian 12's C library and GCC 12 (docker/apex/: the pin, and a stub for the
+# driver libraries those packages depend on, which nothing here loads). Python's headers for both.
+COPY docker/apex/ /tmp/apex-toolkit/
+RUN cuda=$(python -c "import torch; print(torch.version.cuda)") \
+ && case "$cuda" in \
+      11.8) gcc=11 ;; \
+      12.4) gcc=12 \
+        && sed "s|@APT_MIRROR@|${APT_MIRROR}|g" /tmp/apex-toolkit/trixie-cuda.sources \
+             > /etc/apt/sources.list.d/trixie-cuda.sources \
+        && cp /tmp/apex-toolkit/trixie-cuda.pref /etc/apt/preferences.d/trixie-cuda.pref \
+        && dpkg-deb --build /tmp/apex-toolkit/driver-stub /tmp/driver-stub.deb && dpkg -i /tmp/driver-stub.deb ;; \
+      *) echo "apex: no Debian CUDA toolkit for torch's CUDA ${cuda} (11.8: Debian 12, 12.4: Debian 13)." \
+              "Build without Apex: APEX_STAGE=no-apex BUILD_CHECKS=torch-build,verl" >&2; exit 1 ;; \
+    esac \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends nvidia-cuda-toolkit "g++-${gcc}" python3-dev \
+ && rm -rf /var/lib/apt/lists/* /tmp/apex-toolkit /tmp/driver-stub.deb \
+ && echo "gcc-${gcc} g++-${gcc}" > /etc/verl-p40/apex-compilers \
  && nvcc --version
 WORKDIR /build/apex
 RUN curl -fsSL -o /tmp/apex.tar.gz "${APEX_URL}" \
  && tar -xzf /tmp/apex.tar.gz --strip-components=1 \
  && rm /tmp/apex.tar.gz \
  && pip install "packaging==25.0" "ninja==1.11.1.4" \
- && CC=gcc-11 CXX=g++-11 pip wheel --no-deps --no-build-isolation -v -w /wheels \
+ && read -r cc cxx < /etc/verl-p40/apex-compilers \
+ && CC=$cc CXX=$cxx pip wheel --no-deps --no-build-isolation -v -w /wheels \
       --config-settings "--build-option=--cpp_ext" --config-settings "--build-option=--cuda_ext" . \
  && ls -l /wheels
 
