@@ -30,6 +30,9 @@ if ! buildah "${store[@]}" inspect localhost/debian-bookworm >/dev/null 2>&1; th
 fi
 
 step "Apex source: $(basename "$apex_tarball"), served on 127.0.0.1 (the build argument APEX_URL, as a mirror would)"
+# (Written when the apex stage had only Debian 12's CUDA 11.8. Since 0297c29 it takes Debian 13's CUDA 12.4 for a
+# cu124 torch, and docker/e2e/build.sh with APEX_TARBALL builds the real stage, checks on, on a Docker engine; this
+# script, not run since, still disables the checks below, which that toolkit makes unnecessary.)
 # Stand-in only: PyPI's torch 2.6.0 is the +cu124 build, while the toolkit is Debian's CUDA 11.8. Apex's setup.py
 # refuses a toolkit whose version differs from torch.version.cuda, and torch's cpp_extension refuses another major
 # version. The real image pairs torch 2.6.0+cu118 with that same nvcc 11.8, so both checks pass there; here the
