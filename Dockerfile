@@ -73,6 +73,7 @@ RUN cuda=$(python -c "import torch; print(torch.version.cuda)") \
         && sed "s|@APT_MIRROR@|${APT_MIRROR}|g" /tmp/apex-toolkit/trixie-cuda.sources \
              > /etc/apt/sources.list.d/trixie-cuda.sources \
         && cp /tmp/apex-toolkit/trixie-cuda.pref /etc/apt/preferences.d/trixie-cuda.pref \
+        && chmod 0755 /tmp/apex-toolkit/driver-stub/DEBIAN \
         && dpkg-deb --build /tmp/apex-toolkit/driver-stub /tmp/driver-stub.deb && dpkg -i /tmp/driver-stub.deb ;; \
       *) echo "apex: no Debian CUDA toolkit for torch's CUDA ${cuda} (11.8: Debian 12, 12.4: Debian 13)." \
               "Build without Apex: APEX_STAGE=no-apex BUILD_CHECKS=torch-build,verl" >&2; exit 1 ;; \
@@ -81,7 +82,11 @@ RUN cuda=$(python -c "import torch; print(torch.version.cuda)") \
  && apt-get install -y --no-install-recommends nvidia-cuda-toolkit "g++-${gcc}" python3-dev \
  && rm -rf /var/lib/apt/lists/* /tmp/apex-toolkit /tmp/driver-stub.deb \
  && echo "gcc-${gcc} g++-${gcc}" > /etc/verl-p40/apex-compilers \
- && nvcc --version
+ && nvcc --version \
+ && case "$(nvcc --version)" in \
+      *"release ${cuda},"*) ;; \
+      *) echo "apex: the toolkit installed is not CUDA ${cuda}, torch's (a Debian update?)" >&2; exit 1 ;; \
+    esac
 WORKDIR /build/apex
 RUN curl -fsSL -o /tmp/apex.tar.gz "${APEX_URL}" \
  && tar -xzf /tmp/apex.tar.gz --strip-components=1 \
@@ -108,8 +113,7 @@ ARG LOCK=requirements.txt
 ARG BUILD_CHECKS=torch-build,apex,verl
 ARG VERSION=0.1.0
 ARG UID=1000
-# Checks that `verl-p40 doctor` may skip at build time, by name (a stand-in build whose torch CUDA differs from
-# the toolkit's skips apex; see docker/standin/).
+# Checks that `verl-p40 doctor` may skip at build time, by name (docker/standin/'s older route skips apex).
 ARG BUILD_CHECK_SKIP=""
 ENV PYTHONUNBUFFERED=1 HF_HOME=/home/verl/.cache/huggingface \
     VERL_P40_MODELS=/models VERL_P40_DATA=/data/gsm8k \

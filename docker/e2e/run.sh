@@ -190,10 +190,12 @@ if [ "${REGISTRY:-1}" != 0 ]; then
   clear_dir() {  # clear_dir DIR: removed, after unmounting what a stopped engine may leave mounted at or under it
     # (dockerd bind-mounts its data root onto itself; one killed before it cleans up leaves that mount behind, and
     # rm then fails with "Device or resource busy", on this run or the next one in the same /tmp)
-    local m
+    local dir
     [ -e "$1" ] || return 0
-    findmnt -rn -o TARGET | awk -v d="$1" '$0 == d || index($0, d "/") == 1' | sort -r | while read -r m; do umount -l "$m" || true; done
-    rm -rf "$1"
+    dir=$(realpath -- "$1")  # findmnt names mounts by their real paths
+    findmnt -rn -o TARGET | awk -v d="$dir" '$0 == d || index($0, d "/") == 1' | sort -r |
+      while read -r m; do umount -l "$m" || true; done
+    rm -rf "$dir"
   }
   engine_start() {  # engine_start NAME: a dockerd on the empty data root $E2E_DIR/NAME-root
     clear_dir "$E2E_DIR/$1-root" && mkdir -p "$E2E_DIR/$1-root" || return 1
