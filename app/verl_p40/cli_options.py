@@ -196,7 +196,8 @@ class MonitorOptions:
 class EvalOptions:
     model: str | None = option(
         defaults.MODEL.value,
-        "Hugging Face folder, verl checkpoint .../global_step_N/actor, latest or best (default: the fetched model)",
+        "Hugging Face folder, verl checkpoint .../global_step_N (or its actor folder), latest or best (default: the "
+        "fetched model)",
         env=defaults.MODEL.env,
         path=FOLDER,
         unless=(LATEST, BEST),
@@ -240,8 +241,8 @@ class EvalOptions:
 class ExportOptions:
     model: str = option(
         BEST,
-        "verl checkpoint .../global_step_N/actor, best (of validation; the newest when none), latest, or a Hugging "
-        "Face folder",
+        "verl checkpoint .../global_step_N (or its actor folder), best (of validation; the newest when none), "
+        "latest, or a Hugging Face folder",
         path=FOLDER,
         unless=(LATEST, BEST),
     )

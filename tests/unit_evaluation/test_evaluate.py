@@ -155,6 +155,10 @@ def test_latest_checkpoint_and_merge_command(tmp_path):
     assert cmd[1:5] == ["-m", "verl.model_merger", "merge", "--backend"] and cmd[-1] == str(actor / "merged")
     merged = small_model(actor / checkpoints.MERGED)
     assert checkpoints.resolve_model("latest", tmp_path) == merged  # cached merge is reused
+    # a step folder, as the README names one (.../global_step_N), is its actor
+    assert checkpoints.resolve_model(str(tmp_path / "exp" / "global_step_20"), tmp_path) == merged
+    with pytest.raises(UserError, match="global_step_30: neither a Hugging Face model folder"):
+        checkpoints.resolve_model(str(tmp_path / "exp" / "global_step_30"), tmp_path)
     cut_short(merged)  # ...when it is whole
     with pytest.raises(UserError, match="merged_hf_fp32: not a usable model folder: model.safetensors: cut short"):
         checkpoints.resolve_model("latest", tmp_path)

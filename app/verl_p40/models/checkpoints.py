@@ -158,9 +158,10 @@ def resolve_model(spec: str, checkpoints: Path) -> Path:
     path = chosen(spec, checkpoints)
     if (path / "config.json").is_file() and not is_fsdp_checkpoint(path):
         return verified(path)
+    if not is_fsdp_checkpoint(path) and is_fsdp_checkpoint(path / "actor"):
+        path = path / "actor"  # a step folder (.../global_step_N): the model is its actor
     if not is_fsdp_checkpoint(path):
-        hint = f"; pass its actor folder, {path / 'actor'}" if is_fsdp_checkpoint(path / "actor") else ""
-        raise UserError(f"{path}: neither a Hugging Face model folder (config.json) nor a verl FSDP checkpoint{hint}")
+        raise UserError(f"{path}: neither a Hugging Face model folder (config.json) nor a verl FSDP checkpoint")
     target = path / MERGED
     if target.exists():  # merged before: the cache is used when it is whole
         return verified(target, f"; remove {target} to merge the checkpoint again")
