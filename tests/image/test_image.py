@@ -79,6 +79,9 @@ def test_compose_services_volumes_and_wiring(compose):
     exporter = services["export"]
     assert exporter["profiles"] == ["export"] and exporter["restart"] == "no" and "deploy" not in exporter
     assert exporter["command"] == ["--model", "best", "--out", "/exports", "--gguf", "f16,q8_0"]
+    # arguments of the user's own (`run --rm export --model ...`) replace the command, --out with it: the default out
+    # is still the bind-mounted host folder, not a folder inside the throwaway container
+    assert exporter["environment"]["VERL_P40_EXPORT"] == "/exports"
     assert services["eval"]["command"][:2] == ["--compare", "best"]  # the best validated step, by default
     # every service that reads the model finds the one model-fetch fetched: /models/<the repository's name>
     repos = {n: s.get("environment", {}).get("VERL_P40_MODEL_REPO") for n, s in services.items()}
