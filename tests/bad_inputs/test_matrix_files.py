@@ -294,11 +294,10 @@ CASES = [
         ("empty", "ck-empty", "latest_checkpointed_iteration.txt: says '', not a step number; pass the checkpoint's"),
     ]),
     (
-        "file-export-step-folder",
+        "file-export-step-folder",  # a step folder is taken as its actor folder: the same line as the next case's
         ["export", "--model", f"{T}/ck-gone/exp/global_step_25", "--out", f"{T}/x"],
         {},
-        "global_step_25: neither a Hugging Face model folder (config.json) nor a verl FSDP checkpoint; pass its actor "
-        "folder",
+        "global_step_25/actor: verl's model merger failed (",
     ),
     (
         "file-export-merger-fails",
