@@ -103,6 +103,27 @@ def main(model_dir: str, decode: str | None = None) -> None:
             len({tuple(r) for r in out.batch["responses"][i * n : (i + 1) * n].tolist()}) for i in range(2)
         ],
     }
+    # validation-like: 5 sequences at micro_batch_size 2 (verl 0.5.0 asserted an equal split of 5 // 2 = 2 chunks)
+    config = OmegaConf.create({**OmegaConf.to_container(config), "micro_batch_size": 2, "do_sample": False, "n": 1})
+    rows = torch.tensor([0, 1, 0, 1, 0])
+    batch = DataProto.from_dict(
+        tensors={
+            "input_ids": prompts.input_ids[rows],
+            "attention_mask": prompts.attention_mask[rows],
+            "position_ids": positions[rows],
+        },
+        meta_info=dict(special),
+    )
+    pieces, piece = [], HFRollout._generate_minibatch
+    HFRollout._generate_minibatch = lambda self, p: pieces.append(len(p)) or piece(self, p)
+    out = HFRollout(model, config).generate_sequences(batch).batch["responses"]
+    HFRollout._generate_minibatch = piece
+    greedy = torch.tensor(result["greedy"]["rollout"])
+    result["uneven"] = {
+        "sequences": int(out.shape[0]),
+        "pieces": pieces,
+        "greedy_rows_equal": torch.equal(out, greedy[rows]),
+    }
     if decode:
         from verl.utils import p40_decode
 

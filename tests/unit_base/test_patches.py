@@ -144,17 +144,21 @@ def test_merge_dtype_defaults_to_bf16_and_follows_the_environment(verl_copy, mon
     assert dtypes.merge_dtype() == torch.float32
 
 
-def _probe_hf_rollout(verl_copy: Path, model: Path, decode: str | None = None) -> dict:
-    import json
-
+def _run_probe(verl_copy: Path, model: Path, decode: str | None = None) -> subprocess.CompletedProcess:
     probe = Path(__file__).resolve().parents[1] / "hf_rollout_probe.py"
-    result = subprocess.run(
+    return subprocess.run(
         [sys.executable, str(probe), str(model), *([decode] if decode else [])],
         capture_output=True,
         text=True,
         timeout=300,
         env={"PYTHONPATH": str(verl_copy.parent), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"},
     )
+
+
+def _probe_hf_rollout(verl_copy: Path, model: Path, decode: str | None = None) -> dict:
+    import json
+
+    result = _run_probe(verl_copy, model, decode)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -195,6 +199,21 @@ def test_hf_rollout_decoding_with_a_static_cache_makes_what_generate_does(verl_c
     assert result["greedy"]["equal"], result["greedy"]
     assert result["sample"]["equal"], result["sample"]
     assert result["grpo"]["sequences"] == 8 and result["grpo"]["distinct_per_prompt"] == [4, 4], result["grpo"]
+
+
+@pytest.mark.parametrize("decode", [None, "auto"])
+def test_hf_rollout_takes_a_batch_that_is_no_multiple_of_its_micro_batch(verl_copy, tiny_model, decode):
+    """Validation hands the rollout its whole set (1,319 test questions stopped verl 0.5.0's equal split on the GPU):
+    5 sequences at micro_batch_size 2 run as pieces of 2, 2 and 1, each row the greedy answer of its prompt."""
+    patches.apply(verl_copy)
+    result = _probe_hf_rollout(verl_copy, tiny_model, decode)
+    assert result["uneven"] == {"sequences": 5, "pieces": [2, 2, 1], "greedy_rows_equal": True}, result["uneven"]
+
+
+def test_hf_rollout_fails_an_uneven_batch_without_the_edit(verl_copy, tiny_model):
+    patches.apply(verl_copy, edits=[edit for edit in EDITS if edit.name != "hf-rollout-uneven-pieces"])
+    result = _run_probe(verl_copy, tiny_model)
+    assert result.returncode != 0 and "only support equal chunk" in result.stderr, result.stderr[-2000:]
 
 
 def test_hf_rollout_makes_one_sequence_per_repeated_prompt(verl_copy, tiny_model):

@@ -189,6 +189,19 @@ EDITS: list[Edit] = [
         "root module first' (seen in the CPU LoRA test)",
     ),
     Edit(
+        name="hf-rollout-uneven-pieces",
+        file="workers/rollout/hf_rollout.py",
+        old='        num_chunks = max(batch_size // self.config.get("micro_batch_size", batch_size), 1)\n'
+        "        batch_prompts = prompts.chunk(chunks=num_chunks)\n",
+        new="        # verl-p40: pieces of at most micro_batch_size, the last one smaller where the batch is not a multiple\n"
+        "        # of it; chunk(batch // micro) asserted an equal split, and its pieces could exceed micro_batch_size\n"
+        '        batch_prompts = prompts.split(self.config.get("micro_batch_size") or batch_size)\n',
+        why="validation hands the rollout the whole validation set at once, and verl 0.5.0 cut it into batch // "
+        "micro_batch_size equal chunks: 1,319 test questions at the memory plan's 128 stopped the run with 'only "
+        "support equal chunk. Got size of DataProto 1319 and chunk 10' (seen on the H200), and a set of 300 at 128 "
+        "made two pieces of 150, more than the plan sized generation for",
+    ),
+    Edit(
         name="hf-rollout-one-sequence-per-prompt",
         file="workers/rollout/hf_rollout.py",
         old='                "num_return_sequences": self.config.n,\n',
