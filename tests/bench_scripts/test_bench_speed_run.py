@@ -59,3 +59,24 @@ def test_generation_speed_against_the_p40s_limits(tokenizer_dir):
     assert out["ms_per_decoding_step"] == round(1000 * 21.0 / 512, 2)
     _, p40 = projection.generation_gpu_seconds(shape, run, projection.P40)
     assert out["p40_gpu_ms_per_decoding_step"] == round(1000 * p40, 2) > 20  # 256 rows of 0.5B in fp32: ~26 ms
+
+
+def test_resummarise_draws_the_committed_results_again(tmp_path, monkeypatch):
+    """What a result derives from its trainer log (step times, projections, peaks) is drawn again the same from the
+    committed logs, unmasked H200 runs included, on a machine whose GPU is not the H200 they ran on (here: none)."""
+    import argparse
+    import json
+    import shutil
+
+    from verl_p40.plan.facts import Facts
+
+    monkeypatch.setattr(Facts, "here", classmethod(lambda cls: cls(gpus=None)))
+    committed = REPO / "bench" / "results" / "plan-check-2026-12-03"
+    for path in committed.glob("*"):
+        if path.is_file():
+            shutil.copy(path, tmp_path / path.name)
+    speed_run.resummarise(argparse.Namespace(results=str(tmp_path)))
+    names = sorted(p.name for p in committed.glob("*.json") if "command" in json.loads(p.read_text()))
+    assert {"h200-plain.json", "h200-hand.json", "cap16.json", "p40-after.json"} <= set(names)
+    for name in names:
+        assert json.loads((tmp_path / name).read_text()) == json.loads((committed / name).read_text()), name
