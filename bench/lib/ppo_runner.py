@@ -27,7 +27,8 @@ def run_arguments(work: str, steps: int) -> argparse.ArgumentParser:
     return parser
 
 
-def run_train(name: str, train_args: list[str], logs: Path, timeout: float) -> dict:
+def run_train(name: str, train_args: list[str], logs: Path, timeout: float, env: dict | None = None) -> dict:
+    """`verl-p40 train` with `train_args` (in `env`, default this process's), its NVML peaks and verl's step metrics."""
     logs.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "verl_p40.cli", "train", "--logs", str(logs), *train_args]
     print(f"== {name}: {shlex.join(cmd)}", flush=True)
@@ -36,7 +37,7 @@ def run_train(name: str, train_args: list[str], logs: Path, timeout: float) -> d
     started = time.time()
     with Sampler(logs / "gpu") as sampler:  # the GPU monitor's own sampling: every GPU, every process
         try:
-            rc = subprocess.run(cmd, timeout=timeout).returncode
+            rc = subprocess.run(cmd, timeout=timeout, env=env).returncode
         except subprocess.TimeoutExpired:
             rc = "timeout"
     wall = time.time() - started
@@ -45,14 +46,15 @@ def run_train(name: str, train_args: list[str], logs: Path, timeout: float) -> d
         "nvml_peak_device_used_gb": max(peaks["nvml_peak_device_gb"].values(), default=0.0),
         "nvml_peak_process_used_gb": peaks["nvml_peak_process_gb"],
     }
-    log = sorted(logs.glob("train-*.log"))[-1]
-    steps = read_steps(log)
+    found = sorted(logs.glob("train-*.log"))  # none when the command stopped before the trainer started
+    log = found[-1] if found else None
+    steps = read_steps(log) if log else []
     return {
         "name": name,
         "returncode": rc,
         "wall_s": round(wall, 1),
         "command": "verl-p40 " + shlex.join(cmd[3:]),
-        "log": str(log),
+        "log": str(log) if log else None,
         **nvml,
         "steps": steps,
         "summary": summarise(steps, train_args),
