@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from lib.answers import first_divergence  # noqa: E402
 from lib.device_runs import mask_env  # noqa: E402
 from lib.real_runs import ray_stop  # noqa: E402
 
@@ -119,14 +120,14 @@ def compare(before: list[dict], after: list[dict], count: int = COMPARED) -> dic
     }
     if differing:
         a, b = pairs[differing[0]][0]["output"], pairs[differing[0]][1]["output"]
-        at = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        at, tail, a_goes, b_goes = first_divergence(a, b, 160, 200)
         result["first_divergence"] = {
             "row": differing[0],
             "chars_in_common": at,
             "answer_chars": [len(a), len(b)],
-            "common_tail": a[max(0, at - 160) : at],
-            "before_continues": a[at : at + 200],
-            "after_continues": b[at : at + 200],
+            "common_tail": tail,
+            "before_continues": a_goes,
+            "after_continues": b_goes,
         }
     return result
 

@@ -29,7 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lib.device_runs import audit_summary, markdown_table, mask_env, pack_logs  # noqa: E402
+from lib.answers import first_divergence  # noqa: E402
+from lib.device_runs import audit_summary, markdown_table, mask_env, pack_logs, verl_p40  # noqa: E402
 from lib.ppo_runner import run_train  # noqa: E402
 
 P40_PATH = ["--profile", "p40", "--gpu-memory-cap-gb", "24"]
@@ -98,9 +99,10 @@ def eval_summary(folder: Path) -> dict:
 
 
 def doctor_lines(text: str) -> dict[str, str] | None:
-    """{check: "STATUS detail"} from `doctor --json`'s output (the list after whatever the mask printed before it)."""
+    """{check: "STATUS detail"} from `doctor --json`'s output in its log (its indented list, after the command's
+    line and whatever the mask printed, which may begin with '[' too); None where the log holds no such list."""
     try:
-        return {c["name"]: f"{c['status']} {c['detail']}" for c in json.loads(text[text.index("[") :])}
+        return {c["name"]: f"{c['status']} {c['detail']}" for c in json.loads(text[text.index("\n[\n") :])}
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -120,10 +122,8 @@ def run(args: argparse.Namespace) -> None:
             check = {**trained, "step_s": [round(s_["timing_s/step"], 3) for s_ in steps if "timing_s/step" in s_]}
         else:
             log = work / f"{name}.log"
-            command = [sys.executable, "-m", "verl_p40.cli", *arguments]
             started = time.time()
-            with open(log, "w") as handle:
-                code = subprocess.run(command, env=env, stdout=handle, stderr=subprocess.STDOUT).returncode
+            code = verl_p40(*arguments, env=env, log=log, timeout=args.timeout_s)
             check = {"command": "verl-p40 " + " ".join(arguments), "returncode": code}
             check["wall_s"] = round(time.time() - started, 1)
             check["last_lines"] = log.read_text(errors="replace").splitlines()[-5:]
@@ -136,11 +136,6 @@ def run(args: argparse.Namespace) -> None:
         print(f"[stack_check] {args.stack} {name}: exit {check['returncode']}", flush=True)
         (out / f"stack-{args.stack}.json").write_text(json.dumps(result, indent=2) + "\n")
     pack_logs(work, out / f"stack-{args.stack}-logs.tgz")
-
-
-def first_divergence(a: str, b: str) -> dict:
-    at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-    return {"at_char": at, "common": a[max(0, at - 80) : at], "first": a[at : at + 80], "second": b[at : at + 80]}
 
 
 def compare(args: argparse.Namespace) -> None:
@@ -186,10 +181,10 @@ def compare(args: argparse.Namespace) -> None:
         "differing_questions": differing,
     }
     if differing:
+        at, common, first, second = first_divergence(answers_a[differing[0]], answers_b[differing[0]], 80, 80)
         agreement["first_divergence"] = {
-            "question": differing[0],
-            **first_divergence(answers_a[differing[0]], answers_b[differing[0]]),
-        }
+            "question": differing[0], "at_char": at, "common": common, "first": first, "second": second,
+        }  # fmt: skip
     result = {
         "stacks": [a["stack"], b["stack"]],
         "torch": {a["stack"]: a["torch"], b["stack"]: b["torch"]},
@@ -217,7 +212,7 @@ def main() -> None:
     parser.add_argument("--data", default="/tmp/gsm8k")
     parser.add_argument("--work", default="/tmp/stack")
     parser.add_argument("--out", required=True)
-    parser.add_argument("--timeout-s", type=float, default=540, help="run: the longest a training check may take")
+    parser.add_argument("--timeout-s", type=float, default=540, help="run: the longest one check may take")
     args = parser.parse_args()
     if args.action == "run" and not args.stack:
         parser.error("run needs --stack NAME")

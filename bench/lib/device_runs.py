@@ -44,6 +44,7 @@ def verl_p40(*args: str, env: dict, log: Path, timeout: float = 280) -> int:
     print(f"== {' '.join(cmd)}", flush=True)
     with open(log, "a") as handle:
         handle.write(f"$ {' '.join(cmd)}\n")
+        handle.flush()  # before the child writes to the same file: the command heads its output
         try:
             return subprocess.run(cmd, env=env, stdout=handle, stderr=subprocess.STDOUT, timeout=timeout).returncode
         except subprocess.TimeoutExpired:

@@ -70,3 +70,10 @@ def test_compare_says_what_is_missing(tmp_path):
     assert done.stderr.strip().splitlines() == [
         f"stack_check compare: {tmp_path} holds 1 stack results (stack-NAME.json); run both stacks first"
     ]
+
+
+def test_the_doctors_lines_are_read_from_its_log_past_what_else_it_holds():
+    checks = [{"name": "gpu", "status": "PASS", "detail": "Tesla P40", "fix": ""}]
+    log = "$ python -m verl_p40.cli doctor --json\n[pascal-mask] masked\n" + json.dumps(checks, indent=2) + "\n"
+    assert stack_check.doctor_lines(log) == {"gpu": "PASS Tesla P40"}
+    assert stack_check.doctor_lines("$ python -m verl_p40.cli doctor --json\nTraceback ...\n") is None
