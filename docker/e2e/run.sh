@@ -226,9 +226,18 @@ if [ "${REGISTRY:-1}" != 0 ]; then
   for _ in $(seq 30); do curl -fsS http://127.0.0.1:5000/v2/ >/dev/null 2>&1 && break; sleep 1; done
   remote=127.0.0.1:5000/verl-p40
   /usr/bin/docker tag "$image" "$remote:e2e"
+  # this part holds the file, the registry's layers and a second engine's copy at once: about three times the image.
+  # Short of that, a save or a push fails half-way with a message about a closed pipe or an HTTP 500; say so first.
+  need=$(( 3 * $(/usr/bin/docker image inspect -f '{{.Size}}' "$image") ))
+  free=$(df --output=avail -B1 "$E2E_DIR" | tail -1)
+  expect "free disk for the registry, the file and two engines: $(( free / 1000000000 )) GB on $E2E_DIR's disk, \
+$(( need / 1000000000 )) GB needed (free space there, or REGISTRY=0 leaves this part out)" test "$free" -ge "$need"
+  rm -f "$E2E_DIR/verl-p40-e2e.tar" "$E2E_DIR/save.rc" "$E2E_DIR/save.end"  # never an earlier run's result
   started=$(date +%s)
-  # both only read the image: the save (disk-bound) runs while the push compresses its layers (CPU-bound)
-  (/usr/bin/docker save -o "$E2E_DIR/verl-p40-e2e.tar" "$image"; echo $? > "$E2E_DIR/save.rc"; date +%s > "$E2E_DIR/save.end") &
+  # both only read the image: the save (disk-bound) runs while the push compresses its layers (CPU-bound); the save's
+  # exit code is written whatever it is (set -e would end the subshell before it)
+  (/usr/bin/docker save -o "$E2E_DIR/verl-p40-e2e.tar" "$image" && rc=0 || rc=$?
+   echo "$rc" > "$E2E_DIR/save.rc"; date +%s > "$E2E_DIR/save.end") &
   saving=$!
   /usr/bin/docker push "$remote:e2e" > "$E2E_DIR/push.log" 2>&1 && rc=0 || rc=$?
   tail -1 "$E2E_DIR/push.log"
@@ -236,7 +245,8 @@ if [ "${REGISTRY:-1}" != 0 ]; then
   digest=$(/usr/bin/docker image inspect -f '{{range .RepoDigests}}{{println .}}{{end}}' "$remote:e2e" | grep "^$remote@" | cut -d@ -f2 || true)
   echo "pushed digest: $digest"
   wait "$saving" || true
-  check "docker save ($(( $(cat "$E2E_DIR/save.end") - started )) s, $(du -h "$E2E_DIR/verl-p40-e2e.tar" | cut -f1))" 0 "$(cat "$E2E_DIR/save.rc")"
+  check "docker save ($(( $(cat "$E2E_DIR/save.end") - started )) s, $(du -h "$E2E_DIR/verl-p40-e2e.tar" 2>/dev/null | cut -f1))" \
+    0 "$(cat "$E2E_DIR/save.rc")"
   engine_stop "$E2E_DIR/dockerd.pid"
 
   step "a second engine, empty data root: compose pulls the digest-pinned image from the registry, up trainer"
