@@ -45,9 +45,11 @@ def tokenizer_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def prepared(gsm8k_dir, tmp_path_factory) -> Path:
-    """The full GSM8K converted once per session by the real CLI."""
+    """The full GSM8K converted once per session by the real CLI, every split whole (no validation slice: the tests
+    that read it count the source's rows; tests/unit_data/test_prep_safety.py covers the slice prep writes by
+    default)."""
     out = tmp_path_factory.mktemp("gsm8k")
-    result = cli("prep", "--source", str(gsm8k_dir), "--out", str(out))
+    result = cli("prep", "--source", str(gsm8k_dir), "--out", str(out), "--val-size", "0")
     assert result.returncode == 0, result.stderr
     return out
 

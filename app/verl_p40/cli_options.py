@@ -57,9 +57,11 @@ class PrepOptions:
     out: str = option(defaults.DATA.value, "output folder", env=defaults.DATA.env, path=FOLDER)
     limit: int | None = option(None, "at most N rows per split", kind=int, low=1)
     skip_invalid: bool = option(False, "skip bad rows (and count them) instead of stopping", switch=True)
-    val_size: int = option(
-        int(defaults.VAL_SIZE.value),
-        "also write val.parquet: N train rows held out for validation, so choosing settings never sees the test split",
+    val_size: int | None = option(
+        None,
+        "also write val.parquet: N train rows held out for validation, so choosing settings never sees the test split;"
+        " 0: none",
+        shown=f"{defaults.VAL_SIZE.value} where the train split has {defaults.VAL_FROM_TRAIN}x that many rows, else 0",
         env=defaults.VAL_SIZE.env,
         kind=int,
         low=0,

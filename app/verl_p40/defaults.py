@@ -33,7 +33,8 @@ def model_folder(repo: str) -> str:
 MODEL = Default("VERL_P40_MODEL", model_folder(MODEL_REPO.get()))  # fetch-model --out, train/eval --model
 DATA = Default("VERL_P40_DATA", "data/gsm8k")
 GSM8K_SOURCE = Default("VERL_P40_GSM8K_SOURCE", "hf:openai/gsm8k")
-VAL_SIZE = Default("VERL_P40_VAL_SIZE", "0")  # prep: train rows held out as val.parquet
+VAL_SIZE = Default("VERL_P40_VAL_SIZE", "256")  # prep: train rows held out as val.parquet (compose's VAL_SIZE too)
+VAL_FROM_TRAIN = 4  # prep's default slice is held out of a train split of at least this many times its rows
 CHECKPOINTS = Default("VERL_P40_CHECKPOINTS", "checkpoints")
 LOGS = Default("VERL_P40_LOGS", "logs")
 EXPORTS = Default("VERL_P40_EXPORT", "exports")  # export --out

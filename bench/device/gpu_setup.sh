@@ -18,7 +18,9 @@ export GPU_DATA
 # the Pascal mask, carried in .gpu-shared/pascal-mask: copied out of the checkout for processes that outlive the call
 if [ -d .gpu-shared/pascal-mask ]; then mkdir -p /tmp/pascal-mask && cp .gpu-shared/pascal-mask/* /tmp/pascal-mask/; fi
 [ -d /tmp/pascal-mask ] && export PASCAL_MASK_DIR=/tmp/pascal-mask
-[ -f /tmp/gsm8k/train.parquet ] || verl_p40 prep --source "$GPU_DATA/gsm8k" --out /tmp/gsm8k \
+# the whole train split, no val.parquet (prep's default holds 256 rows out, and a data folder with one turns the
+# trainer's validation on): the benches time steps; those that validate make their own folder (learning_run prepare)
+[ -f /tmp/gsm8k/train.parquet ] || verl_p40 prep --source "$GPU_DATA/gsm8k" --out /tmp/gsm8k --val-size 0 \
   --tokenizer "$GPU_DATA/qwen2.5-0.5b-instruct"
 [ -n "${VERL_P40_NO_RANDOM:-}" ] || [ -f /tmp/qwen-random/config.json ] || python3 bench/device/make_random_model.py \
   --config "$GPU_DATA/qwen2.5-0.5b-instruct" --out /tmp/qwen-random

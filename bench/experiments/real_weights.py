@@ -89,7 +89,20 @@ def eval_args(args: argparse.Namespace, work: Path) -> list[str]:
 def prepare(args: argparse.Namespace, work: Path, out: Path, state: State) -> None:
     model, data = work / "qwen-real", work / "gsm8k"
     real_model(args.gguf, args.tokenizer, model)
-    run(cli("prep", "--source", args.gsm8k, "--out", str(data), "--tokenizer", args.tokenizer, "--skip-existing"))
+    run(
+        cli(
+            "prep",
+            "--source",
+            args.gsm8k,
+            "--out",
+            str(data),
+            "--tokenizer",
+            args.tokenizer,
+            "--val-size",
+            "0",
+            "--skip-existing",
+        )
+    )
     slices(data)
     command = cli(
         "eval",

@@ -148,8 +148,9 @@ def test_compose_services_volumes_and_wiring(compose):
     assert trainer["environment"]["VERL_P40_PROFILE"] == "auto" == doctor["environment"]["VERL_P40_PROFILE"]
     assert trainer["environment"]["VERL_P40_ALGORITHM"] == "grpo-gsm8k"  # the GSM8K recipe, by default
     assert trainer["environment"]["VERL_P40_LORA_RANK"] == "0"
-    # the default run is validated: data-prep holds 256 train rows out as val.parquet
-    assert services["data-prep"]["environment"]["VERL_P40_VAL_SIZE"] == "256"
+    # the default run is validated: data-prep leaves the slice to prep's default (256 train rows out of GSM8K's as
+    # val.parquet: tests/unit_data/test_prep_safety.py), which one home holds
+    assert services["data-prep"]["environment"]["VERL_P40_VAL_SIZE"] == ""
     monitor = services["gpu-monitor"]
     assert [(p["host_ip"], p["target"]) for p in monitor["ports"]] == [("127.0.0.1", 9400)]
     # without a driver the monitor exits 3 with its line: a restart policy would repeat it in a loop
@@ -343,7 +344,10 @@ def test_data_prep_entrypoint_on_local_gsm8k(gsm8k_dir, tmp_path):
     env = {"VERL_P40_GSM8K_SOURCE": str(gsm8k_dir), "VERL_P40_DATA": str(tmp_path / "gsm8k")}
     first = _run_entrypoint("data-prep", "--skip-existing", env=env)
     assert first.returncode == 0, first.stderr
-    assert "7473 rows" in first.stdout and (tmp_path / "gsm8k" / "test.parquet").is_file()
+    assert (tmp_path / "gsm8k" / "test.parquet").is_file()
+    # compose's empty VAL_SIZE: prep's default holds 256 of GSM8K's train rows out as val.parquet, which the trainer
+    # validates on and keeps its best step by
+    assert "7217 rows" in first.stdout and "256 rows" in first.stdout and (tmp_path / "gsm8k" / "val.parquet").is_file()
     again = _run_entrypoint("data-prep", "--skip-existing", env=env)
     assert again.returncode == 0 and "are what this prep would write" in again.stdout
 

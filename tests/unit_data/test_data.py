@@ -146,6 +146,8 @@ def test_crlf_blank_lines_limit_and_commas(tmp_path):
     assert len(rows) == 3 and rows[0]["reward_model"]["ground_truth"] == "-1234.5"
     assert rows[0]["prompt"][0]["content"] == "What is 0? Answer:"
     assert not rows[0]["extra_info"]["question"].endswith("\r")
+    assert not (out / "val.parquet").exists()  # 3 train rows: the default holds no validation slice out
+    assert "no val.parquet: the train split's 3 rows are under the 1024" in result.stdout
 
 
 def test_huggingface_parquet_export_source(tmp_path, gsm8k_dir):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from verl_p40 import UserError
+from verl_p40 import UserError, defaults
 from verl_p40.data.manifest import MANIFEST, manifest_text, output_folder, request
 from verl_p40.reward import ANSWER_RE
 
@@ -233,6 +233,16 @@ def convert_split(
 VAL_SEED = 0  # the validation slice is the same rows on every run of prep
 
 
+def validation_rows(asked: int | None, train_rows: int) -> int:
+    """Train rows prep holds out as val.parquet: `--val-size` where given; by default VAL_SIZE (256: the trainer then
+    validates and keeps its best step) where the train split has VAL_FROM_TRAIN times that many rows (GSM8K's 7,473),
+    else none (a trial's `--limit` or a small set's rows all train)."""
+    if asked is not None:
+        return asked
+    default = int(defaults.VAL_SIZE.value)
+    return default if train_rows >= defaults.VAL_FROM_TRAIN * default else 0
+
+
 def written_splits(val_size: int) -> tuple[str, ...]:
     """The parquet files prep writes: train and test, and val between them when a validation slice is asked for."""
     return ("train", "val", "test") if val_size else SPLITS
@@ -244,7 +254,10 @@ def carve_validation(train: SplitResult, size: int) -> tuple[SplitResult, SplitR
     import random
 
     if size >= len(train.rows):
-        raise UserError(f"--val-size {size}: the train split has only {len(train.rows)} rows; take fewer")
+        raise UserError(
+            f"--val-size {size}: the train split has only {len(train.rows)} rows; take fewer (--val-size 0: no "
+            "validation slice; the trainer then does not validate)"
+        )
     picked = set(random.Random(VAL_SEED).sample(range(len(train.rows)), size))
     val = [
         {**row, "extra_info": {**row["extra_info"], "split": "val"}} for i, row in enumerate(train.rows) if i in picked
@@ -287,10 +300,10 @@ def prepare(
     instruction: str = DEFAULT_INSTRUCTION,
     cache_dir: str | None = None,
     progress: bool | None = None,
-    val_size: int = 0,
+    val_size: int | None = None,
 ) -> tuple[dict[str, SplitResult], dict[str, Path]]:
     """Convert every split of `source` and write the parquet files into `out_dir` (with val.parquet, `val_size` rows
-    taken out of the train split, when it is above 0)."""
+    taken out of the train split, when it is above 0; None: `validation_rows`'s default)."""
     from tqdm import tqdm
 
     if limit is not None and limit < 1:
@@ -299,9 +312,7 @@ def prepare(
     if not source.startswith("hf:") and Path(source).is_dir() and out.resolve() == Path(source).resolve():
         raise UserError(f"--out {out} is the --source folder: prep would overwrite its input; choose another --out")
     folder = output_folder(out)
-    splits = written_splits(val_size)
-    names = [f"{split}.parquet" for split in splits] + [MANIFEST]
-    folder.check(names + ([] if val_size else ["val.parquet"]))  # before any work: what is there, and may it go
+    folder.check([f"{split}.parquet" for split in written_splits(1)] + [MANIFEST])  # before any work: may they go
     wanted = request(source, limit, skip_invalid, instruction, val_size)
     raw = open_source(source, cache_dir)
     results = {}
@@ -310,8 +321,17 @@ def prepare(
         results[split] = convert_split(rows, split, instruction, limit, skip_invalid)
         if not results[split].rows:
             raise UserError(f"{source}: split {split!r} has no valid rows")
+    asked, val_size = val_size, validation_rows(val_size, len(results["train"].rows))
     if val_size:
         results["train"], results["val"] = carve_validation(results["train"], val_size)
+    elif asked is None:
+        default = int(defaults.VAL_SIZE.value)
+        print(
+            f"no val.parquet: the train split's {len(results['train'].rows)} rows are under the "
+            f"{defaults.VAL_FROM_TRAIN * default} that the default's {default} are held out of (--val-size N: N)"
+        )
+    splits = written_splits(val_size)
+    names = [f"{split}.parquet" for split in splits] + [MANIFEST]
     results = {split: results[split] for split in splits}
     with folder.write(names) as temps:  # the manifest is renamed into place last, once every parquet file is
         for split, temp in zip(splits, temps):

@@ -36,7 +36,9 @@ def source_identity(source: str) -> dict[str, Any]:
     return {"source": str(folder.resolve()), "files": {str(p.relative_to(folder)): _sha256(p) for p in files}}
 
 
-def request(source: str, limit: int | None, skip_invalid: bool, instruction: str, val_size: int = 0) -> dict[str, Any]:
+def request(
+    source: str, limit: int | None, skip_invalid: bool, instruction: str, val_size: int | None = None
+) -> dict[str, Any]:
     """Everything that decides prep's output: if it matches a manifest, the output is what this run would write."""
     return {
         "schema_version": SCHEMA_VERSION,
@@ -48,9 +50,17 @@ def request(source: str, limit: int | None, skip_invalid: bool, instruction: str
     }
 
 
-def manifest_problems(out_dir: Path, wanted: dict[str, Any], splits: Iterable[str]) -> list[str]:
+def manifest_splits(out_dir: Path) -> list[str]:
+    """The splits the manifest in `out_dir` lists (none without a readable one)."""
+    try:
+        return list(json.loads((Path(out_dir) / MANIFEST).read_text(encoding="utf-8")).get("outputs") or {})
+    except (OSError, ValueError, AttributeError):
+        return []
+
+
+def manifest_problems(out_dir: Path, wanted: dict[str, Any], splits: Iterable[str] | None) -> list[str]:
     """Why the parquet files in `out_dir` are not what prep would write for `wanted`, as the `splits` it writes
-    (empty: they are)."""
+    (None: those the source's rows decide, as the manifest lists them); empty: they are."""
     try:
         manifest = json.loads((Path(out_dir) / MANIFEST).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -70,7 +80,7 @@ def manifest_problems(out_dir: Path, wanted: dict[str, Any], splits: Iterable[st
             problems.append(f"{path.name} is missing")
         elif path.stat().st_size != entry.get("bytes") or _sha256(path) != entry.get("sha256"):
             problems.append(f"{path.name} is not the file prep wrote")
-    if set(manifest.get("outputs") or {}) != set(splits):
+    if splits is not None and set(manifest.get("outputs") or {}) != set(splits):
         problems.append("the manifest does not list every split")
     return problems
 

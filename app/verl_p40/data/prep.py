@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from verl_p40.data import gsm8k, token_stats
-from verl_p40.data.manifest import MANIFEST, manifest_problems, output_folder, request
+from verl_p40.data.manifest import MANIFEST, manifest_problems, manifest_splits, output_folder, request
 from verl_p40.outputs import OutputFolder
 
 
@@ -25,9 +25,10 @@ def main(args) -> int:
         OutputFolder(summary_json.parent, "--summary-json", "prep").check([summary_json.name])
     if args.skip_existing:
         wanted = request(args.source, args.limit, args.skip_invalid, args.instruction, args.val_size)
-        problems = manifest_problems(out, wanted, gsm8k.written_splits(args.val_size))
+        splits = None if args.val_size is None else gsm8k.written_splits(args.val_size)  # None: as the source allows
+        problems = manifest_problems(out, wanted, splits)
         if not problems:
-            written = " and ".join(f"{split}.parquet" for split in gsm8k.written_splits(args.val_size))
+            written = " and ".join(f"{split}.parquet" for split in splits or manifest_splits(out))
             print(f"{args.out}: {written} are what this prep would write (--skip-existing)")
             return 0
         if any((out / f"{s}.parquet").exists() for s in gsm8k.SPLITS):
