@@ -186,6 +186,8 @@ def summary(name: str, command: list[str], code: int, wall: float, log: Path | N
             "notes": [n for n in run.notes if n.startswith(("memory plan", "auto profile", "profile"))],
         }
     )
+    if timed["torch_phase_peaks_gb"]:  # logs from before the phase-peak patch have none
+        out["torch_phase_peaks_gb"] = timed["torch_phase_peaks_gb"]  # beside predicted's predicted_phase_peaks_gb
     return out
 
 

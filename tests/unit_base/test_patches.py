@@ -95,6 +95,73 @@ def test_autocast_helper_follows_configured_dtype(verl_copy):
     assert dtypes.autocast_dtype_from_config({"mixed_precision": None}) == torch.bfloat16
 
 
+class _FakeAllocator:
+    """torch.cuda's peak statistics as the caching allocator keeps them: `use(n)` allocates up to n bytes."""
+
+    def __init__(self):
+        self.now = self.peak = 0
+
+    def use(self, now: int) -> None:
+        self.now = now
+        self.peak = max(self.peak, now)
+
+    def reset(self) -> None:
+        self.peak = self.now
+
+
+def test_each_phase_reports_its_own_peak_and_the_process_peak_stays_verls(verl_copy, monkeypatch):
+    patches.apply(verl_copy)
+    peaks = _load(verl_copy / "utils" / "p40_phase_peaks.py", "patched_p40_phase_peaks")
+    gpu = _FakeAllocator()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: gpu.peak)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda *a: gpu.peak + 2**30)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *a: gpu.reset())
+    gib = 2**30
+
+    def phase(top: int, rest: int = 1 * gib):
+        gpu.use(top)
+        gpu.use(rest)
+
+    generation = peaks.measured("generation")(lambda: phase(6 * gib))
+    log_prob = peaks.measured("old_log_prob")(lambda: phase(3 * gib))
+    reference = peaks.measured("ref")(lambda: (phase(4 * gib), log_prob()))  # LoRA: the reference through the actor
+
+    def update():
+        phase(5 * gib, 2 * gib)
+        return peaks.take("update_actor")
+
+    update_actor = peaks.measured("update_actor")(update)
+    phase(9 * gib)  # loading the model, before any phase
+    generation(), reference(), log_prob()
+    first = update_actor()
+    assert first == {
+        "perf/peak_allocated_gb/generation": 6.0,
+        "perf/peak_allocated_gb/ref": 4.0,  # its inner log-prob pass is the reference's, not a second phase
+        "perf/peak_allocated_gb/old_log_prob": 3.0,
+        "perf/peak_allocated_gb/update_actor": 5.0,
+        "perf/max_memory_allocated_gb": 9.0,  # since the process started, as verl's metric means
+        "perf/max_memory_reserved_gb": 10.0,
+    }
+    generation()
+    second = update_actor()
+    assert second["perf/peak_allocated_gb/generation"] == 6.0 and "perf/peak_allocated_gb/ref" not in second
+    assert second["perf/max_memory_allocated_gb"] == 9.0
+    phase(12 * gib)  # between phases (verl's reward, advantages): still the process's peak
+    assert update_actor()["perf/max_memory_allocated_gb"] == 12.0
+
+
+def test_without_cuda_phase_peaks_measure_nothing_and_report_verls_own(verl_copy, monkeypatch):
+    patches.apply(verl_copy)
+    peaks = _load(verl_copy / "utils" / "p40_phase_peaks.py", "patched_p40_phase_peaks_cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *a: pytest.fail("reset without CUDA"))
+    device = type("Device", (), {"max_memory_allocated": lambda: 3 * 2**30, "max_memory_reserved": lambda: 2**31})
+    monkeypatch.setattr("verl.utils.device.get_torch_device", lambda: device)
+    assert peaks.measured("generation")(lambda x: x + 1)(1) == 2
+    assert peaks.take("update_actor") == {"perf/max_memory_allocated_gb": 3.0, "perf/max_memory_reserved_gb": 2.0}
+
+
 def test_pure_torch_bert_padding_round_trip_and_gradients(verl_copy):
     patches.apply(verl_copy)
     bp = _load(verl_copy / "utils" / "bert_padding_torch.py", "patched_bert_padding")
@@ -122,6 +189,14 @@ def test_patched_workers_import_without_flash_attn(verl_copy):
         "verl.workers.rollout.hf_rollout, verl.model_merger.fsdp_model_merger, verl.utils.torch_functional\n"
         "import importlib.util\n"
         "assert importlib.util.find_spec('flash_attn') is None\n"
+        "from verl.single_controller.base.decorator import MAGIC_ATTR\n"
+        "w = verl.workers.fsdp_workers\n"  # the phase-peak decorators keep the methods registered for dispatch
+        "for cls, name in [(w.ActorRolloutRefWorker, n) for n in ('generate_sequences', 'compute_log_prob', "
+        "'compute_ref_log_prob', 'update_actor')] + [(w.CriticWorker, 'compute_values'), "
+        "(w.CriticWorker, 'update_critic')]:\n"
+        "    method = getattr(cls, name)\n"
+        "    assert hasattr(method, MAGIC_ATTR) and method.__wrapped__.__wrapped__.__name__ == name\n"
+        "    assert method.__wrapped__.__code__.co_filename.endswith('p40_phase_peaks.py'), name\n"
         "print(verl.__file__)\n"
     )
     result = subprocess.run(

@@ -95,6 +95,8 @@ def test_bench_summary_from_recorded_steps(shape):
             "response_length/max": 256.0,
             "prompt_length/max": 150.0 + i,
             "perf/max_memory_allocated_gb": 14.8,
+            "perf/peak_allocated_gb/generation": 9.0 + i / 4,  # GiB, as the phase-peak patch logs them
+            "perf/peak_allocated_gb/update_actor": 13.5,
         }
         for i in range(1, 5)
     ]
@@ -103,6 +105,11 @@ def test_bench_summary_from_recorded_steps(shape):
     summary = benchmark.summarise(steps, cfg, shape, card)
     assert summary["seconds_per_step"] == 20.0 and summary["prompts_per_s"] == 3.2  # warm-up step left out
     assert summary["steps_timed"] == 3 and summary["torch_max_allocated_gb"] == 14.8
+    # each phase's largest peak over the steps, in GB of 1e9 bytes as the plan predicts: 10 GiB, 13.5 GiB
+    assert summary["torch_phase_peaks_gb"] == {"generation": 10.74, "update_actor": 14.5}
+    line = benchmark.phase_lines(summary["torch_phase_peaks_gb"], {"update_actor": 12.59})
+    assert line == ["torch's peak by phase, GB: generation 10.74, update_actor 14.5 (plan 12.59)"]
+    assert benchmark.phase_lines({}, {"update_actor": 12.59}) == []  # a log from before the patch: no line
     here, p40 = summary["projection"]["this_gpu"], summary["projection"]["p40"]
     assert here["error_pct_vs_measured"] == round(100 * (here["step"] - 20.0) / 20.0, 1)
     assert p40["step"] > here["step"] and p40["hours_per_gsm8k_epoch"] == projection.epoch_hours(p40["step"], 64)

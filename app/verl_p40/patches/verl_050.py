@@ -16,6 +16,7 @@ _P40_DTYPES = (Path(__file__).parent / "p40_dtypes.py").read_text(encoding="utf-
 _P40_TRIM = (Path(__file__).parent / "p40_trim.py").read_text(encoding="utf-8")
 _P40_CHECKPOINTS = (Path(__file__).parent / "p40_checkpoints.py").read_text(encoding="utf-8")
 _P40_DECODE = (Path(__file__).parent / "p40_decode.py").read_text(encoding="utf-8")
+_P40_PHASE_PEAKS = (Path(__file__).parent / "p40_phase_peaks.py").read_text(encoding="utf-8")
 _SEQLEN_IMPORT = "from verl.utils.seqlen_balancing import prepare_dynamic_batch, restore_dynamic_batch\n"
 _TRIM_IMPORT = _SEQLEN_IMPORT + "from verl.utils.p40_trim import forward_trimmed, length_grouped\n"
 _MODEL_CALL_ARGS = """                    input_ids=input_ids,
@@ -529,5 +530,72 @@ EDITS: list[Edit] = [
         "                            )\n",
         why="nothing said which step was best: every validation is kept in the run record (verl-p40-run.json) with "
         "the best saved step and its gain, retention never deletes that step, and a console line names it",
+    ),
+    Edit(
+        name="phase-peaks",
+        file="utils/p40_phase_peaks.py",
+        old=None,
+        new=_P40_PHASE_PEAKS,
+        why="the GPU memory peak of each phase of a step: the memory plan predicts one a phase, verl logs one a "
+        "process (since it started), so a run over or under the plan could not say which phase",
+    ),
+    Edit(
+        name="phase-peaks-import",
+        file="workers/fsdp_workers.py",
+        old="from verl.utils.model import compute_position_id_with_mask\n",
+        new="from verl.utils.model import compute_position_id_with_mask\n"
+        "from verl.utils.p40_phase_peaks import measured, take  # verl-p40: each phase's memory peak\n",
+        why="import for the phase-peak edits below",
+    ),
+    Edit(
+        name="phase-peak-generation",
+        file="workers/fsdp_workers.py",
+        old='    @DistProfiler.annotate(color="red", role="rollout_generate")\n    def generate_sequences(self, prompts: DataProto):\n',
+        new='    @DistProfiler.annotate(color="red", role="rollout_generate")\n    @measured("generation")  # verl-p40\n    def generate_sequences(self, prompts: DataProto):\n',
+        why="the generation phase's own peak (p40_phase_peaks.py)",
+    ),
+    Edit(
+        name="phase-peak-old-log-prob",
+        file="workers/fsdp_workers.py",
+        old='    @DistProfiler.annotate(color="blue", role="actor_compute_log_prob")\n    def compute_log_prob(self, data: DataProto):\n',
+        new='    @DistProfiler.annotate(color="blue", role="actor_compute_log_prob")\n    @measured("old_log_prob")  # verl-p40\n    def compute_log_prob(self, data: DataProto):\n',
+        why="the old_log_prob phase's own peak (p40_phase_peaks.py)",
+    ),
+    Edit(
+        name="phase-peak-ref",
+        file="workers/fsdp_workers.py",
+        old='    @DistProfiler.annotate(color="olive", role="ref_compute_log_prob")\n    def compute_ref_log_prob(self, data: DataProto):\n',
+        new='    @DistProfiler.annotate(color="olive", role="ref_compute_log_prob")\n    @measured("ref")  # verl-p40\n    def compute_ref_log_prob(self, data: DataProto):\n',
+        why="the ref phase's own peak (p40_phase_peaks.py)",
+    ),
+    Edit(
+        name="phase-peak-values",
+        file="workers/fsdp_workers.py",
+        old='    @DistProfiler.annotate(color="cyan")\n    def compute_values(self, data: DataProto):\n',
+        new='    @DistProfiler.annotate(color="cyan")\n    @measured("values")  # verl-p40\n    def compute_values(self, data: DataProto):\n',
+        why="the values phase's own peak (p40_phase_peaks.py)",
+    ),
+    Edit(
+        name="phase-peak-update-critic",
+        file="workers/fsdp_workers.py",
+        old='    @DistProfiler.annotate(color="pink")\n    def update_critic(self, data: DataProto):\n',
+        new='    @DistProfiler.annotate(color="pink")\n    @measured("update_critic")  # verl-p40\n    def update_critic(self, data: DataProto):\n',
+        why="the update_critic phase's own peak (p40_phase_peaks.py)",
+    ),
+    Edit(
+        name="phase-peak-update-actor",
+        file="workers/fsdp_workers.py",
+        old='    @DistProfiler.annotate(color="red", role="actor_update")\n    def update_actor(self, data: DataProto):\n',
+        new='    @DistProfiler.annotate(color="red", role="actor_update")\n    @measured("update_actor")  # verl-p40\n    def update_actor(self, data: DataProto):\n',
+        why="the update_actor phase's own peak (p40_phase_peaks.py)",
+    ),
+    Edit(
+        name="phase-peaks-reported",
+        file="workers/fsdp_workers.py",
+        old='            metrics["perf/max_memory_allocated_gb"] = get_torch_device().max_memory_allocated() / (1024**3)\n'
+        '            metrics["perf/max_memory_reserved_gb"] = get_torch_device().max_memory_reserved() / (1024**3)\n',
+        new="            metrics.update(take(\"update_actor\"))  # verl-p40: each phase's peak; the process's as before\n",
+        why="the phases' peaks reach the step's metrics with the actor's update (perf/peak_allocated_gb/<phase>); "
+        "perf/max_memory_*_gb stay the process's peaks since it started, which the resets would otherwise cut",
     ),
 ]

@@ -166,6 +166,21 @@ def environment() -> dict:
     }
 
 
+PHASE_PEAK = "perf/peak_allocated_gb/"  # the phase-peak patch's metrics (GiB, as verl's perf/max_memory_*)
+
+
+def phase_peaks_gb(steps: list[dict]) -> dict[str, float]:
+    """torch's peak of each phase of a step over `steps` (perf/peak_allocated_gb/<phase>), in GB of 1e9 bytes as the
+    memory plan predicts them (the run record's predicted_phase_peaks_gb); empty when the log has none."""
+    peaks: dict[str, float] = {}
+    for step in steps:
+        for key, value in step.items():
+            if key.startswith(PHASE_PEAK):
+                phase = key.removeprefix(PHASE_PEAK)
+                peaks[phase] = max(peaks.get(phase, 0.0), value)
+    return {phase: round(value * 2**30 / 1e9, 2) for phase, value in peaks.items()}
+
+
 def summarise(steps: list[dict], cfg: Any, shape: projection.Shape, measured_card: projection.Card) -> dict:
     """Measured medians (warm-up step left out), and the projection for this GPU (its error) and for a P40."""
     phases = projection.median_phases(steps)
@@ -188,6 +203,7 @@ def summarise(steps: list[dict], cfg: Any, shape: projection.Shape, measured_car
         "sequences_per_s": round(run.sequences / measured_step, 3) if measured_step else None,
         "phases_s": phases,
         "torch_max_allocated_gb": max((s.get("perf/max_memory_allocated_gb", 0.0) for s in steps), default=None),
+        "torch_phase_peaks_gb": phase_peaks_gb(steps),
         "generated_tokens_per_step": generated,
         "projection": {
             "this_gpu": {**here, "error_pct_vs_measured": error, "card": projection.card_dict(measured_card)},
@@ -261,6 +277,7 @@ def _run(
         "wall_s": round(wall, 1),
         **summarise(measured, cfg, shape, card),
         "memory": sampler.peaks(),
+        "predicted": run_plan.record.get("memory"),  # the memory plan's peaks, whole and by phase
         "steps": measured,
         "command": shlex.join(["verl-p40", *sys.argv[1:]]),
         "trainer_log": str(log),
@@ -319,4 +336,14 @@ def lines(result: dict) -> list[str]:
         f"projection for this GPU: {p['this_gpu']['step']} s/step "
         f"({p['this_gpu']['error_pct_vs_measured']:+}% vs measured)",
         f"projection for a Tesla P40: {p['p40']['step']} s/step, {p['p40']['hours_per_gsm8k_epoch']} h per GSM8K epoch",
-    ]
+    ] + phase_lines(
+        result.get("torch_phase_peaks_gb") or {}, (result.get("predicted") or {}).get("predicted_phase_peaks_gb") or {}
+    )
+
+
+def phase_lines(measured: dict[str, float], predicted: dict[str, float]) -> list[str]:
+    """One line: torch's peak of each phase, beside the memory plan's prediction where it made one (GB)."""
+    if not measured:
+        return []
+    shown = [f"{k} {v}" + (f" (plan {predicted[k]})" if k in predicted else "") for k, v in measured.items()]
+    return ["torch's peak by phase, GB: " + ", ".join(shown)]
