@@ -144,9 +144,12 @@ def test_each_phase_reports_its_own_peak_and_the_process_peak_stays_verls(verl_c
         "perf/max_memory_reserved_gb": 10.0,
     }
     generation()
+    validate = type("Batch", (), {"meta_info": {"validate": True}})()
+    peaks.measured("generation")(lambda self, batch: phase(11 * gib))(None, validate)  # the trainer's validation
     second = update_actor()
     assert second["perf/peak_allocated_gb/generation"] == 6.0 and "perf/peak_allocated_gb/ref" not in second
-    assert second["perf/max_memory_allocated_gb"] == 9.0
+    assert second["perf/peak_allocated_gb/validation"] == 11.0  # not the training generation's
+    assert second["perf/max_memory_allocated_gb"] == 11.0
     phase(12 * gib)  # between phases (verl's reward, advantages): still the process's peak
     assert update_actor()["perf/max_memory_allocated_gb"] == 12.0
 

@@ -66,7 +66,9 @@ def test_skip_existing_redoes_what_it_cannot_trust(small_source, tmp_path, damag
     assert result.returncode == 0, result.stderr
     assert "preparing again" in result.stderr and reason in result.stderr
     assert pq.ParquetFile(out / "train.parquet").metadata.num_rows == 40
-    assert not manifest_problems(out, request(str(small_source), None, False, data.DEFAULT_INSTRUCTION), None)
+    assert not manifest_problems(
+        out, request(str(small_source), None, False, data.DEFAULT_INSTRUCTION), data.written_splits(0)
+    )
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
@@ -180,6 +182,21 @@ def test_a_validation_slice_held_out_of_train(small_source, tmp_path):
     assert with_val.config().data.val_files == str(again / "val.parquet")
     assert any(n.startswith("validation: val.parquet") for n in with_val.notes)
     assert plan(RunOptions(profile="p40", data=str(out))).config().data.val_files == str(out / "test.parquet")
+
+
+def test_the_default_slice_trusts_a_folder_made_asking_for_its_size(gsm8k_dir, tmp_path):
+    """A data folder of an earlier compose (VAL_SIZE=256 by number) is what prep's default writes: --skip-existing
+    keeps it; a manifest that lost the val split is not trusted."""
+    out = tmp_path / "data"
+    assert _prep(gsm8k_dir, out, "--val-size", "256").returncode == 0
+    again = _prep(gsm8k_dir, out, "--skip-existing")
+    assert again.returncode == 0, again.stderr
+    assert "train.parquet and val.parquet and test.parquet are what this prep would write" in again.stdout
+    manifest = json.loads((out / MANIFEST).read_text())
+    del manifest["outputs"]["val"]
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    redo = _prep(gsm8k_dir, out, "--skip-existing")
+    assert redo.returncode == 0 and "the manifest does not list every split" in redo.stderr
 
 
 def test_a_validation_slice_as_big_as_train_is_refused(small_source, tmp_path):

@@ -50,17 +50,18 @@ def request(
     }
 
 
-def manifest_splits(out_dir: Path) -> list[str]:
-    """The splits the manifest in `out_dir` lists (none without a readable one)."""
+def manifest_train_rows(out_dir: Path) -> int:
+    """The train rows the manifest in `out_dir` lists, with those held out as val (0 without a readable one)."""
     try:
-        return list(json.loads((Path(out_dir) / MANIFEST).read_text(encoding="utf-8")).get("outputs") or {})
-    except (OSError, ValueError, AttributeError):
-        return []
+        outputs = json.loads((Path(out_dir) / MANIFEST).read_text(encoding="utf-8")).get("outputs") or {}
+        return sum(int(outputs.get(split, {}).get("rows", 0)) for split in ("train", "val"))
+    except (OSError, ValueError, AttributeError, TypeError):
+        return 0
 
 
-def manifest_problems(out_dir: Path, wanted: dict[str, Any], splits: Iterable[str] | None) -> list[str]:
+def manifest_problems(out_dir: Path, wanted: dict[str, Any], splits: Iterable[str]) -> list[str]:
     """Why the parquet files in `out_dir` are not what prep would write for `wanted`, as the `splits` it writes
-    (None: those the source's rows decide, as the manifest lists them); empty: they are."""
+    (empty: they are)."""
     try:
         manifest = json.loads((Path(out_dir) / MANIFEST).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -80,7 +81,7 @@ def manifest_problems(out_dir: Path, wanted: dict[str, Any], splits: Iterable[st
             problems.append(f"{path.name} is missing")
         elif path.stat().st_size != entry.get("bytes") or _sha256(path) != entry.get("sha256"):
             problems.append(f"{path.name} is not the file prep wrote")
-    if splits is not None and set(manifest.get("outputs") or {}) != set(splits):
+    if set(manifest.get("outputs") or {}) != set(splits):
         problems.append("the manifest does not list every split")
     return problems
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from verl_p40.data import gsm8k, token_stats
-from verl_p40.data.manifest import MANIFEST, manifest_problems, manifest_splits, output_folder, request
+from verl_p40.data.manifest import MANIFEST, manifest_problems, manifest_train_rows, output_folder, request
 from verl_p40.outputs import OutputFolder
 
 
@@ -25,10 +25,14 @@ def main(args) -> int:
         OutputFolder(summary_json.parent, "--summary-json", "prep").check([summary_json.name])
     if args.skip_existing:
         wanted = request(args.source, args.limit, args.skip_invalid, args.instruction, args.val_size)
-        splits = None if args.val_size is None else gsm8k.written_splits(args.val_size)  # None: as the source allows
+        # the default's slice, as the train rows the manifest lists decide it (prep would convert the same rows)
+        size = gsm8k.validation_rows(args.val_size, manifest_train_rows(out))
+        splits = gsm8k.written_splits(size)
         problems = manifest_problems(out, wanted, splits)
+        if problems and args.val_size is None:  # made asking for the default's size by number: the same files
+            problems = problems if manifest_problems(out, {**wanted, "val_size": size}, splits) else []
         if not problems:
-            written = " and ".join(f"{split}.parquet" for split in splits or manifest_splits(out))
+            written = " and ".join(f"{split}.parquet" for split in splits)
             print(f"{args.out}: {written} are what this prep would write (--skip-existing)")
             return 0
         if any((out / f"{s}.parquet").exists() for s in gsm8k.SPLITS):

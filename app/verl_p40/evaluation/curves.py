@@ -11,7 +11,7 @@ from verl_p40.run.trainer_log import read_steps
 CURVES = [
     ("critic/score/mean", "reward (score) mean"),
     ("reward/acc/mean", "sampled answers correct (the reward's method)"),
-    ("val-core/openai/gsm8k/acc/mean@1", "validation accuracy, greedy (val.parquet with prep --val-size)"),
+    ("val-core/openai/gsm8k/acc/mean@1", "validation accuracy, greedy (val.parquet, held out by prep)"),
     ("reward/format/mean", "answers in the '#### N' format"),
     ("actor/reward_kl_penalty", "KL to reference (in reward)"),
     ("actor/kl_loss", "KL to reference (as a loss: GRPO)"),

@@ -5,9 +5,10 @@ verl logs `perf/max_memory_allocated_gb` once a step, from the actor's update: t
 started, which says how close the run came to the card but not which phase came closest. verl-p40's memory plan
 predicts a peak per phase (verl_p40/plan/memory.py: generation, old_log_prob, ref, values, update_critic,
 update_actor); `measured(phase)` records each phase's own peak (torch's peak statistics reset as the phase starts,
-read as it ends), and `take(current)` hands them to the actor's update metrics as `perf/peak_allocated_gb/<phase>`,
-with `perf/max_memory_allocated_gb` and `perf/max_memory_reserved_gb` kept as verl means them (the process's peak
-since it started: every reset folds the peak so far in first). Without CUDA nothing is measured or reset.
+read as it ends; the trainer's validation, which generates on its own batch, as `validation`), and `take(current)`
+hands them to the actor's update metrics as `perf/peak_allocated_gb/<phase>`, with `perf/max_memory_allocated_gb`
+and `perf/max_memory_reserved_gb` kept as verl means them (the process's peak since it started: every reset folds
+the peak so far in first). Without CUDA nothing is measured or reset.
 """
 
 import functools
@@ -36,20 +37,23 @@ def _end(phase: str) -> None:
 
 
 def measured(phase: str):
-    """A worker method's decorator: the GPU memory peak of each call is recorded as `phase`'s."""
+    """A worker method's decorator: the GPU memory peak of each call is recorded as `phase`'s, or as `validation`'s
+    when the trainer's validation calls it (its batch says so: meta_info["validate"])."""
 
     def decorate(method):
         @functools.wraps(method)
         def run(*args, **kwargs):
             if not torch.cuda.is_available() or _DEPTH[0]:
                 return method(*args, **kwargs)
+            data = args[1] if len(args) > 1 else None  # (self, the DataProto)
+            validating = bool(getattr(data, "meta_info", None) and data.meta_info.get("validate"))
             _begin()
             _DEPTH[0] += 1
             try:
                 return method(*args, **kwargs)
             finally:
                 _DEPTH[0] -= 1
-                _end(phase)
+                _end("validation" if validating else phase)
 
         return run
 

@@ -327,9 +327,10 @@ def _state_used(state: str, step) -> bool:
 
 
 def validation_split(data: Path, notes: list[str]) -> str:
-    """The file verl validates on: val.parquet (`prep --val-size`) when the data folder has one, else test.parquet."""
+    """The file verl validates on: val.parquet (prep's default, or `--val-size`) when the data folder has one, else
+    test.parquet."""
     if (data / "val.parquet").is_file():
-        notes.append("validation: val.parquet (train rows held out by prep --val-size; the test split stays unseen)")
+        notes.append("validation: val.parquet (train rows held out by prep; the test split stays unseen)")
         return "val.parquet"
     return "test.parquet"
 
@@ -357,7 +358,7 @@ def paths(draft: Draft) -> Part:
     if (data / "val.parquet").is_file():  # a slice held out to choose settings on: validate on it as the run goes
         # saved at every validation, so the best validated step is on disk (retention keeps it: p40_checkpoints);
         # validated before the first step too, so the gain is measured against the model before training
-        origin = "val.parquet (prep --val-size)"
+        origin = "val.parquet (held out by prep)"
         out += [
             Override("trainer.test_freq", str(VALIDATION_EVERY), origin),
             Override("trainer.save_freq", str(VALIDATION_EVERY), origin),
