@@ -18,12 +18,15 @@ What goes: torch==2.6.0 for CPython 3.12 (the machine's) and every nvidia-* requ
 pins; sympy at the image lock's version (torch 2.6 pins 1.13.1). Left out: triton (torch imports it only for
 torch.compile and Triton kernels, which a P40 cannot run and the mask refuses). Every wheel's sha256 and every
 chunk's are written by pack and checked by unpack before anything is installed; a damaged or missing chunk is named.
+The machine's own packages that need torch and that the image does not install (torchvision, timm, ...: built for
+its torch 2.11) are hidden beside the staged torch by a sitecustomize.py that unpack writes into the target.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import re
 import shutil
 import subprocess
 import sys
@@ -150,6 +153,64 @@ def unpack(args: argparse.Namespace) -> None:
         print(f"{len(wheels)} wheels checked and installed into {args.target}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    hidden = hide_foreign(Path(args.target), image_names())
+    print(
+        "hidden beside the staged torch (built for this machine's torch, not in the image): "
+        + (", ".join(hidden) or "none")
+    )
+
+
+def image_names() -> set[str]:
+    """The distributions the image installs: its lock (docker/requirements.txt) and what the lock's header says it
+    leaves out (torch, verl, Apex)."""
+    names = {"torch", "triton", "verl", "apex"}
+    for line in (REPO / "docker" / "requirements.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line and not line.startswith("-"):
+            names.add(normalise(re.split(r"[=<>!~\[; ]", line, maxsplit=1)[0]))
+    return names
+
+
+def normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def foreign(image: set[str], paths: list[str]) -> list[str]:
+    """Top-level modules of the distributions under `paths` that need torch (built for the machine's torch: its
+    torchvision, torchaudio, timm, ...) and that the image does not install, so that the image's torch never meets
+    them. transformers imports timm, and timm torchvision, whenever they are found (seen on the H200, 2026-12-03:
+    the machine's torchvision 0.26 failed with torch 2.6.0, `operator torchvision::nms does not exist`)."""
+    from importlib import metadata
+
+    modules: set[str] = set()
+    for dist in metadata.distributions(path=paths):
+        name = normalise(dist.metadata["Name"] or "")
+        needs = {normalise(re.split(r"[=<>!~\[; (]", r, maxsplit=1)[0]) for r in dist.requires or []}
+        if not name or name in image or "torch" not in needs:
+            continue
+        top = (dist.read_text("top_level.txt") or "").split()
+        if not top:  # no top_level.txt: the first part of each installed path that is not metadata
+            top = sorted({str(f).split("/")[0].removesuffix(".py") for f in dist.files or [] if ".." not in str(f)})
+            top = [t for t in top if not t.endswith((".dist-info", ".data")) and t != "__pycache__"]
+        modules.update(t for t in top if t.isidentifier())
+    return sorted(modules)
+
+
+def hide_foreign(target: Path, image: set[str], paths: list[str] | None = None) -> list[str]:
+    """A sitecustomize.py in `target` (first on PYTHONPATH with the staged torch) that makes the foreign modules of
+    `paths` (default: this Python's path less the target) unimportable: `importlib.util.find_spec` answers None
+    for them, so transformers takes them as absent."""
+    if paths is None:
+        paths = [p for p in sys.path if p and Path(p).resolve() != target.resolve()]
+    hidden = foreign(image, paths)
+    (target / "sitecustomize.py").write_text(
+        "# Written by bench/device/stage_torch.py unpack: packages of this machine built for its own torch, which\n"
+        "# the image does not install, made unimportable beside the staged torch (None in sys.modules).\n"
+        "import sys\n\n"
+        f"for _name in {hidden!r}:\n"
+        "    sys.modules.setdefault(_name, None)\n"
+    )
+    return hidden
 
 
 def main() -> None:

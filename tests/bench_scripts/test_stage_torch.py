@@ -91,3 +91,41 @@ def test_what_travels_with_torch_is_its_linux_cuda_pins_less_triton(tmp_path):
     )
     assert stage_torch.pins_of(wheel) == ["nvidia-cublas-cu12==12.4.5.8", "sympy==1.13.1"]
     assert stage_torch.lock_pin("sympy") == "sympy==1.13.1"  # the image lock's, which torch 2.6 pins too
+
+
+def _dist(site: Path, name: str, requires: tuple[str, ...] = (), top: str | None = None) -> None:
+    """An installed distribution `name` (its dist-info and a package of the same name) under `site`."""
+    info = site / f"{name}-1.0.dist-info"
+    info.mkdir(parents=True)
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+    (info / "METADATA").write_text(meta)
+    module = (top or name).replace("-", "_")
+    (site / module).mkdir()
+    (site / module / "__init__.py").write_text("")
+    (info / "RECORD").write_text(f"{module}/__init__.py,,\n{info.name}/METADATA,,\n")
+    if top:
+        (info / "top_level.txt").write_text(top + "\n")
+
+
+def test_the_machines_packages_built_for_its_torch_are_hidden_beside_the_staged_one(tmp_path):
+    machine, target = tmp_path / "machine", tmp_path / "target"
+    target.mkdir()
+    _dist(machine, "torchvision", ("torch (==2.11.0)", "numpy"))
+    _dist(machine, "timm", ("torch", "torchvision", "pyyaml"))
+    _dist(machine, "pytorch-lightning", ("torch>=2.1", "tqdm"), top="pytorch_lightning")
+    _dist(machine, "peft", ("torch>=1.13",))  # the image installs it: kept
+    _dist(machine, "numpy")  # needs no torch: kept
+    image = stage_torch.image_names()
+    assert {"peft", "torch", "transformers", "verl"} <= image and "torchvision" not in image
+
+    hidden = stage_torch.hide_foreign(target, image, [str(machine)])
+    assert hidden == ["pytorch_lightning", "timm", "torchvision"]
+    modules = ("pytorch_lightning", "timm", "torchvision", "peft", "numpy")
+    probe = f"import importlib.util as u; print([u.find_spec(m) is None for m in {modules!r}])"
+    seen = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**os.environ, "PYTHONPATH": f"{target}{os.pathsep}{machine}"},
+        capture_output=True,
+        text=True,
+    )
+    assert seen.stdout.strip() == "[True, True, True, False, False]", seen.stderr
