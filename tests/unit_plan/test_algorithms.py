@@ -240,7 +240,7 @@ def test_a_validation_slice_is_validated_on_every_ten_steps_unless_told_otherwis
 def test_the_default_run_is_the_gsm8k_recipe_for_its_measured_length_validated_and_saved_together(
     tiny_model, gsm8k_dir, tmp_path
 ):
-    """No --algorithm and no length: grpo-gsm8k for 20 steps (the length whose held-out gain was measured), and with
+    """No --algorithm and no length: grpo-gsm8k for 60 steps (the length whose held-out curve was measured), and with
     compose's val.parquet validated before the first step and every 10, saved at each validation (the best validated
     step is then on disk for retention to keep); the seed's PPO stays one option away, an epoch long."""
     result = cli("prep", "--source", str(gsm8k_dir), "--out", str(tmp_path / "d"), "--limit", "40", "--val-size", "8")
@@ -248,9 +248,9 @@ def test_the_default_run_is_the_gsm8k_recipe_for_its_measured_length_validated_a
     cfg = plan(RunOptions(profile="p40", model=str(tiny_model), data=str(tmp_path / "d"))).config()
     assert cfg.algorithm.adv_estimator == "grpo" and cfg.actor_rollout_ref.rollout.n == 8
     assert cfg.custom_reward_function.reward_kwargs.method == "flexible"
-    assert cfg.trainer.total_training_steps == 20
+    assert cfg.trainer.total_training_steps == 60
     assert (cfg.trainer.test_freq, cfg.trainer.save_freq, cfg.trainer.val_before_train) == (10, 10, True)
-    assert 20 % cfg.trainer.save_freq == 0  # the last step is a validated, saved one
+    assert 60 % cfg.trainer.save_freq == 0  # the last step is a validated, saved one
     seed = plan(RunOptions(algorithm="ppo", profile="p40", model=str(tiny_model), data=str(tmp_path / "d"))).config()
     assert seed.algorithm.adv_estimator == "gae" and seed.trainer.total_training_steps is None
     assert seed.trainer.total_epochs == 1

@@ -27,11 +27,11 @@ def test_dry_run_prints_verl_main_ppo_with_overrides(tiny_model, prepared):
     assert "+actor_rollout_ref.model.override_config.attn_implementation=sdpa" in words
     assert "actor_rollout_ref.rollout.name=hf" in words and "trainer.total_training_steps=5" in words
     assert "trainer.default_local_dir=/ckpt/${trainer.experiment_name}" in words
-    # the default is the GSM8K recipe: GRPO with 8 answers a prompt, the last-number reward, 20 steps unless told
+    # the default is the GSM8K recipe: GRPO with 8 answers a prompt, the last-number reward, 60 steps unless told
     assert "algorithm.adv_estimator=grpo" in words and "actor_rollout_ref.rollout.n=8" in words
     assert "+custom_reward_function.reward_kwargs.method=flexible" in words
     steps = [w for w in words if w.startswith("trainer.total_training_steps=")]
-    assert steps == ["trainer.total_training_steps=5"]  # the user's length replaces the recipe's 20
+    assert steps == ["trainer.total_training_steps=5"]  # the user's length replaces the recipe's 60
 
 
 def test_later_values_win_and_reward_options_pass_through(tiny_model, prepared):
