@@ -196,20 +196,37 @@ def foreign(image: set[str], paths: list[str]) -> list[str]:
     return sorted(modules)
 
 
+SITECUSTOMIZE = """\
+# Written by bench/device/stage_torch.py unpack: packages of this machine built for its own torch, which the image
+# does not install, made unimportable beside the staged torch (None in sys.modules: find_spec answers None).
+import importlib.util
+import os
+import sys
+
+for _name in {hidden!r}:
+    sys.modules.setdefault(_name, None)
+
+# Python runs only the first sitecustomize.py on its path: when this one is that, the next one runs too (the Pascal
+# mask is one, and it runs this one the same way when it comes first; run so, this one runs no other).
+if __name__ == "sitecustomize":
+    _here = os.path.dirname(os.path.abspath(__file__))
+    for _entry in list(sys.path):
+        _next = os.path.join(_entry or ".", "sitecustomize.py")
+        if os.path.abspath(_entry or ".") != _here and os.path.isfile(_next):
+            _spec = importlib.util.spec_from_file_location("_chained_sitecustomize", _next)
+            _spec.loader.exec_module(importlib.util.module_from_spec(_spec))
+            break
+"""
+
+
 def hide_foreign(target: Path, image: set[str], paths: list[str] | None = None) -> list[str]:
-    """A sitecustomize.py in `target` (first on PYTHONPATH with the staged torch) that makes the foreign modules of
-    `paths` (default: this Python's path less the target) unimportable: `importlib.util.find_spec` answers None
-    for them, so transformers takes them as absent."""
+    """A sitecustomize.py in `target` (on PYTHONPATH with the staged torch) that makes the foreign modules of `paths`
+    (default: this Python's path less the target) unimportable, so that transformers takes them as absent, and runs
+    the next sitecustomize.py on the path (the Pascal mask's) as Python would have."""
     if paths is None:
         paths = [p for p in sys.path if p and Path(p).resolve() != target.resolve()]
     hidden = foreign(image, paths)
-    (target / "sitecustomize.py").write_text(
-        "# Written by bench/device/stage_torch.py unpack: packages of this machine built for its own torch, which\n"
-        "# the image does not install, made unimportable beside the staged torch (None in sys.modules).\n"
-        "import sys\n\n"
-        f"for _name in {hidden!r}:\n"
-        "    sys.modules.setdefault(_name, None)\n"
-    )
+    (target / "sitecustomize.py").write_text(SITECUSTOMIZE.format(hidden=hidden))
     return hidden
 
 

@@ -129,3 +129,39 @@ def test_the_machines_packages_built_for_its_torch_are_hidden_beside_the_staged_
         text=True,
     )
     assert seen.stdout.strip() == "[True, True, True, False, False]", seen.stderr
+
+
+# A stand-in for ../shared/gpu/pascal-mask/sitecustomize.py's head: it counts its runs and runs the first other
+# sitecustomize.py on the path, as the mask does.
+MASK = """\
+import importlib.util, os, sys
+sys.MASK_RUNS = getattr(sys, "MASK_RUNS", 0) + 1
+_here = os.path.dirname(os.path.abspath(__file__))
+for _p in list(sys.path):
+    if os.path.abspath(_p or ".") == _here:
+        continue
+    _cand = os.path.join(_p or ".", "sitecustomize.py")
+    if os.path.isfile(_cand):
+        _spec = importlib.util.spec_from_file_location("_chained_sitecustomize", _cand)
+        _spec.loader.exec_module(importlib.util.module_from_spec(_spec))
+        break
+"""
+
+
+def test_the_hiding_and_the_pascal_mask_both_run_whichever_comes_first_on_the_path(tmp_path):
+    machine, target, mask = tmp_path / "machine", tmp_path / "target", tmp_path / "mask"
+    target.mkdir()
+    mask.mkdir()
+    (mask / "sitecustomize.py").write_text(MASK)
+    _dist(machine, "timm", ("torch",))
+    assert stage_torch.hide_foreign(target, stage_torch.image_names(), [str(machine)]) == ["timm"]
+    probe = "import sys, importlib.util as u; print(u.find_spec('timm') is None, sys.MASK_RUNS)"
+    for first, second in ((mask, target), (target, mask)):
+        seen = subprocess.run(
+            [sys.executable, "-c", probe],
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (first, second, machine)))},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert seen.stdout.split() == ["True", "1"], (first.name, seen.stderr)
