@@ -166,14 +166,13 @@ def summary(name: str, command: list[str], code: int, wall: float, log: Path | N
     generated = statistics.median(s.get("response_length/max", 0.0) for s in training)
     tokens = projection.measured_tokens(training, "ref" in timed["phases_s"])
     gen_run = projection.run_from_config(run.config(), generated, projection.longest_lengths(training), tokens)
-    peak_gib = max((s.get("perf/max_memory_allocated_gb", 0.0) for s in training), default=0.0)
     out.update(
         {
             "steps": len(training),
             "seconds_per_step": timed["seconds_per_step"],
             "step_seconds": [round(s["timing_s/step"], 1) for s in training],
             "phases_s": timed["phases_s"],
-            "torch_max_allocated_gb": round(peak_gib * 2**30 / 1e9, 2),
+            "torch_max_allocated_gb": product_bench.gib_to_gb(timed["torch_max_allocated_gb"] or 0.0),
             "predicted": run.record.get("memory"),
             "validation": {int(s["step"]): v for s in steps for k, v in s.items() if k.startswith("val-core/")},
             "p40_projection": timed["projection"]["p40"],

@@ -233,14 +233,17 @@ def convert_split(
 VAL_SEED = 0  # the validation slice is the same rows on every run of prep
 
 
+DEFAULT_VAL_ROWS = int(defaults.VAL_SIZE.value)  # prep's slice when none is asked for (256)
+DEFAULT_VAL_FROM = defaults.VAL_FROM_TRAIN * DEFAULT_VAL_ROWS  # train rows the default slice needs (1,024)
+
+
 def validation_rows(asked: int | None, train_rows: int) -> int:
-    """Train rows prep holds out as val.parquet: `--val-size` where given; by default VAL_SIZE (256: the trainer then
-    validates and keeps its best step) where the train split has VAL_FROM_TRAIN times that many rows (GSM8K's 7,473),
+    """Train rows prep holds out as val.parquet: `--val-size` where given; by default DEFAULT_VAL_ROWS (the trainer
+    then validates and keeps its best step) where the train split has DEFAULT_VAL_FROM rows (GSM8K's 7,473 has),
     else none (a trial's `--limit` or a small set's rows all train)."""
     if asked is not None:
         return asked
-    default = int(defaults.VAL_SIZE.value)
-    return default if train_rows >= defaults.VAL_FROM_TRAIN * default else 0
+    return DEFAULT_VAL_ROWS if train_rows >= DEFAULT_VAL_FROM else 0
 
 
 def written_splits(val_size: int) -> tuple[str, ...]:
@@ -325,10 +328,9 @@ def prepare(
     if val_size:
         results["train"], results["val"] = carve_validation(results["train"], val_size)
     elif asked is None:
-        default = int(defaults.VAL_SIZE.value)
         print(
             f"no val.parquet: the train split's {len(results['train'].rows)} rows are under the "
-            f"{defaults.VAL_FROM_TRAIN * default} that the default's {default} are held out of (--val-size N: N)"
+            f"{DEFAULT_VAL_FROM} that the default's {DEFAULT_VAL_ROWS} are held out of (--val-size N: N)"
         )
     splits = written_splits(val_size)
     names = [f"{split}.parquet" for split in splits] + [MANIFEST]

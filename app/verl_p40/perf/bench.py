@@ -169,6 +169,11 @@ def environment() -> dict:
 PHASE_PEAK = "perf/peak_allocated_gb/"  # the phase-peak patch's metrics (GiB, as verl's perf/max_memory_*)
 
 
+def gib_to_gb(value: float) -> float:
+    """verl's memory metrics (`perf/*_gb`) are torch's bytes / 2**30; the memory plan speaks GB of 1e9 bytes."""
+    return round(value * 2**30 / 1e9, 2)
+
+
 def phase_peaks_gb(steps: list[dict]) -> dict[str, float]:
     """torch's peak of each phase of a step over `steps` (perf/peak_allocated_gb/<phase>), in GB of 1e9 bytes as the
     memory plan predicts them (the run record's predicted_phase_peaks_gb); empty when the log has none."""
@@ -178,7 +183,7 @@ def phase_peaks_gb(steps: list[dict]) -> dict[str, float]:
             if key.startswith(PHASE_PEAK):
                 phase = key.removeprefix(PHASE_PEAK)
                 peaks[phase] = max(peaks.get(phase, 0.0), value)
-    return {phase: round(value * 2**30 / 1e9, 2) for phase, value in peaks.items()}
+    return {phase: gib_to_gb(value) for phase, value in peaks.items()}
 
 
 def summarise(steps: list[dict], cfg: Any, shape: projection.Shape, measured_card: projection.Card) -> dict:
