@@ -172,7 +172,7 @@ def summary(name: str, command: list[str], code: int, wall: float, log: Path | N
             "seconds_per_step": timed["seconds_per_step"],
             "step_seconds": [round(s["timing_s/step"], 1) for s in training],
             "phases_s": timed["phases_s"],
-            "torch_max_allocated_gb": product_bench.gib_to_gb(timed["torch_max_allocated_gb"] or 0.0),
+            "torch_max_allocated_gb": timed["torch_max_allocated_gb"],  # GB of 1e9 bytes, as the plan predicts
             "predicted": run.record.get("memory"),
             "validation": {int(s["step"]): v for s in steps for k, v in s.items() if k.startswith("val-core/")},
             "p40_projection": timed["projection"]["p40"],

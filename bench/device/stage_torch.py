@@ -175,25 +175,53 @@ def normalise(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def foreign(image: set[str], paths: list[str]) -> list[str]:
+def needs_torch(requirements: list[str] | None) -> bool:
+    """Whether a distribution's requirements name torch unconditionally (an extra's requirement does not count)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    for text in requirements or []:
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if normalise(requirement.name) == "torch" and (
+            requirement.marker is None or requirement.marker.evaluate({"extra": ""})
+        ):
+            return True
+    return False
+
+
+def top_level(dist) -> set[str]:
+    """The importable top-level names a distribution installs: its top_level.txt, else the first part of each of its
+    files (a folder, or a module file such as `x.py` or `x.cpython-312-x86_64-linux-gnu.so`), less its metadata."""
+    names = set((dist.read_text("top_level.txt") or "").split())
+    if not names:
+        for path in dist.files or []:
+            parts = path.parts
+            if not parts or parts[0] in ("..", "__pycache__") or parts[0].endswith((".dist-info", ".data")):
+                continue
+            names.add(parts[0] if len(parts) > 1 else parts[0].split(".")[0])
+    return {name for name in names if name.isidentifier()}
+
+
+def foreign(image: set[str], paths: list[str], kept_paths: tuple[str, ...] = ()) -> list[str]:
     """Top-level modules of the distributions under `paths` that need torch (built for the machine's torch: its
     torchvision, torchaudio, timm, ...) and that the image does not install, so that the image's torch never meets
-    them. transformers imports timm, and timm torchvision, whenever they are found (seen on the H200, 2026-12-03:
-    the machine's torchvision 0.26 failed with torch 2.6.0, `operator torchvision::nms does not exist`)."""
+    them; never a name that a kept distribution (any other, or one under `kept_paths`) installs too, such as a
+    namespace (`google`, `nvidia`). transformers imports timm, and timm torchvision, whenever they are found (seen on
+    the H200, 2026-12-03: the machine's torchvision 0.26 failed with torch 2.6.0, `operator torchvision::nms does
+    not exist`)."""
     from importlib import metadata
 
-    modules: set[str] = set()
-    for dist in metadata.distributions(path=paths):
+    hidden: set[str] = set()
+    kept: set[str] = set()
+    for dist in metadata.distributions(path=list(paths)):
         name = normalise(dist.metadata["Name"] or "")
-        needs = {normalise(re.split(r"[=<>!~\[; (]", r, maxsplit=1)[0]) for r in dist.requires or []}
-        if not name or name in image or "torch" not in needs:
-            continue
-        top = (dist.read_text("top_level.txt") or "").split()
-        if not top:  # no top_level.txt: the first part of each installed path that is not metadata
-            top = sorted({str(f).split("/")[0].removesuffix(".py") for f in dist.files or [] if ".." not in str(f)})
-            top = [t for t in top if not t.endswith((".dist-info", ".data")) and t != "__pycache__"]
-        modules.update(t for t in top if t.isidentifier())
-    return sorted(modules)
+        foreign_one = bool(name) and name not in image and needs_torch(dist.requires)
+        (hidden if foreign_one else kept).update(top_level(dist))
+    for dist in metadata.distributions(path=list(kept_paths)):
+        kept.update(top_level(dist))
+    return sorted(hidden - kept)
 
 
 SITECUSTOMIZE = """\
@@ -225,7 +253,7 @@ def hide_foreign(target: Path, image: set[str], paths: list[str] | None = None) 
     the next sitecustomize.py on the path (the Pascal mask's) as Python would have."""
     if paths is None:
         paths = [p for p in sys.path if p and Path(p).resolve() != target.resolve()]
-    hidden = foreign(image, paths)
+    hidden = foreign(image, paths, (str(target),))
     (target / "sitecustomize.py").write_text(SITECUSTOMIZE.format(hidden=hidden))
     return hidden
 

@@ -165,3 +165,23 @@ def test_the_hiding_and_the_pascal_mask_both_run_whichever_comes_first_on_the_pa
             timeout=60,
         )
         assert seen.stdout.split() == ["True", "1"], (first.name, seen.stderr)
+
+
+def test_a_namespace_a_kept_package_shares_an_extra_and_a_compiled_module_are_told_apart(tmp_path):
+    machine, target = tmp_path / "machine", tmp_path / "target"
+    target.mkdir()
+    _dist(machine, "protobuf", top="google")  # the image's: google.protobuf must stay importable
+    (machine / "google-cloud-torchthing-1.0.dist-info").mkdir()
+    (machine / "google-cloud-torchthing-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: google-cloud-torchthing\nVersion: 1.0\nRequires-Dist: torch\n"
+    )
+    (machine / "google-cloud-torchthing-1.0.dist-info" / "top_level.txt").write_text("google\n")
+    _dist(machine, "optitorch", ('torch ; extra == "torch"',))  # torch only for an extra: kept
+    info = machine / "cext-1.0.dist-info"  # a compiled module alone at the top, no top_level.txt
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: cext\nVersion: 1.0\nRequires-Dist: torch>=2\n")
+    (info / "RECORD").write_text("cext_cuda.cpython-312-x86_64-linux-gnu.so,,\ncext-1.0.dist-info/METADATA,,\n")
+    (machine / "cext_cuda.cpython-312-x86_64-linux-gnu.so").write_bytes(b"")
+    image = stage_torch.image_names()
+    assert "protobuf" in image and "optitorch" not in image
+    assert stage_torch.hide_foreign(target, image, [str(machine)]) == ["cext_cuda"]

@@ -174,6 +174,12 @@ def gib_to_gb(value: float) -> float:
     return round(value * 2**30 / 1e9, 2)
 
 
+def whole_run_peak_gib(steps: list[dict]) -> float | None:
+    """verl's perf/max_memory_allocated_gb at its largest over `steps` (GiB); None when no step logged it."""
+    values = [s["perf/max_memory_allocated_gb"] for s in steps if "perf/max_memory_allocated_gb" in s]
+    return max(values) if values else None
+
+
 def phase_peaks_gb(steps: list[dict]) -> dict[str, float]:
     """torch's peak of each phase of a step over `steps` (perf/peak_allocated_gb/<phase>), in GB of 1e9 bytes as the
     memory plan predicts them (the run record's predicted_phase_peaks_gb); empty when the log has none."""
@@ -207,7 +213,7 @@ def summarise(steps: list[dict], cfg: Any, shape: projection.Shape, measured_car
         "prompts_per_s": round(prompts / measured_step, 3) if measured_step else None,
         "sequences_per_s": round(run.sequences / measured_step, 3) if measured_step else None,
         "phases_s": phases,
-        "torch_max_allocated_gb": max((s.get("perf/max_memory_allocated_gb", 0.0) for s in steps), default=None),
+        "torch_max_allocated_gb": gib_to_gb(peak) if (peak := whole_run_peak_gib(steps)) is not None else None,
         "torch_phase_peaks_gb": phase_peaks_gb(steps),
         "generated_tokens_per_step": generated,
         "projection": {
