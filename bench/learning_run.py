@@ -39,7 +39,10 @@ All through the product's CLI:
   evaluation); its record says it was not evaluated.
 - audit: one step of the recipe on the P40 path (half its prompts, not validated or saved) with the Pascal mask's op
   audit on: learning-audit-<date>.json counts half-precision ops and SDPA kernels in every process.
-- compare (no GPU): several runs' validation curves against prompts seen, one plot and a markdown table.
+- compare (no GPU): several runs' validation curves against prompts seen (`--axis prompts`), the GPU-minutes of
+  their training steps (`gpu-minutes`: recipes at equal GPU time) or their projected P40 hours (`p40-hours`), one
+  plot and a markdown table.
+- `--algorithm ppo-gsm8k` (session, audit): another recipe through the same modes, to set beside grpo-gsm8k.
 - report (no GPU): learning-<date>.json (commands, accuracies, paired sign tests, rollouts, GPU-minutes, rollouts per
   GPU-minute, peaks, P40 projection) and learning-<date>.png (training reward and its parts, validation accuracy,
   entropy, response length), from the returned work bundle (`report --work DIR`).
@@ -48,6 +51,7 @@ All through the product's CLI:
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -120,7 +124,7 @@ def train_command(args: argparse.Namespace, work: Path, *, audit: bool = False) 
         "--profile",
         mode["profile"],
         "--algorithm",
-        RECIPE,
+        getattr(args, "algorithm", RECIPE),
         *mode["cli"],
         "--model",
         str(work / "qwen-real"),
@@ -156,6 +160,7 @@ def session(args: argparse.Namespace, work: Path, out: Path, state: State) -> No
     logs.mkdir(parents=True, exist_ok=True)
     env = mask_env(MODES[args.mode]["mask"])
     state.data["mode"] = args.mode
+    state.data["algorithm"] = args.algorithm
     try:
         ray_stop()
         monitor = subprocess.Popen(cli("monitor", "--interval", "1", "--out", str(logs / "gpu")), env=env)
@@ -228,7 +233,7 @@ def audit(args: argparse.Namespace, work: Path, out: Path) -> dict:
     result = {
         "issue": 29,
         "date": time.strftime("%Y-%m-%d"),
-        "recipe": RECIPE,
+        "recipe": getattr(args, "algorithm", RECIPE),
         "setup": MODES["p40"]["setup"].replace("audit off", "op audit on (PASCAL_MASK_AUDIT): not a timing"),
         "command": "PASCAL_MASK=1 PASCAL_MASK_CC=6.1 PASCAL_MASK_AUDIT=audit.jsonl verl-p40 " + shlex.join(command[3:]),
         "model": str((work / "qwen-real").resolve()),
@@ -403,7 +408,10 @@ def horizon_report(work: Path, out: Path, state: State, steps: list[int]) -> dic
     setting = trainer_settings(log)
     prompts = int(setting["data.train_batch_size"])
     projection = p40_projection(
-        state.data.get("mode", "p40"), [s for s in read_steps(log) if "timing_s/step" in s], work
+        state.data.get("mode", "p40"),
+        [s for s in read_steps(log) if "timing_s/step" in s],
+        work,
+        state.data.get("algorithm", RECIPE),
     )
     p40_step = projection.get("p40_s_per_step")
     rows = []
@@ -502,11 +510,14 @@ def report(work: Path, out: Path, state: State) -> dict:
     mode = data.get("mode", "p40")
     gpu_name = data.get("gpu_name", "NVIDIA H200")
     eval_gpus = data.get("final_eval", {}).get("gpus", 1)
+    algorithm = data.get("algorithm", RECIPE)
+    projected = p40_projection(mode, steps, work, algorithm)
+    trained_s = dict(zip((int(s["step"]) for s in steps), itertools.accumulate(step_s)))
     result = {
         "issue": 29,
         "date": time.strftime("%Y-%m-%d"),
         "mode": mode,
-        "recipe": RECIPE,
+        "recipe": algorithm,
         "setup": f"{gpus} x {gpu_name}, {MODES[mode]['setup']}; real-weights proxy Qwen2.5-Coder-0.5B-Instruct "
         "(Qwen2.5-0.5B-Instruct's shape, Qwen2.5 tokenizer)",
         "commands": {
@@ -547,11 +558,17 @@ def report(work: Path, out: Path, state: State) -> dict:
             "note": "wall minutes x GPUs; the trainer's start-up and validation included",
         },
         "rollouts_per_gpu_minute": round(sequences / (gpus * train_minutes), 1) if train_minutes else None,
-        "p40_projection": p40_projection(mode, steps, work),
+        "p40_projection": projected,
         "validation": [
             {
                 "step": int(s["step"]),
                 "prompts_seen": int(s["step"]) * int(setting["data.train_batch_size"]),
+                # GPU-minutes of the training steps before it (start-up and validation left out: the same for any
+                # recipe), and the P40 hours the same steps project to
+                "train_gpu_minutes": round(gpus * trained_s.get(int(s["step"]), 0.0) / 60, 2),
+                "p40_hours": round(int(s["step"]) * projected["p40_s_per_step"] / 3600, 3)
+                if projected.get("p40_s_per_step")
+                else None,
                 **{k: v for k, v in s.items() if k.startswith("val-core/")},
             }
             for s in validated
@@ -566,7 +583,7 @@ def report(work: Path, out: Path, state: State) -> dict:
     return result
 
 
-def p40_projection(mode: str, steps: list[dict], work: Path) -> dict:
+def p40_projection(mode: str, steps: list[dict], work: Path, algorithm: str = RECIPE) -> dict:
     """What the run's steps would take on one Tesla P40: bench/project.py's projection of the recipe as the p40
     profile runs it, at this run's logged answer lengths and phase times."""
     if not steps:
@@ -578,7 +595,9 @@ def p40_projection(mode: str, steps: list[dict], work: Path) -> dict:
     config = config if config.is_file() else project.SHARED / "config.json"
     shape = projection.Shape.from_config(json.loads(config.read_text()))
     command = "verl-p40 " + shlex.join(
-        train_command(argparse.Namespace(mode="p40", test_freq=0, save_freq=0, steps=0, override=[]), work)[3:]
+        train_command(
+            argparse.Namespace(mode="p40", test_freq=0, save_freq=0, steps=0, override=[], algorithm=algorithm), work
+        )[3:]
     )
     row = project.project_run(f"{mode} run as the p40 profile", command, steps, shape, recent=True)
     step_s = row["p40_projection"]["step"]
@@ -669,9 +688,18 @@ def plot(steps: list[dict], path: Path, prompts_per_step: int | None = None) -> 
     fig.savefig(path, dpi=110)
 
 
-def compare(records: list[Path], path: Path) -> str:
-    """The validation curves of several runs (learning-<date>.json) on one plot against prompts seen, each point with
-    its standard error, and the same as a markdown table (one row per prompts-seen value, one column per run)."""
+AXES = {
+    "prompts": ("prompts_seen", "prompts seen"),
+    "gpu-minutes": ("train_gpu_minutes", "GPU-minutes of training steps"),
+    "p40-hours": ("p40_hours", "P40 hours (projected)"),
+}
+
+
+def compare(records: list[Path], path: Path, axis: str = "prompts") -> str:
+    """The validation curves of several runs (learning-<date>.json) on one plot against prompts seen, the GPU-minutes
+    of their training steps or their projected P40 hours (`axis`), each point with its standard error, and the same
+    as a markdown table (one row per value on the axis, one column per run)."""
+    key, title = AXES[axis]
     import matplotlib
 
     matplotlib.use("Agg")
@@ -681,25 +709,28 @@ def compare(records: list[Path], path: Path) -> str:
     for record in records:
         result = json.loads(record.read_text())
         per_step = result["training"]["prompts_per_step"]
-        label = f"{record.parent.name} ({result['mode']}, {per_step} prompts a step)"
-        curves[label] = {
-            v.get("prompts_seen", v["step"] * per_step): next(a for k, a in v.items() if k.startswith("val-core/"))
-            for v in result["validation"]
-        }
+        label = f"{record.parent.name} ({result.get('recipe', RECIPE)}, {result['mode']}, {per_step} prompts a step)"
+        points = {}
+        for v in result["validation"]:
+            x = v.get(key, v["step"] * per_step if key == "prompts_seen" else None)
+            if x is None:
+                raise SystemExit(f"{record}: its validation has no {key} (a record from before it: report it again)")
+            points[x] = next(a for k, a in v.items() if k.startswith("val-core/"))
+        curves[label] = points
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for label, curve in curves.items():
         x = sorted(curve)
         ax.errorbar(
             x, [curve[p] for p in x], yerr=[standard_error(curve[p]) for p in x], marker="o", capsize=3, label=label
         )
-    ax.set_xlabel("prompts seen")
+    ax.set_xlabel(title)
     ax.set_ylabel("validation accuracy, greedy")
     ax.set_title(f"validation accuracy ({VAL_SIZE} train rows held out; bars: \u00b11 standard error)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     seen = sorted({p for curve in curves.values() for p in curve})
-    lines = ["| prompts seen | " + " | ".join(curves) + " |", "| --- |" + " --- |" * len(curves)]
+    lines = [f"| {title} | " + " | ".join(curves) + " |", "| --- |" + " --- |" * len(curves)]
     for p in seen:
         cells = [f"{curves[label][p] * 100:.1f} %" if p in curves[label] else "" for label in curves]
         lines.append(f"| {p} | " + " | ".join(cells) + " |")
@@ -726,6 +757,10 @@ def main() -> None:
         ),
     )
     parser.add_argument("--runs", type=Path, nargs="+", help="compare: the runs' learning-<date>.json")
+    parser.add_argument("--axis", choices=sorted(AXES), default="prompts", help="compare: what the curves are against")
+    parser.add_argument(
+        "--algorithm", default=RECIPE, help="session, audit: the recipe trained (grpo-gsm8k; ppo-gsm8k to compare)"
+    )
     parser.add_argument("--no-eval", action="store_true", help="session: the validation curve only, no held-out eval")
     parser.add_argument("--record", type=Path, help="plot-record: a JSON of the per-step rewards a device call printed")
     parser.add_argument("--gguf", default="/tmp/model.gguf")
@@ -765,7 +800,7 @@ def main() -> None:
         plot(steps, args.record.with_suffix(".png"))
         return
     if args.phase == "compare":  # no GPU: the runs' validation curves against prompts seen, --out a .png
-        table = compare(args.runs, Path(args.out))
+        table = compare(args.runs, Path(args.out), args.axis)
         Path(args.out).with_suffix(".md").write_text(table)
         print(table, end="")
         return

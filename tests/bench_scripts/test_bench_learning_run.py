@@ -89,6 +89,9 @@ def test_the_fast_mode_runs_the_same_recipe_unmasked_through_the_cli(tmp_path):
     assert fast[fast.index("--profile") + 1] == "auto" and "--gpu-memory-cap-gb" not in fast
     assert p40[p40.index("--profile") + 1] == "p40" and p40[p40.index("--gpu-memory-cap-gb") + 1] == "24"
     assert learning_run.MODES["fast"]["mask"] is None and learning_run.MODES["p40"]["mask"] == "6.1"
+    args.algorithm = "ppo-gsm8k"  # --algorithm: the recipe to compare with, the rest the same
+    other = learning_run.train_command(args, tmp_path)
+    assert other[other.index("--algorithm") + 1] == "ppo-gsm8k" and len(other) == len(fast)
     # the only verl settings are the run's own (validation, saving, length): the sizes are the memory plan's
     assert [w for w in fast if "=" in w] == [
         "trainer.val_before_train=true",
@@ -132,6 +135,9 @@ def test_a_run_without_the_held_out_evaluation_reports_its_validation_curve(tmp_
     assert result["eval"] is None and result["comparison"] is None
     assert "not evaluated" in result["held_out"]
     assert [(v["step"], v["prompts_seen"]) for v in result["validation"]] == [(0, 0), (3, 48)]
+    # 3 steps of 20 s on 2 GPUs before the last validation: 2 GPU-minutes (start-up and validation not counted)
+    assert [v["train_gpu_minutes"] for v in result["validation"]] == [0.0, 2.0]
+    assert result["recipe"] == "grpo-gsm8k"  # a state from before --algorithm: the recipe
     assert not list(out.glob("learning-eval-*"))
     assert (out / f"learning-{result['date']}.png").stat().st_size > 0
 
@@ -153,23 +159,43 @@ def test_the_audit_is_one_unvalidated_unsaved_step_of_the_recipe_on_the_p40_path
         learning_run.audit(args, tmp_path, tmp_path)
 
 
-def test_runs_are_compared_on_prompts_seen(tmp_path):
+def test_runs_are_compared_on_prompts_seen_gpu_minutes_or_p40_hours(tmp_path):
+    """Recipes are compared at equal GPU-minutes of training steps (issue 40: ppo-gsm8k beside grpo-gsm8k), or per
+    projected P40 hour; runs of other batches on prompts seen."""
     records = []
-    for name, per_step, curve in (("a", 32, {0: 0.25, 5: 0.30}), ("b", 16, {0: 0.25, 10: 0.35})):
+    for name, recipe, per_step, curve in (
+        ("a", "grpo-gsm8k", 32, {0: (0.25, 0.0, 0.0), 5: (0.30, 1.0, 0.15)}),
+        ("b", "ppo-gsm8k", 16, {0: (0.25, 0.0, 0.0), 10: (0.35, 1.5, 0.2)}),
+    ):
         folder = tmp_path / name
         folder.mkdir()
         record = {
             "mode": "fast" if name == "a" else "p40",
+            "recipe": recipe,
             "training": {"prompts_per_step": per_step},
-            "validation": [{"step": s, "val-core/openai/gsm8k/acc/mean@1": a} for s, a in curve.items()],
+            "validation": [
+                {"step": s, "val-core/openai/gsm8k/acc/mean@1": a, "train_gpu_minutes": m, "p40_hours": h}
+                for s, (a, m, h) in curve.items()
+            ],
         }
         (folder / "learning.json").write_text(json.dumps(record))
         records.append(folder / "learning.json")
     table = learning_run.compare(records, tmp_path / "curves.png")
     lines = table.splitlines()
-    assert lines[0] == "| prompts seen | a (fast, 32 prompts a step) | b (p40, 16 prompts a step) |"
+    assert lines[0] == (
+        "| prompts seen | a (grpo-gsm8k, fast, 32 prompts a step) | b (ppo-gsm8k, p40, 16 prompts a step) |"
+    )
     assert lines[2:] == ["| 0 | 25.0 % | 25.0 % |", "| 160 | 30.0 % | 35.0 % |"]  # 5 x 32 and 10 x 16
     assert (tmp_path / "curves.png").stat().st_size > 0
+    minutes = learning_run.compare(records, tmp_path / "minutes.png", "gpu-minutes").splitlines()
+    assert minutes[0].startswith("| GPU-minutes of training steps |")
+    assert minutes[2:] == ["| 0.0 | 25.0 % | 25.0 % |", "| 1.0 | 30.0 % |  |", "| 1.5 |  | 35.0 % |"]
+    hours = learning_run.compare(records, tmp_path / "hours.png", "p40-hours").splitlines()
+    assert hours[3:] == ["| 0.15 | 30.0 % |  |", "| 0.2 |  | 35.0 % |"]
+    del record["validation"][1]["train_gpu_minutes"]  # a record written before the axis existed
+    (tmp_path / "b" / "learning.json").write_text(json.dumps(record))
+    with pytest.raises(SystemExit, match="no train_gpu_minutes"):
+        learning_run.compare(records, tmp_path / "minutes.png", "gpu-minutes")
 
 
 def test_rescore_reads_a_returned_evaluation_again_with_this_checkout(tmp_path):
