@@ -15,6 +15,13 @@ real-weights model at /tmp/qwen-real and the image's torch unpacked (bench/devic
     PYTHONPATH=/tmp/torch26:$PYTHONPATH python3 bench/experiments/stack_check.py run --stack image \\
       --model /tmp/qwen-real --out $OUT/stack
     python3 bench/experiments/stack_check.py compare --out $OUT/stack     # stack-check.json and stack-check.md
+
+One 30-minute hold fits it (bench/results/stack-staging-2026-12-03 measured the staging): the first call carries
+`.gpu-bundle` and `.gpu-shared` (the Pascal mask), then one call a chunk, ~4 s each: the 12 model chunks, the model
+converted, the machine stack's `run` started with setsid; the 67 torch chunks travel while it runs; `stage_torch.py
+unpack` (~2.5 min, its sitecustomize.py hides the machine's torchvision/timm and runs the mask's), then the image
+stack's `run` once the first has ended (one trainer on the GPU at a time). The mask's directory comes first on the
+path (mask_env puts it there) and runs the staged stack's sitecustomize.py after its own.
 """
 
 from __future__ import annotations
