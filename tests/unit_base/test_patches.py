@@ -149,9 +149,10 @@ def test_each_phase_reports_its_own_peak_and_the_process_peak_stays_verls(verl_c
     second = update_actor()
     assert second["perf/peak_allocated_gb/generation"] == 6.0 and "perf/peak_allocated_gb/ref" not in second
     assert second["perf/peak_allocated_gb/validation"] == 11.0  # not the training generation's
-    assert second["perf/max_memory_allocated_gb"] == 11.0
+    assert second["perf/max_memory_allocated_gb"] == 11.0 and second["perf/max_memory_reserved_gb"] == 12.0
     phase(12 * gib)  # between phases (verl's reward, advantages): still the process's peak
-    assert update_actor()["perf/max_memory_allocated_gb"] == 12.0
+    third = update_actor()
+    assert third["perf/max_memory_allocated_gb"] == 12.0 and third["perf/max_memory_reserved_gb"] == 13.0
 
 
 def test_without_cuda_phase_peaks_measure_nothing_and_report_verls_own(verl_copy, monkeypatch):

@@ -15,7 +15,7 @@ import functools
 
 import torch
 
-_PEAKS: dict[str, tuple[int, int]] = {}  # phase -> (allocated, reserved) bytes at its peak since the last take()
+_PEAKS: dict[str, int] = {}  # phase -> allocated bytes at its peak since the last take()
 _SINCE_START = [0, 0]  # the process's peaks (allocated, reserved) before the last reset
 _DEPTH = [0]  # a phase called inside another (the reference pass through compute_log_prob) is the outer one's
 
@@ -31,9 +31,7 @@ def _begin() -> None:
 
 
 def _end(phase: str) -> None:
-    allocated, reserved = _peaks()
-    before = _PEAKS.get(phase, (0, 0))
-    _PEAKS[phase] = (max(before[0], allocated), max(before[1], reserved))
+    _PEAKS[phase] = max(_PEAKS.get(phase, 0), torch.cuda.max_memory_allocated())
 
 
 def measured(phase: str):
@@ -71,10 +69,10 @@ def take(current: str) -> dict[str, float]:
             "perf/max_memory_allocated_gb": get_torch_device().max_memory_allocated() / gib,
             "perf/max_memory_reserved_gb": get_torch_device().max_memory_reserved() / gib,
         }
-    allocated, reserved = _peaks()
-    phases = {**_PEAKS, current: (allocated, reserved)}
+    allocated, reserved = _peaks()  # since the last reset: every earlier peak is folded into _SINCE_START
+    phases = {**_PEAKS, current: allocated}
     _PEAKS.clear()
-    out = {f"perf/peak_allocated_gb/{phase}": peak[0] / gib for phase, peak in phases.items()}
-    out["perf/max_memory_allocated_gb"] = max(_SINCE_START[0], *(p[0] for p in phases.values())) / gib
-    out["perf/max_memory_reserved_gb"] = max(_SINCE_START[1], *(p[1] for p in phases.values())) / gib
+    out = {f"perf/peak_allocated_gb/{phase}": peak / gib for phase, peak in phases.items()}
+    out["perf/max_memory_allocated_gb"] = max(_SINCE_START[0], *phases.values()) / gib
+    out["perf/max_memory_reserved_gb"] = max(_SINCE_START[1], reserved) / gib
     return out
