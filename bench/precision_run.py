@@ -6,7 +6,7 @@ through `verl-p40 bench` (random-weight Qwen2.5-0.5B shape, real GSM8K prompts, 
   actor, the reference and the critic, and the HF rollout in bf16.
 Each row keeps every step's `actor/grad_norm` and `critic/grad_norm` as logged (a NaN is recorded as NaN: a bf16
 plan is only worth shipping when they are finite). After
-`bash .gpu-bundle/install.sh && source bench/device/gpu_setup.sh`:
+`bash /tmp/bundle/install.sh && source bench/device/gpu_setup.sh`:
 
     python3 bench/precision_run.py rows fp32 fp32-tf32 --out $OUT     # ~190 s a row; bf16 in the next call
     python3 bench/precision_run.py report --dir DIR                   # here, from the returned JSONs

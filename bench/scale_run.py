@@ -9,7 +9,7 @@
   --nodes 2 --gpus 0` training 2 steps with a checkpoint, `verl-p40 cluster join --gpus 1`), then that 2-GPU
   checkpoint resumed on 1 GPU (expected: exit 2 and one line) and read by `verl-p40 eval --model latest`.
 
-After `bash .gpu-bundle/install.sh && source bench/device/gpu_setup.sh`, one device call each:
+After `bash /tmp/bundle/install.sh && source bench/device/gpu_setup.sh`, one device call each:
     python3 bench/scale_run.py bench --counts 1,2,4 --out $OUT     # x4 machine; --counts 1,2 on the x2 one
     python3 bench/scale_run.py cluster --out $OUT
 `report` prints the table: python3 bench/scale_run.py report --dir DIR

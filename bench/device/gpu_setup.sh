@@ -1,6 +1,6 @@
 # Sourced at the start of a command on the lent GPU machine (see bench/README.md):
-#   bash .gpu-bundle/install.sh && source bench/device/gpu_setup.sh
-# Puts verl 0.5.0 and friends (the carried bundle) and this checkout on the path, applies the verl patch set
+#   bash /tmp/bundle/install.sh && source bench/device/gpu_setup.sh
+# Puts verl 0.5.0 and friends (the bundle, staged as bench/README.md says) and this checkout on the path, applies the verl patch set
 # through the product's CLI, prepares GSM8K and builds the random-weight Qwen2.5-0.5B-shaped model.
 set -euo pipefail
 export PYTHONPATH=/tmp/site:$PWD/app:$PWD/bench:${PYTHONPATH:-}

@@ -1,17 +1,17 @@
 """The image's torch on the lent GPU machine (issue 45): PyPI's torch 2.6.0 wheel and the CUDA 12 libraries it pins,
 carried in pieces under what one device call may carry, checked there, installed into a folder of their own.
 
-The GPU machine reaches nothing and runs its own torch; one call carries at most 64 MiB with the checkout (~21 MB of
-tracked files), so ~3 GB of wheels travel as ~70 chunks of 40 MiB, one ignored folder each (.gpu-torch-NN), as the
-real-weights model does (../shared/gpu/README.md). Here:
+The GPU machine reaches nothing and runs its own torch; ~2.6 GiB of wheels travel as chunks of bench/device/chunks.py
+(one ignored folder each, .gpu-torch-NN, of the size that fits one call beside the checkout: 77 of 35 MiB on
+2026-12-03). Here:
 
     python3 bench/device/stage_torch.py pack               # downloads (PyPI), checksums, .gpu-torch-00 ... -NN
 
 then one device call per chunk, carrying `.gpu-torch-NN`:
-    mkdir -p /tmp/torch-chunks && cp .gpu-torch-NN/* /tmp/torch-chunks/
+    mkdir -p /tmp/chunks/torch && cp .gpu-torch-NN/* /tmp/chunks/torch/
 and there, once:
 
-    python3 bench/device/stage_torch.py unpack --chunks /tmp/torch-chunks --target /tmp/torch26
+    python3 bench/device/stage_torch.py unpack --chunks /tmp/chunks/torch --target /tmp/torch26
     export PYTHONPATH=/tmp/torch26:$PYTHONPATH     # before /tmp/site and the checkout: `import torch` is 2.6.0
 
 What goes: torch==2.6.0 for CPython 3.12 (the machine's) and every nvidia-* requirement of its wheel at the version it
@@ -25,50 +25,65 @@ its torch 2.11) are hidden beside the staged torch by a sitecustomize.py that un
 from __future__ import annotations
 
 import argparse
-import hashlib
-import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import zipfile
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from lib import chunks  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
-CHUNK_MIB = 40  # with the checkout's tracked files, under the 64 MiB one call may carry
 LEFT_OUT = {"triton": "torch.compile and Triton kernels only, which sm_61 cannot run"}
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def requirement(text: str) -> Requirement | None:
+    try:
+        return Requirement(text)
+    except InvalidRequirement:
+        return None
+
+
+def unconditional(req: Requirement, python: str = "3.12") -> bool:
+    """Whether a requirement holds on the GPU machine (CPython `python` on Linux x86_64) without an extra."""
+    where = {"extra": "", "platform_system": "Linux", "platform_machine": "x86_64", "sys_platform": "linux"}
+    return req.marker is None or req.marker.evaluate({**where, "python_version": python})
 
 
 def pins_of(wheel: Path) -> list[str]:
-    """The `name==version` requirements of a wheel for Linux x86_64 (its METADATA), less LEFT_OUT."""
+    """The `name==version` nvidia-* and sympy requirements of a wheel on Linux x86_64 (its METADATA), less LEFT_OUT."""
     with zipfile.ZipFile(wheel) as archive:
         meta = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
         lines = archive.read(meta).decode().splitlines()
     pins = []
     for line in lines:
-        if not line.startswith("Requires-Dist:") or "extra ==" in line:
+        req = requirement(line.split(":", 1)[1]) if line.startswith("Requires-Dist:") else None
+        if req is None or not unconditional(req) or req.name in LEFT_OUT:
             continue
-        spec = line.split(":", 1)[1].split(";")[0].strip().replace(" ", "").replace("(", "").replace(")", "")
-        name = spec.split("==")[0]
-        if "==" in spec and name not in LEFT_OUT and (name.startswith("nvidia-") or name == "sympy"):
-            pins.append(spec)
+        exact = [spec.version for spec in req.specifier if spec.operator == "=="]
+        if exact and (req.name.startswith("nvidia-") or req.name == "sympy"):
+            pins.append(f"{req.name}=={exact[0]}")
     return pins
 
 
-def lock_pin(name: str) -> str | None:
+def image_lock() -> dict[str, str]:
+    """The image's lock (docker/requirements.txt): each distribution's canonical name -> its pinned line."""
+    lock = {}
     for line in (REPO / "docker" / "requirements.txt").read_text().splitlines():
-        if line.split("==")[0].strip().lower() == name:
-            return line.strip()
-    return None
+        req = requirement(line.split("#")[0].strip())
+        if req is not None:
+            lock[canonicalize_name(req.name)] = str(req)
+    return lock
+
+
+def lock_pin(name: str) -> str | None:
+    return image_lock().get(canonicalize_name(name))
 
 
 def download(torch: str, python: str, into: Path) -> list[Path]:
@@ -92,27 +107,16 @@ def pack(args: argparse.Namespace) -> None:
     work = Path(tempfile.mkdtemp(prefix="stage-torch-"))
     try:
         wheels = sorted(Path(args.wheels).glob("*.whl")) if args.wheels else download(args.torch, args.python, work)
-        sums = "".join(f"{sha256(w)}  {w.name}\n" for w in wheels)
-        bundle = work / "wheels.tar"
-        with tarfile.open(bundle, "w") as tar:  # wheels are compressed already
-            for wheel in wheels:
-                tar.add(wheel, arcname=wheel.name)
-            info = tarfile.TarInfo("SHA256SUMS")
-            info.size = len(sums.encode())
-            tar.addfile(info, __import__("io").BytesIO(sums.encode()))
-        for old in out.glob(".gpu-torch-*"):
-            shutil.rmtree(old)
-        size, chunks = args.chunk_mib << 20, []
-        with open(bundle, "rb") as handle:
-            for index, block in enumerate(iter(lambda: handle.read(size), b"")):
-                folder = out / f".gpu-torch-{index:02d}"
-                folder.mkdir(parents=True)
-                (folder / f"c{index:02d}").write_bytes(block)
-                chunks.append(f"{hashlib.sha256(block).hexdigest()}  c{index:02d}\n")
-        (out / ".gpu-torch-00" / "CHUNKS.sha256").write_text("".join(chunks))
+        folder = work / "wheels"
+        folder.mkdir()
+        for wheel in wheels:
+            shutil.copy(wheel, folder / wheel.name)
+        (folder / "SHA256SUMS").write_text("".join(f"{chunks.sha256(w)}  {w.name}\n" for w in wheels))
+        mib = args.chunk_mib or chunks.fitting_mib()
+        folders = chunks.split(folder, out, "torch", mib)  # wheels are compressed already: an uncompressed tar
         total = sum(w.stat().st_size for w in wheels)
-        print(f"{len(wheels)} wheels, {total / 2**30:.2f} GiB, in {len(chunks)} chunks of {args.chunk_mib} MiB:")
-        print(f"  {out}/.gpu-torch-00 ... .gpu-torch-{len(chunks) - 1:02d}; left out: {', '.join(LEFT_OUT)}")
+        print(f"{len(wheels)} wheels, {total / 2**30:.2f} GiB, in {len(folders)} chunks of {mib} MiB:")
+        print(f"  {out}/.gpu-torch-00 ... .gpu-torch-{len(folders) - 1:02d}; left out: {', '.join(LEFT_OUT)}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -123,29 +127,15 @@ def fail(text: str) -> None:
 
 
 def unpack(args: argparse.Namespace) -> None:
-    chunks = Path(args.chunks)
-    listing = chunks / "CHUNKS.sha256"
-    if not listing.is_file():
-        fail(f"{listing} missing: copy .gpu-torch-00 (it carries the list) with its chunk")
-    expected = [line.split() for line in listing.read_text().splitlines() if line.strip()]
-    missing = [name for _, name in expected if not (chunks / name).is_file()]
-    if missing:
-        fail(f"{len(missing)} of {len(expected)} chunks missing under {chunks}: {', '.join(missing[:5])}")
-    damaged = [name for digest, name in expected if sha256(chunks / name) != digest]
-    if damaged:
-        fail(f"chunk {damaged[0]} under {chunks} is not what pack wrote (sha256 differs): copy it again")
     work = Path(tempfile.mkdtemp(prefix="stage-torch-", dir=args.work))
     try:
-        bundle = work / "wheels.tar"
-        with open(bundle, "wb") as out:
-            for _, name in expected:
-                with open(chunks / name, "rb") as part:
-                    shutil.copyfileobj(part, out)
-        with tarfile.open(bundle) as tar:
-            tar.extractall(work / "wheels", filter="data")
+        try:
+            chunks.join(Path(args.chunks), work / "wheels")
+        except chunks.ChunkError as error:
+            fail(str(error))
         for line in (work / "wheels" / "SHA256SUMS").read_text().splitlines():
             digest, name = line.split()
-            if sha256(work / "wheels" / name) != digest:
+            if chunks.sha256(work / "wheels" / name) != digest:
                 fail(f"{name}: sha256 differs from pack's")
         wheels = sorted(str(w) for w in (work / "wheels").glob("*.whl"))
         command = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", args.target]
@@ -161,34 +151,17 @@ def unpack(args: argparse.Namespace) -> None:
 
 
 def image_names() -> set[str]:
-    """The distributions the image installs: its lock (docker/requirements.txt) and what the lock's header says it
-    leaves out (torch, verl, Apex)."""
-    names = {"torch", "triton", "verl", "apex"}
-    for line in (REPO / "docker" / "requirements.txt").read_text().splitlines():
-        line = line.split("#")[0].strip()
-        if line and not line.startswith("-"):
-            names.add(normalise(re.split(r"[=<>!~\[; ]", line, maxsplit=1)[0]))
-    return names
-
-
-def normalise(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+    """The distributions the image installs: its lock and what the lock's header says it leaves out (torch, verl,
+    Apex)."""
+    return {"torch", "triton", "verl", "apex", *image_lock()}
 
 
 def needs_torch(requirements: list[str] | None) -> bool:
     """Whether a distribution's requirements name torch unconditionally (an extra's requirement does not count)."""
-    from packaging.requirements import InvalidRequirement, Requirement
-
-    for text in requirements or []:
-        try:
-            requirement = Requirement(text)
-        except InvalidRequirement:
-            continue
-        if normalise(requirement.name) == "torch" and (
-            requirement.marker is None or requirement.marker.evaluate({"extra": ""})
-        ):
-            return True
-    return False
+    return any(
+        req is not None and canonicalize_name(req.name) == "torch" and unconditional(req)
+        for req in map(requirement, requirements or [])
+    )
 
 
 def top_level(dist) -> set[str]:
@@ -216,7 +189,7 @@ def foreign(image: set[str], paths: list[str], kept_paths: tuple[str, ...] = ())
     hidden: set[str] = set()
     kept: set[str] = set()
     for dist in metadata.distributions(path=list(paths)):
-        name = normalise(dist.metadata["Name"] or "")
+        name = canonicalize_name(dist.metadata["Name"] or "")
         foreign_one = bool(name) and name not in image and needs_torch(dist.requires)
         (hidden if foreign_one else kept).update(top_level(dist))
     for dist in metadata.distributions(path=list(kept_paths)):
@@ -265,7 +238,7 @@ def main() -> None:
     p.add_argument("--torch", default="2.6.0")
     p.add_argument("--python", default="3.12", help="the GPU machine's Python")
     p.add_argument("--wheels", help="wheels already here (a folder) instead of downloading")
-    p.add_argument("--chunk-mib", type=int, default=CHUNK_MIB)
+    p.add_argument("--chunk-mib", type=int, help="default: what fits beside the checkout now (chunks.py fits)")
     p.add_argument("--out", default=str(REPO))
     u = sub.add_parser("unpack", help="check the chunks and the wheels, install them into --target")
     u.add_argument("--chunks", required=True)

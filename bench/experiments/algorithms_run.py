@@ -2,7 +2,7 @@
 Qwen2.5-0.5B's exact shape, real GSM8K: `verl-p40 bench --algorithm grpo` for n = 4 and n = 8 (timing, audit off),
 and `verl-p40 train --algorithm grpo --samples-per-prompt 8` with the mask's op audit on (a short run).
 
-Run on the GPU machine after `bash .gpu-bundle/install.sh && source bench/device/gpu_setup.sh`:
+Run on the GPU machine after `bash /tmp/bundle/install.sh && source bench/device/gpu_setup.sh`:
     python3 bench/experiments/algorithms_run.py grpo --out $OUT     (then audit, lora and lora-1.5b, one call each:
     .gpu-shared needs qwen2.5-1.5b-instruct copied from ../shared/data for the 1.5B shape)
 `report` prints the table from the returned JSONs: python3 bench/experiments/algorithms_run.py report --dir DIR

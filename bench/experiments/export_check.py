@@ -5,7 +5,7 @@ steps of the p40 profile saved as a checkpoint, `verl-p40 export --model latest 
 64 GSM8K test questions from the checkpoint (merged by verl's merger, fp32) and from the exported folder (fp16), and
 how many are the same text. Every step through the product's CLI.
 
-After staging the GGUF (bench/results/README.md, "Real weights") and `bash .gpu-bundle/install.sh && source
+After staging the GGUF (bench/results/README.md, "Real weights") and `bash /tmp/bundle/install.sh && source
 bench/device/gpu_setup.sh`:
     python3 bench/experiments/export_check.py --gguf /tmp/model.gguf --out $OUT
 Where the answers differ, an fp32 export and the fp16 export read in fp32 tell the export's part from fp16's (the

@@ -2,7 +2,7 @@
 doctor` and `verl-p40 bench` as a P40, a 16 GB Pascal card (P100), a V100 (with the op audit), a T4, and unmasked
 (the ampere profile), each with `--profile auto` and the emulated card's memory as the cap.
 
-Run on the GPU machine after `bash .gpu-bundle/install.sh && source bench/device/gpu_setup.sh`, in two calls that
+Run on the GPU machine after `bash /tmp/bundle/install.sh && source bench/device/gpu_setup.sh`, in two calls that
 each fit the device's 10 minutes:  python3 bench/experiments/generations.py a --out $OUT  (then b, c, d1, d2)
 `report` rebuilds the summary table from the returned JSONs here:
     python3 bench/experiments/generations.py report --dir DIR

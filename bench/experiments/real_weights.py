@@ -2,7 +2,7 @@
 
 The lent GPU machine runs one command for at most 10 minutes and keeps /tmp only while it stays warm, so the
 bench is cut into phases, state kept under --work (/tmp/real). After staging the GGUF (bench/results/README.md,
-"Real weights") and `bash .gpu-bundle/install.sh && source bench/device/gpu_setup.sh`, either one device call per phase:
+"Real weights") and `bash /tmp/bundle/install.sh && source bench/device/gpu_setup.sh`, either one device call per phase:
 
     python3 bench/experiments/real_weights.py prepare --gguf /tmp/model.gguf --out $OUT
     python3 bench/experiments/real_weights.py train --out $OUT --kill-after 7 --budget-s 400  # killed mid-run

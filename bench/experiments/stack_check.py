@@ -8,7 +8,7 @@ with the audit on (its times are audited times: the same on both stacks, not a P
 the two stacks side by side: exit codes, the torch each ran, half-precision ops and SDPA kernels the audit saw, step
 times, torch's peaks, accuracy, and the 64 greedy answers (identical, or the first divergence shown).
 
-On the GPU machine, after `bash .gpu-bundle/install.sh && VERL_P40_NO_RANDOM=1 source bench/device/gpu_setup.sh`, the
+On the GPU machine, after `bash /tmp/bundle/install.sh && VERL_P40_NO_RANDOM=1 source bench/device/gpu_setup.sh`, the
 real-weights model at /tmp/qwen-real and the image's torch unpacked (bench/device/stage_torch.py) into /tmp/torch26:
 
     python3 bench/experiments/stack_check.py run --stack machine --model /tmp/qwen-real --out $OUT/stack
@@ -16,12 +16,13 @@ real-weights model at /tmp/qwen-real and the image's torch unpacked (bench/devic
       --model /tmp/qwen-real --out $OUT/stack
     python3 bench/experiments/stack_check.py compare --out $OUT/stack     # stack-check.json and stack-check.md
 
-One 30-minute hold fits it (bench/results/stack-staging-2026-12-03 measured the staging): the first call carries
-`.gpu-bundle` and `.gpu-shared` (the Pascal mask), then one call a chunk, ~4 s each: the 12 model chunks, the model
-converted, the machine stack's `run` started with setsid; the 67 torch chunks travel while it runs; `stage_torch.py
-unpack` (~2.5 min, its sitecustomize.py hides the machine's torchvision/timm and runs the mask's), then the image
-stack's `run` once the first has ended (one trainer on the GPU at a time). The mask's directory comes first on the
-path (mask_env puts it there) and runs the staged stack's sitecustomize.py after its own.
+One 30-minute hold fits it (bench/results/stack-staging-2026-12-03 measured the staging; bench/README.md, "Device
+staging", the calls): the 2 bundle chunks (the first call carrying `.gpu-shared`, the Pascal mask too) and the 14
+model chunks, ~5 s a call; the model converted and the machine stack's `run` started with setsid; the 77 torch chunks
+travel while it runs; `stage_torch.py unpack` (~2.5 min, its sitecustomize.py hides the machine's torchvision/timm
+and runs the mask's), then the image stack's `run` once the first has ended (one trainer on the GPU at a time). The
+mask's directory comes first on the path (mask_env puts it there) and runs the staged stack's sitecustomize.py after
+its own.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 Qwen2.5-0.5B's shape) once step 2 is logged, then the same command again. Records how long the stop took, verl's
 own save time of the step in progress, the checkpoint it left and the step the resume started with.
 
-Run on the GPU machine after `bash .gpu-bundle/install.sh && source bench/device/gpu_setup.sh`:
+Run on the GPU machine after `bash /tmp/bundle/install.sh && source bench/device/gpu_setup.sh`:
     python3 bench/experiments/stop_resume.py --out $OUT
 """
 

@@ -4,7 +4,7 @@ of Qwen2.5-0.5B's shape (the real-weights proxy: its answers have real lengths, 
 too), real GSM8K.
 
 Run on the GPU machine after staging the GGUF (bench/results/README.md, "Real weights"),
-`bash .gpu-bundle/install.sh && source bench/device/gpu_setup.sh` and bench/device/gguf_to_hf.py into /tmp/qwen-real:
+`bash /tmp/bundle/install.sh && source bench/device/gpu_setup.sh` and bench/device/gguf_to_hf.py into /tmp/qwen-real:
     python3 bench/experiments/trim_run.py run --model /tmp/qwen-real --out $OUT
 `report` prints the side-by-side table from the returned JSONs: python3 bench/experiments/trim_run.py report --dir DIR
 """
