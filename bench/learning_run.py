@@ -124,7 +124,7 @@ def train_command(args: argparse.Namespace, work: Path, *, audit: bool = False) 
         "--profile",
         mode["profile"],
         "--algorithm",
-        getattr(args, "algorithm", RECIPE),
+        args.algorithm,
         *mode["cli"],
         "--model",
         str(work / "qwen-real"),
@@ -233,7 +233,7 @@ def audit(args: argparse.Namespace, work: Path, out: Path) -> dict:
     result = {
         "issue": 29,
         "date": time.strftime("%Y-%m-%d"),
-        "recipe": getattr(args, "algorithm", RECIPE),
+        "recipe": args.algorithm,
         "setup": MODES["p40"]["setup"].replace("audit off", "op audit on (PASCAL_MASK_AUDIT): not a timing"),
         "command": "PASCAL_MASK=1 PASCAL_MASK_CC=6.1 PASCAL_MASK_AUDIT=audit.jsonl verl-p40 " + shlex.join(command[3:]),
         "model": str((work / "qwen-real").resolve()),

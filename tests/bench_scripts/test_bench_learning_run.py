@@ -79,7 +79,9 @@ def test_the_fast_mode_runs_the_same_recipe_unmasked_through_the_cli(tmp_path):
     settings."""
     import argparse
 
-    args = argparse.Namespace(mode="fast", test_freq=5, save_freq=10, steps=100, override=[])
+    args = argparse.Namespace(
+        mode="fast", test_freq=5, save_freq=10, steps=100, override=[], algorithm=learning_run.RECIPE
+    )
     fast = learning_run.train_command(args, tmp_path)
     p40 = learning_run.train_command(argparse.Namespace(**{**vars(args), "mode": "p40"}), tmp_path)
     assert fast[1:4] == ["-m", "verl_p40.cli", "train"] and p40[1:4] == fast[1:4]
@@ -145,7 +147,9 @@ def test_a_run_without_the_held_out_evaluation_reports_its_validation_curve(tmp_
 def test_the_audit_is_one_unvalidated_unsaved_step_of_the_recipe_on_the_p40_path(tmp_path):
     import argparse
 
-    args = argparse.Namespace(mode="p40", test_freq=5, save_freq=5, steps=100, override=[])
+    args = argparse.Namespace(
+        mode="p40", test_freq=5, save_freq=5, steps=100, override=[], algorithm=learning_run.RECIPE
+    )
     command = learning_run.train_command(args, tmp_path, audit=True)
     settings = [word for word in command if "=" in word]
     assert settings[: len(learning_run.AUDIT_SETS)] == learning_run.AUDIT_SETS

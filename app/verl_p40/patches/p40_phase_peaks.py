@@ -31,7 +31,7 @@ def _begin() -> None:
 
 
 def _end(phase: str) -> None:
-    _PEAKS[phase] = max(_PEAKS.get(phase, 0), torch.cuda.max_memory_allocated())
+    _PEAKS[phase] = max(_PEAKS.get(phase, 0), _peaks()[0])
 
 
 def measured(phase: str):
