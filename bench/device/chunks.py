@@ -9,7 +9,8 @@ when `split` runs, less a margin for results committed later in the session (a c
 past it is refused by the device tool: seen on 2026-12-03, 40 MiB chunks beside 24.4 MiB of tracked files).
 
 Here:
-    python3 bench/device/chunks.py split ../shared/gpu/model.gguf --name model   # .gpu-model-00 ... -NN
+    bash ../shared/gpu/real-model.sh      # the GGUF, in its cache (and its own 47 MiB chunks, which no longer travel)
+    python3 bench/device/chunks.py split ~/.cache/verl-p40-real-model/qwen2.5-coder-0.5b-instruct.gguf --name model
     python3 bench/device/chunks.py split .gpu-bundle --name bundle               # a folder travels as a tar
     python3 bench/device/chunks.py fits                                          # the chunk size that fits now
 one device call per folder (carry `.gpu-NAME-NN`):
@@ -26,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lib.chunks import REPO, ChunkError, fitting_mib, join, split  # noqa: E402
+from lib.chunks import REPO, ChunkError, chunk_mib, fitting_mib, join, split  # noqa: E402
 
 
 def main() -> None:
@@ -48,7 +49,7 @@ def main() -> None:
         elif args.action == "split":
             if not args.source.exists():
                 raise ChunkError(f"{args.source}: no such file or folder")
-            mib = args.chunk_mib or fitting_mib()
+            mib = chunk_mib(args.chunk_mib)
             folders = split(args.source, args.out, args.name, mib)
             print(f"{args.source} in {len(folders)} chunks of {mib} MiB: {folders[0]} ... {folders[-1].name}")
         else:

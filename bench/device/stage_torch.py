@@ -25,6 +25,7 @@ its torch 2.11) are hidden beside the staged torch by a sitecustomize.py that un
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -56,19 +57,21 @@ def unconditional(req: Requirement, python: str = "3.12") -> bool:
     return req.marker is None or req.marker.evaluate({**where, "python_version": python})
 
 
-def pins_of(wheel: Path) -> list[str]:
-    """The `name==version` nvidia-* and sympy requirements of a wheel on Linux x86_64 (its METADATA), less LEFT_OUT."""
+def pins_of(wheel: Path, python: str = "3.12") -> list[str]:
+    """The `name==version` nvidia-* and sympy requirements of a wheel on Linux x86_64 under CPython `python` (its
+    METADATA), less LEFT_OUT."""
     with zipfile.ZipFile(wheel) as archive:
         meta = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
         lines = archive.read(meta).decode().splitlines()
     pins = []
     for line in lines:
         req = requirement(line.split(":", 1)[1]) if line.startswith("Requires-Dist:") else None
-        if req is None or not unconditional(req) or req.name in LEFT_OUT:
+        if req is None or not unconditional(req, python):
             continue
+        name = canonicalize_name(req.name)
         exact = [spec.version for spec in req.specifier if spec.operator == "=="]
-        if exact and (req.name.startswith("nvidia-") or req.name == "sympy"):
-            pins.append(f"{req.name}=={exact[0]}")
+        if exact and name not in LEFT_OUT and (name.startswith("nvidia-") or name == "sympy"):
+            pins.append(f"{name}=={exact[0]}")
     return pins
 
 
@@ -95,7 +98,7 @@ def download(torch: str, python: str, into: Path) -> list[Path]:
 
     fetch(f"torch=={torch}")
     wheel = next(into.glob(f"torch-{torch}-*.whl"))
-    pins = pins_of(wheel)
+    pins = pins_of(wheel, python)
     pins = [lock_pin("sympy") or p if p.startswith("sympy==") else p for p in pins]
     for spec in pins:
         fetch(spec)
@@ -104,15 +107,21 @@ def download(torch: str, python: str, into: Path) -> list[Path]:
 
 def pack(args: argparse.Namespace) -> None:
     out = Path(args.out)
+    mib = chunks.chunk_mib(args.chunk_mib)
     work = Path(tempfile.mkdtemp(prefix="stage-torch-"))
     try:
-        wheels = sorted(Path(args.wheels).glob("*.whl")) if args.wheels else download(args.torch, args.python, work)
-        folder = work / "wheels"
+        folder = work / "wheels"  # what travels: the wheels and their sha256 list, as one folder
         folder.mkdir()
-        for wheel in wheels:
-            shutil.copy(wheel, folder / wheel.name)
+        if args.wheels:
+            for wheel in sorted(Path(args.wheels).glob("*.whl")):
+                try:
+                    os.link(wheel, folder / wheel.name)  # no second copy of 2.6 GiB where the disk allows
+                except OSError:
+                    shutil.copy(wheel, folder / wheel.name)
+        else:
+            download(args.torch, args.python, folder)
+        wheels = sorted(folder.glob("*.whl"))
         (folder / "SHA256SUMS").write_text("".join(f"{chunks.sha256(w)}  {w.name}\n" for w in wheels))
-        mib = args.chunk_mib or chunks.fitting_mib()
         folders = chunks.split(folder, out, "torch", mib)  # wheels are compressed already: an uncompressed tar
         total = sum(w.stat().st_size for w in wheels)
         print(f"{len(wheels)} wheels, {total / 2**30:.2f} GiB, in {len(folders)} chunks of {mib} MiB:")
@@ -121,18 +130,15 @@ def pack(args: argparse.Namespace) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def fail(text: str) -> None:
-    print(f"stage_torch unpack: error: {text}", file=sys.stderr)
+def fail(text: str, action: str = "unpack") -> None:
+    print(f"stage_torch {action}: error: {text}", file=sys.stderr)
     raise SystemExit(2)
 
 
 def unpack(args: argparse.Namespace) -> None:
     work = Path(tempfile.mkdtemp(prefix="stage-torch-", dir=args.work))
     try:
-        try:
-            chunks.join(Path(args.chunks), work / "wheels")
-        except chunks.ChunkError as error:
-            fail(str(error))
+        chunks.join(Path(args.chunks), work / "wheels", expect="folder")
         for line in (work / "wheels" / "SHA256SUMS").read_text().splitlines():
             digest, name = line.split()
             if chunks.sha256(work / "wheels" / name) != digest:
@@ -245,7 +251,10 @@ def main() -> None:
     u.add_argument("--target", required=True)
     u.add_argument("--work", default=None, help="where the wheels are unpacked on the way (default: the temp folder)")
     args = parser.parse_args()
-    {"pack": pack, "unpack": unpack}[args.action](args)
+    try:
+        {"pack": pack, "unpack": unpack}[args.action](args)
+    except chunks.ChunkError as error:
+        fail(str(error), args.action)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ real-weights model at /tmp/qwen-real and the image's torch unpacked (bench/devic
 
 One 30-minute hold fits it (bench/results/stack-staging-2026-12-03 measured the staging; bench/README.md, "Device
 staging", the calls): the 2 bundle chunks (the first call carrying `.gpu-shared`, the Pascal mask too) and the 14
-model chunks, ~5 s a call; the model converted and the machine stack's `run` started with setsid; the 77 torch chunks
+model chunks, ~4 s a call; the model converted and the machine stack's `run` started with setsid; the 77 torch chunks
 travel while it runs; `stage_torch.py unpack` (~2.5 min, its sitecustomize.py hides the machine's torchvision/timm
 and runs the mask's), then the image stack's `run` once the first has ended (one trainer on the GPU at a time). The
 mask's directory comes first on the path (mask_env puts it there) and runs the staged stack's sitecustomize.py after

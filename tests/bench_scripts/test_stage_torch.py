@@ -87,10 +87,17 @@ def test_what_travels_with_torch_is_its_linux_cuda_pins_less_triton(tmp_path):
             'Requires-Dist: triton (==3.2.0) ; platform_system == "Linux" and platform_machine == "x86_64"',
             'Requires-Dist: sympy (==1.13.1) ; python_version >= "3.9"',
             "Requires-Dist: optree (>=0.13.0) ; extra == 'optree'",
+            'Requires-Dist: nvidia-cudnn-cu12 (==9.1.0.70) ; platform_system == "Windows"',
+            'Requires-Dist: Nvidia_Nccl.CU12 (==2.21.5) ; python_version >= "3.12"',
         ),
     )
-    assert stage_torch.pins_of(wheel) == ["nvidia-cublas-cu12==12.4.5.8", "sympy==1.13.1"]
-    assert stage_torch.lock_pin("sympy") == "sympy==1.13.1"  # the image lock's, which torch 2.6 pins too
+    assert stage_torch.pins_of(wheel) == [
+        "nvidia-cublas-cu12==12.4.5.8",
+        "sympy==1.13.1",
+        "nvidia-nccl-cu12==2.21.5",  # its name made canonical; Windows' cuDNN left out
+    ]
+    assert "nvidia-nccl-cu12==2.21.5" not in stage_torch.pins_of(wheel, python="3.11")  # the machine's Python decides
+    assert stage_torch.lock_pin("SymPy") == stage_torch.lock_pin("sympy") == "sympy==1.13.1"  # the image lock's
 
 
 def _dist(site: Path, name: str, requires: tuple[str, ...] = (), top: str | None = None) -> None:
