@@ -82,8 +82,8 @@ RUN cuda=$(python -c "import torch; print(torch.version.cuda)") \
  && apt-get install -y --no-install-recommends nvidia-cuda-toolkit "g++-${gcc}" python3-dev \
  && rm -rf /var/lib/apt/lists/* /tmp/apex-toolkit /tmp/driver-stub.deb \
  && echo "gcc-${gcc} g++-${gcc}" > /etc/verl-p40/apex-compilers \
- && nvcc_version="$(nvcc --version)" && echo "$nvcc_version" \
- && case "$nvcc_version" in \
+ && nvcc --version \
+ && case "$(nvcc --version)" in \
       *"release ${cuda},"*) ;; \
       *) echo "apex: the toolkit installed is not CUDA ${cuda}, torch's (a Debian update?)" >&2; exit 1 ;; \
     esac
