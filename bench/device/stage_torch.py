@@ -200,7 +200,18 @@ def foreign(image: set[str], paths: list[str], kept_paths: tuple[str, ...] = ())
         (hidden if foreign_one else kept).update(top_level(dist))
     for dist in metadata.distributions(path=list(kept_paths)):
         kept.update(top_level(dist))
-    return sorted(hidden - kept)
+    return sorted(name for name in hidden - kept if any(is_module(Path(p), name) for p in paths))
+
+
+def is_module(folder: Path, name: str) -> bool:
+    """Whether `name` is a module of its own in `folder`: a package with an __init__.py, or a module file (`x.py`,
+    `x.cpython-312-x86_64-linux-gnu.so`). A folder without one is not hidden: a torch-needing wheel's stray `sphinx/`
+    or `docs/` folder (botorch and friends ship some) would otherwise stand in sys.modules as None, and a library that
+    asks `'sphinx' in sys.modules` before importing from it fails (scipy.stats, under transformers' generation code:
+    seen on the H200, 2026-12-04)."""
+    if (folder / name / "__init__.py").is_file():
+        return True
+    return any(f.is_file() for f in folder.glob(f"{name}.*") if f.suffix in (".py", ".so", ".pyd"))
 
 
 SITECUSTOMIZE = """\

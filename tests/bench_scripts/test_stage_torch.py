@@ -192,3 +192,30 @@ def test_a_namespace_a_kept_package_shares_an_extra_and_a_compiled_module_are_to
     image = stage_torch.image_names()
     assert "protobuf" in image and "optitorch" not in image
     assert stage_torch.hide_foreign(target, image, [str(machine)]) == ["cext_cuda"]
+
+
+def test_a_stray_folder_of_a_torch_needing_wheel_is_not_hidden(tmp_path):
+    """botorch-like wheels ship top-level `sphinx/` or `docs/` folders (no __init__.py); hidden, `sphinx` stood in
+    sys.modules as None and scipy.stats, which asks `'sphinx' in sys.modules` first, failed under transformers."""
+    machine, target = tmp_path / "machine", tmp_path / "target"
+    target.mkdir()
+    _dist(machine, "botorch", ("torch>=2",))
+    info = machine / "botorch-1.0.dist-info"
+    (machine / "sphinx" / "source").mkdir(parents=True)
+    (machine / "sphinx" / "source" / "conf.py").write_text("")
+    (machine / "scripts").mkdir()
+    (machine / "scripts" / "run_tutorials.py").write_text("")
+    (machine / "loose.py").write_text("")
+    (info / "RECORD").write_text(
+        "botorch/__init__.py,,\nsphinx/source/conf.py,,\nscripts/run_tutorials.py,,\nloose.py,,\n"
+        "botorch-1.0.dist-info/METADATA,,\n"
+    )
+    assert stage_torch.hide_foreign(target, stage_torch.image_names(), [str(machine)]) == ["botorch", "loose"]
+    seen = subprocess.run(
+        [sys.executable, "-c", "import sys; print('sphinx' in sys.modules, sys.modules.get('botorch', 1) is None)"],
+        env={**os.environ, "PYTHONPATH": f"{target}{os.pathsep}{machine}"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert seen.stdout.split() == ["False", "True"], seen.stderr
