@@ -24,6 +24,6 @@ for _ in $(seq 360); do [ -f "$S/unpack-ended" ] && break; sleep 5; done
 [ -f "$S/unpacked" ] || { echo "the image's torch was not unpacked (see unpack.log)"; exit 1; }
 date -u +"image stack from %T"
 PYTHONPATH=/tmp/torch26:$PYTHONPATH python3 bench/experiments/stack_check.py run --stack image --out "$S/out" \
-  --timeout-s "${CHECK_TIMEOUT_S:-300}"
+  --timeout-s "${CHECK_TIMEOUT_S:-300}" --checks "${IMAGE_CHECKS:-doctor,ppo,recipe,eval}"
 [[ " $STACKS " == *" machine "* ]] && python3 bench/experiments/stack_check.py compare --out "$S/out"
 date -u +"ended %T"

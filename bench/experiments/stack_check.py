@@ -120,7 +120,8 @@ def run(args: argparse.Namespace) -> None:
     work.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     result: dict = {"stack": args.stack, "torch": torch_of(mask_env("6.1")), "checks": {}}
-    for name, arguments in commands(args.model, args.data, work).items():
+    every = commands(args.model, args.data, work)
+    for name, arguments in ((name, every[name]) for name in args.checks.split(",")):
         audit = work / f"{name}.audit.jsonl"
         env = mask_env("6.1", audit)
         print(f"[stack_check] {args.stack} {name}: verl-p40 {' '.join(arguments)}", flush=True)
@@ -221,9 +222,16 @@ def main() -> None:
     parser.add_argument("--work", default="/tmp/stack")
     parser.add_argument("--out", required=True)
     parser.add_argument("--timeout-s", type=float, default=540, help="run: the longest one check may take")
+    parser.add_argument(
+        "--checks",
+        default=",".join(CHECKS),
+        help="run: which checks, in this order (the quickest first where device time is short)",
+    )
     args = parser.parse_args()
     if args.action == "run" and not args.stack:
         parser.error("run needs --stack NAME")
+    if unknown := set(args.checks.split(",")) - set(CHECKS):
+        parser.error(f"--checks: no check named {', '.join(sorted(unknown))} (there are {', '.join(CHECKS)})")
     run(args) if args.action == "run" else compare(args)
 
 
