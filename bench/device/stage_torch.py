@@ -89,7 +89,23 @@ def lock_pin(name: str) -> str | None:
     return image_lock().get(canonicalize_name(name))
 
 
-def download(torch: str, python: str, into: Path) -> list[Path]:
+def bundle_mismatches(bundle: Path | None) -> list[str]:
+    """The image lock's pins of what ../shared/gpu's bundle (`bundle`/whl) holds at another version: staged beside
+    the image's torch, ahead of the bundle on the path, so that the image's stack runs them as the image does (on
+    2026-12-04 the bundle held nvidia-ml-py 13.615.71, peft 0.21.2 and prometheus-client 0.26.0; the lock pins
+    12.575.51, 0.16.0 and 0.22.1)."""
+    if bundle is None or not (bundle / "whl").is_dir():
+        return []
+    pins = []
+    for wheel in sorted((bundle / "whl").glob("*.whl")):
+        name, version = wheel.name.split("-")[:2]
+        pin = lock_pin(name)
+        if pin and version not in {spec.version for spec in Requirement(pin).specifier}:
+            pins.append(pin)
+    return pins
+
+
+def download(torch: str, python: str, into: Path, extra: list[str] = ()) -> list[Path]:
     def fetch(spec: str) -> None:
         command = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "-d", str(into)]
         command += ["--python-version", python, "--platform", "manylinux2014_x86_64", "--platform", "manylinux1_x86_64"]
@@ -100,7 +116,7 @@ def download(torch: str, python: str, into: Path) -> list[Path]:
     wheel = next(into.glob(f"torch-{torch}-*.whl"))
     pins = pins_of(wheel, python)
     pins = [lock_pin("sympy") or p if p.startswith("sympy==") else p for p in pins]
-    for spec in pins:
+    for spec in [*pins, *extra]:
         fetch(spec)
     return sorted(into.glob("*.whl"))
 
@@ -119,7 +135,10 @@ def pack(args: argparse.Namespace) -> None:
                 except OSError:
                     shutil.copy(wheel, folder / wheel.name)
         else:
-            download(args.torch, args.python, folder)
+            extra = bundle_mismatches(Path(args.bundle) if args.bundle else None)
+            if extra:
+                print(f"the lock's pins where the bundle differs, staged too: {', '.join(extra)}")
+            download(args.torch, args.python, folder, extra)
         wheels = sorted(folder.glob("*.whl"))
         (folder / "SHA256SUMS").write_text("".join(f"{chunks.sha256(w)}  {w.name}\n" for w in wheels))
         folders = chunks.split(folder, out, "torch", mib)  # wheels are compressed already: an uncompressed tar
@@ -255,6 +274,11 @@ def main() -> None:
     p.add_argument("--torch", default="2.6.0")
     p.add_argument("--python", default="3.12", help="the GPU machine's Python")
     p.add_argument("--wheels", help="wheels already here (a folder) instead of downloading")
+    p.add_argument(
+        "--bundle",
+        default=str(REPO / ".gpu-bundle"),
+        help="../shared/gpu's bundle: the lock's pins of what it holds at other versions travel with torch",
+    )
     p.add_argument("--chunk-mib", type=int, help="default: what fits beside the checkout now (chunks.py fits)")
     p.add_argument("--out", default=str(REPO))
     u = sub.add_parser("unpack", help="check the chunks and the wheels, install them into --target")

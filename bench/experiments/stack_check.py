@@ -16,13 +16,12 @@ real-weights model at /tmp/qwen-real and the image's torch unpacked (bench/devic
       --model /tmp/qwen-real --out $OUT/stack
     python3 bench/experiments/stack_check.py compare --out $OUT/stack     # stack-check.json and stack-check.md
 
-One 30-minute hold fits it (bench/results/stack-staging-2026-12-03 measured the staging; bench/README.md, "Device
-staging", the calls): the 2 bundle chunks (the first call carrying `.gpu-shared`, the Pascal mask too) and the 14
-model chunks, ~4 s a call; the model converted and the machine stack's `run` started with setsid; the 77 torch chunks
-travel while it runs; `stage_torch.py unpack` (~2.5 min, its sitecustomize.py hides the machine's torchvision/timm
-and runs the mask's), then the image stack's `run` once the first has ended (one trainer on the GPU at a time). The
-mask's directory comes first on the path (mask_env puts it there) and runs the staged stack's sitecustomize.py after
-its own.
+One 30-minute hold fits it (bench/results/stack-check-2026-12-04 ran it, in 685 s held): bench/device/stack_hold.sh,
+started detached by the call that carries the first torch chunk and `.gpu-shared` (the Pascal mask), after the 2
+bundle and 15 model calls (~3.3 s each); the 82 torch chunks travel while the machine's stack runs; the call with the
+last one starts `stage_torch.py unpack` (~2 min; its sitecustomize.py hides the machine's torchvision/timm and runs
+the mask's); the image's stack runs once both are done (one trainer on the GPU at a time). The mask's directory comes
+first on the path (mask_env puts it there) and runs the staged stack's sitecustomize.py after its own.
 """
 
 from __future__ import annotations
@@ -147,6 +146,12 @@ def run(args: argparse.Namespace) -> None:
     pack_logs(work, out / f"stack-{args.stack}-logs.tgz")
 
 
+def _base(check: dict) -> dict:
+    """eval's report of its one model (accuracy, speed), or {} where it has none."""
+    models = (check.get("report") or {}).get("models") or {}
+    return next(iter(models.values()), {})
+
+
 def compare(args: argparse.Namespace) -> None:
     out = Path(args.out)
     found = sorted(out.glob("stack-*.json"))
@@ -165,6 +170,12 @@ def compare(args: argparse.Namespace) -> None:
         if "summary" in ca or "summary" in cb:
             peak = "peak_torch_max_allocated_gb"  # verl's name; torch's bytes / 2**30
             rows.append([name, "torch peak (GiB)", ca.get("summary", {}).get(peak), cb.get("summary", {}).get(peak)])
+            for key, what in (("nvml_peak_process_used_gb", "NVML process peak (GB)"),
+                              ("nvml_peak_device_used_gb", "NVML device peak (GB)")):  # fmt: skip
+                rows.append([name, what, ca.get(key), cb.get(key)])
+        if name == "eval":
+            for key, what in (("accuracy_flexible", "accuracy (flexible)"), ("samples_per_s", "answers a second")):
+                rows.append([name, what, _base(ca).get(key), _base(cb).get(key)])
         rows.append(
             [
                 name,

@@ -219,3 +219,18 @@ def test_a_stray_folder_of_a_torch_needing_wheel_is_not_hidden(tmp_path):
         timeout=60,
     )
     assert seen.stdout.split() == ["False", "True"], seen.stderr
+
+
+def test_what_the_bundle_holds_at_other_versions_than_the_lock_travels_at_the_locks(tmp_path):
+    (tmp_path / "whl").mkdir()
+    nvml = stage_torch.lock_pin("nvidia-ml-py")
+    assert nvml and nvml.startswith("nvidia-ml-py==")
+    hub = stage_torch.lock_pin("huggingface-hub")  # the lock spells it huggingface_hub: the same pin all the same
+    for name in (
+        "nvidia_ml_py-13.615.71-py3-none-any.whl",
+        f"huggingface_hub-{hub.split('==')[1]}-py3-none-any.whl",
+        "not_in_the_lock-1.0-py3-none-any.whl",
+    ):
+        (tmp_path / "whl" / name).write_bytes(b"")
+    assert stage_torch.bundle_mismatches(tmp_path) == [nvml]
+    assert stage_torch.bundle_mismatches(tmp_path / "absent") == [] and stage_torch.bundle_mismatches(None) == []

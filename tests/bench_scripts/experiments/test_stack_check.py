@@ -27,7 +27,11 @@ def test_every_check_runs_the_p40_path(tmp_path):
 
 def _stack(name: str, torch: str, answers: list[str], half: int) -> dict:
     audit = {"half_precision_ops": half, "sdpa_ops": ["aten::_scaled_dot_product_efficient_attention float32"]}
-    train = {"returncode": 0, "wall_s": 60.0, "step_s": [20.0, 18.0], "summary": {"peak_torch_max_allocated_gb": 15.1}}
+    train = {
+        "returncode": 0, "wall_s": 60.0, "step_s": [20.0, 18.0], "summary": {"peak_torch_max_allocated_gb": 15.1},
+        "nvml_peak_process_used_gb": 20.2 if name == "image" else 20.4, "nvml_peak_device_used_gb": 20.9,
+    }  # fmt: skip
+    report = {"models": {"base": {"accuracy_flexible": 0.2656, "samples_per_s": 7.7}}}
     return {
         "stack": name,
         "torch": {"torch": torch},
@@ -35,7 +39,7 @@ def _stack(name: str, torch: str, answers: list[str], half: int) -> dict:
             "doctor": {"returncode": 0, "wall_s": 5.0, "audit": audit},
             "ppo": {**train, "audit": audit},
             "recipe": {**train, "audit": audit},
-            "eval": {"returncode": 0, "wall_s": 30.0, "answers": answers, "audit": audit},
+            "eval": {"returncode": 0, "wall_s": 30.0, "answers": answers, "audit": audit, "report": report},
         },
     }
 
@@ -56,6 +60,8 @@ def test_compare_sets_two_stacks_side_by_side_and_shows_where_answers_part(tmp_p
     assert divergence["question"] == 1 and divergence["first"] == "0." and divergence["second"] == "2."
     assert ["ppo", "half-precision ops", 2, 0] in result["table"]
     assert ["recipe", "torch peak (GiB)", 15.1, 15.1] in result["table"]
+    assert ["ppo", "NVML process peak (GB)", 20.2, 20.4] in result["table"]
+    assert ["eval", "accuracy (flexible)", 0.2656, 0.2656] in result["table"]
     text = (tmp_path / "stack-check.md").read_text()
     assert "image (torch 2.6.0+cu124)" in text and "2 of 3 identical" in text
 
