@@ -231,7 +231,6 @@ def audit(args: argparse.Namespace, work: Path, out: Path) -> dict:
     code = subprocess.run(command, env=mask_env(MODES["p40"]["mask"], audit_file)).returncode
     ray_stop()
     result = {
-        "issue": 29,
         "date": time.strftime("%Y-%m-%d"),
         "recipe": args.algorithm,
         "setup": MODES["p40"]["setup"].replace("audit off", "op audit on (PASCAL_MASK_AUDIT): not a timing"),
@@ -412,6 +411,7 @@ def horizon_report(work: Path, out: Path, state: State, steps: list[int]) -> dic
         [s for s in read_steps(log) if "timing_s/step" in s],
         work,
         state.data.get("algorithm", RECIPE),
+        setting,
     )
     p40_step = projection.get("p40_s_per_step")
     rows = []
@@ -511,10 +511,9 @@ def report(work: Path, out: Path, state: State) -> dict:
     gpu_name = data.get("gpu_name", "NVIDIA H200")
     eval_gpus = data.get("final_eval", {}).get("gpus", 1)
     algorithm = data.get("algorithm", RECIPE)
-    projected = p40_projection(mode, steps, work, algorithm)
+    projected = p40_projection(mode, steps, work, algorithm, setting)
     trained_s = dict(zip((int(s["step"]) for s in steps), itertools.accumulate(step_s)))
     result = {
-        "issue": 29,
         "date": time.strftime("%Y-%m-%d"),
         "mode": mode,
         "recipe": algorithm,
@@ -583,9 +582,13 @@ def report(work: Path, out: Path, state: State) -> dict:
     return result
 
 
-def p40_projection(mode: str, steps: list[dict], work: Path, algorithm: str = RECIPE) -> dict:
+def p40_projection(
+    mode: str, steps: list[dict], work: Path, algorithm: str = RECIPE, setting: dict[str, str] | None = None
+) -> dict:
     """What the run's steps would take on one Tesla P40: bench/project.py's projection of the recipe as the p40
-    profile runs it, at this run's logged answer lengths and phase times."""
+    profile runs it, at this run's logged answer lengths and phase times. `setting`: the run's trainer overrides
+    (trainer_settings), whose schedule (steps, validation, saves) the projected config repeats."""
+    setting = setting or {}
     if not steps:
         return {"note": "no training step was logged: nothing to project"}
     from lib import run_projection as project
@@ -596,7 +599,15 @@ def p40_projection(mode: str, steps: list[dict], work: Path, algorithm: str = RE
     shape = projection.Shape.from_config(json.loads(config.read_text()))
     command = "verl-p40 " + shlex.join(
         train_command(
-            argparse.Namespace(mode="p40", test_freq=0, save_freq=0, steps=0, override=[], algorithm=algorithm), work
+            argparse.Namespace(
+                mode="p40",
+                test_freq=setting.get("trainer.test_freq", -1),
+                save_freq=setting.get("trainer.save_freq", -1),
+                steps=setting.get("trainer.total_training_steps", len(steps)),
+                override=[],
+                algorithm=algorithm,
+            ),
+            work,
         )[3:]
     )
     row = project.project_run(f"{mode} run as the p40 profile", command, steps, shape, recent=True)

@@ -253,3 +253,16 @@ def time_stamp() -> str:
     import time
 
     return time.strftime("%Y-%m-%d")
+
+
+def test_the_projected_config_repeats_the_runs_own_schedule(tmp_path):
+    """It printed trainer.test_freq=0 save_freq=0 total_training_steps=0 (a schedule no run had) until 2026-12-04."""
+    phases = {"timing_s/step": 30.0, "timing_s/gen": 9.0, "timing_s/update_actor": 12.0, "timing_s/ref": 3.0}
+    lengths = {"response_length/max": 400.0, "response_length/mean": 250.0, "prompt_length/max": 150.0}
+    steps = [{"step": i, **phases, **lengths} for i in (1, 2)]
+    schedule = {"trainer.total_training_steps": "20", "trainer.test_freq": "10", "trainer.save_freq": "10"}
+    projected = learning_run.p40_projection("p40", steps, tmp_path, setting=schedule)
+    words = projected["projected_config"].split()
+    assert words[:3] == ["verl-p40", "train", "--profile"] and words[3] == "p40"
+    assert {f"{key}={value}" for key, value in schedule.items()} <= set(words)
+    assert projected["p40_s_per_step"] > 30.0  # a P40 step is slower than the H200's logged one
