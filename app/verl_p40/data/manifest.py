@@ -59,9 +59,13 @@ def manifest_train_rows(out_dir: Path) -> int:
         return 0
 
 
-def manifest_problems(out_dir: Path, wanted: dict[str, Any], splits: Iterable[str]) -> list[str]:
+def manifest_problems(
+    out_dir: Path, wanted: dict[str, Any], splits: Iterable[str], same: dict[str, Any] | None = None
+) -> list[str]:
     """Why the parquet files in `out_dir` are not what prep would write for `wanted`, as the `splits` it writes
-    (empty: they are)."""
+    (empty: they are). `same`: a setting's other value that writes the same files (prep's default validation slice
+    and its size asked for by number)."""
+    same = same or {}
     try:
         manifest = json.loads((Path(out_dir) / MANIFEST).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -71,7 +75,7 @@ def manifest_problems(out_dir: Path, wanted: dict[str, Any], splits: Iterable[st
     problems = [
         f"made with {key} {manifest.get(key)!r}, now {value!r}"
         for key, value in wanted.items()
-        if key != "files" and manifest.get(key) != value
+        if key != "files" and manifest.get(key) != value and not (key in same and manifest.get(key) == same[key])
     ]
     if manifest.get("files") != wanted.get("files"):
         problems.append("the source files changed since")

@@ -28,9 +28,8 @@ def main(args) -> int:
         # the default's slice, as the train rows the manifest lists decide it (prep would convert the same rows)
         size = gsm8k.validation_rows(args.val_size, manifest_train_rows(out))
         splits = gsm8k.written_splits(size)
-        problems = manifest_problems(out, wanted, splits)
-        if problems and args.val_size is None:  # made asking for the default's size by number: the same files
-            problems = problems if manifest_problems(out, {**wanted, "val_size": size}, splits) else []
+        # made asking for the default's size by number: the same files
+        problems = manifest_problems(out, wanted, splits, {"val_size": size} if args.val_size is None else None)
         if not problems:
             written = " and ".join(f"{split}.parquet" for split in splits)
             print(f"{args.out}: {written} are what this prep would write (--skip-existing)")
