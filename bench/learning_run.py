@@ -64,7 +64,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from lib.device_runs import mask_env
+from lib.device_runs import mask_env, torch_of
 from lib.real_runs import State, cli, monitor_peaks, ray_stop, real_model, run, wait
 from verl_p40.run.trainer_log import read_steps
 
@@ -170,6 +170,7 @@ def session(args: argparse.Namespace, work: Path, out: Path, state: State) -> No
             ).stdout.strip()
             or "unknown GPU"
         )
+        state.data["torch"] = torch_of(env)  # here, on the GPU machine: report and horizon may run elsewhere
         command = train_command(args, work)
         print("$ " + shlex.join(command), flush=True)
         started, stop_sent = time.time(), None
@@ -232,6 +233,7 @@ def audit(args: argparse.Namespace, work: Path, out: Path) -> dict:
     ray_stop()
     result = {
         "date": time.strftime("%Y-%m-%d"),
+        "torch": torch_of(mask_env(MODES["p40"]["mask"])),
         "recipe": args.algorithm,
         "setup": MODES["p40"]["setup"].replace("audit off", "op audit on (PASCAL_MASK_AUDIT): not a timing"),
         "command": "PASCAL_MASK=1 PASCAL_MASK_CC=6.1 PASCAL_MASK_AUDIT=audit.jsonl verl-p40 " + shlex.join(command[3:]),
@@ -434,6 +436,7 @@ def horizon_report(work: Path, out: Path, state: State, steps: list[int]) -> dic
         "what": "the run scored on the whole test split at the steps named before it (no pick), fp32, greedy, "
         f"{MAX_NEW_TOKENS} new tokens, each step's answers paired with the base model's (sign test)",
         "mode": state.data.get("mode"),
+        "torch": state.data.get("torch"),
         "train_command": state.data.get("train_command"),
         "eval_commands": state.data.get("horizon_commands"),
         "base": evaluate.summarise([{"models": {"base": base[i]}} for i in sorted(base)], ["base"])["base"],
@@ -516,6 +519,7 @@ def report(work: Path, out: Path, state: State) -> dict:
     result = {
         "date": time.strftime("%Y-%m-%d"),
         "mode": mode,
+        "torch": data.get("torch"),
         "recipe": algorithm,
         "setup": f"{gpus} x {gpu_name}, {MODES[mode]['setup']}; real-weights proxy Qwen2.5-Coder-0.5B-Instruct "
         "(Qwen2.5-0.5B-Instruct's shape, Qwen2.5 tokenizer)",

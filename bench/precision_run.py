@@ -29,7 +29,7 @@ import math
 import time
 from pathlib import Path
 
-from lib.device_runs import COMMON, WORK, markdown_table, mask_env, pack_logs, save, verl_p40
+from lib.device_runs import COMMON, WORK, markdown_table, mask_env, pack_logs, save, torch_of, verl_p40
 from verl_p40.run.trainer_log import read_steps
 
 BF16 = [
@@ -159,7 +159,15 @@ def train(name: str, model: str, data: str, steps: int, out: Path) -> None:
     for log in logs.glob("train-*.log"):
         (out / f"train-{name}.log").write_text(log.read_text(errors="replace"))
     (out / f"train-{name}.json").write_text(
-        json.dumps({"run": name, "plan": TRAIN_RUNS[name], "exit_code": code, "wall_s": round(time.time() - started)})
+        json.dumps(
+            {
+                "run": name,
+                "plan": TRAIN_RUNS[name],
+                "exit_code": code,
+                "wall_s": round(time.time() - started),
+                "torch": torch_of(),
+            }
+        )
         + "\n"
     )
 

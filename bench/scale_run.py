@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from lib.device_runs import markdown_table, mask_env, pack_logs, save, verl_p40
+from lib.device_runs import markdown_table, mask_env, pack_logs, save, torch_of, verl_p40
 
 WORK = Path("/tmp/scale")
 COMMON = ["--profile", "p40", "--gpu-memory-cap-gb", "24", "--data", "/tmp/gsm8k"]
@@ -197,6 +197,7 @@ def cluster(out: Path) -> None:
         "output": evaluated.stdout.strip().splitlines()[-3:],
         "error": evaluated.stderr.strip().splitlines()[-1:],
     }
+    result["torch"] = torch_of()
     (out / "scale-cluster.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "two_hosts"}, indent=2))
     pack_logs(WORK, out / "logs-scale-cluster.tgz")

@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from lib.device_runs import audit_summary, mask_env
+from lib.device_runs import audit_summary, mask_env, torch_of
 from lib.real_runs import ray_stop
 from verl_p40.perf import bench as product_bench
 from verl_p40.perf import projection
@@ -199,6 +199,7 @@ def _h200() -> projection.Card:
 def run_all(args: argparse.Namespace) -> None:
     work, out = Path(args.work), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    stack = torch_of()  # the torch every run of this call ran on
     (work / "pid").write_text(str(__import__("os").getpid()))
     for item in args.runs.split(","):  # NAME or NAME:STEPS
         name, _, steps = item.partition(":")
@@ -215,6 +216,7 @@ def run_all(args: argparse.Namespace) -> None:
             result = summary(name, command, code, round(time.time() - started, 1), logs[-1] if logs else None)
         except Exception as exc:  # the next runs still run; what went wrong is in the result
             result = {"run": name, "returncode": code, "summary_error": repr(exc)}
+        result["torch"] = stack
         if audit:
             result["audit"] = audit_summary(audit)
             result["setup"] = "Pascal mask (Tesla P40), op audit on (PASCAL_MASK_AUDIT): not a timing"

@@ -2,8 +2,8 @@
 carried in pieces under what one device call may carry, checked there, installed into a folder of their own.
 
 The GPU machine reaches nothing and runs its own torch; ~2.6 GiB of wheels travel as chunks of bench/device/chunks.py
-(one ignored folder each, .gpu-torch-NN, of the size that fits one call beside the checkout: 77 of 35 MiB on
-2026-12-03). Here:
+(one ignored folder each, .gpu-torch-NN, of the size that fits one call beside the checkout: 84 of 32 MiB on
+2026-12-04). Here:
 
     python3 bench/device/stage_torch.py pack               # downloads (PyPI), checksums, .gpu-torch-00 ... -NN
 
@@ -15,11 +15,16 @@ and there, once:
     export PYTHONPATH=/tmp/torch26:$PYTHONPATH     # before /tmp/site and the checkout: `import torch` is 2.6.0
 
 What goes: torch==2.6.0 for CPython 3.12 (the machine's) and every nvidia-* requirement of its wheel at the version it
-pins; sympy at the image lock's version (torch 2.6 pins 1.13.1). Left out: triton (torch imports it only for
+pins; sympy at the image lock's version (torch 2.6 pins 1.13.1); and the lock's pins of what ../shared/gpu's bundle
+holds at other versions (nvidia-ml-py, peft, prometheus-client on 2026-12-04), first on the path as the image has
+them. Left out: triton (torch imports it only for
 torch.compile and Triton kernels, which a P40 cannot run and the mask refuses). Every wheel's sha256 and every
 chunk's are written by pack and checked by unpack before anything is installed; a damaged or missing chunk is named.
 The machine's own packages that need torch and that the image does not install (torchvision, timm, ...: built for
-its torch 2.11) are hidden beside the staged torch by a sitecustomize.py that unpack writes into the target.
+its torch 2.11) are hidden beside the staged torch by a sitecustomize.py that unpack writes into the target: None in
+sys.modules, so that `importlib.util.find_spec` answers None (transformers' availability checks call it unguarded,
+so a finder that raised would break them); only real modules, never a stray folder (see is_module), and never a
+namespace package (one without an __init__.py is not hidden).
 """
 
 from __future__ import annotations
@@ -100,7 +105,7 @@ def bundle_mismatches(bundle: Path | None) -> list[str]:
     for wheel in sorted((bundle / "whl").glob("*.whl")):
         name, version = wheel.name.split("-")[:2]
         pin = lock_pin(name)
-        if pin and version not in {spec.version for spec in Requirement(pin).specifier}:
+        if pin and not Requirement(pin).specifier.contains(version, prereleases=True):
             pins.append(pin)
     return pins
 
@@ -128,7 +133,7 @@ def pack(args: argparse.Namespace) -> None:
     try:
         folder = work / "wheels"  # what travels: the wheels and their sha256 list, as one folder
         folder.mkdir()
-        if args.wheels:
+        if args.wheels:  # taken as they are: the bundle's mismatches travel only when pack downloads
             for wheel in sorted(Path(args.wheels).glob("*.whl")):
                 try:
                     os.link(wheel, folder / wheel.name)  # no second copy of 2.6 GiB where the disk allows

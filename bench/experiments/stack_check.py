@@ -16,12 +16,18 @@ real-weights model at /tmp/qwen-real and the image's torch unpacked (bench/devic
       --model /tmp/qwen-real --out $OUT/stack
     python3 bench/experiments/stack_check.py compare --out $OUT/stack     # stack-check.json and stack-check.md
 
-One 30-minute hold fits it (bench/results/stack-check-2026-12-04 ran it, in 685 s held): bench/device/stack_hold.sh,
+`run --checks` runs a subset in the order given; the table has exit codes, wall and step times, torch's and NVML's
+peaks, the audit's half-precision ops and SDPA kernels, eval's accuracy and speed; the answer line names a stack
+that answered fewer than the 64.
+
+A hold: bench/device/stack_hold.sh (its header; STACKS and IMAGE_CHECKS pick the stacks and the image's order),
 started detached by the call that carries the first torch chunk and `.gpu-shared` (the Pascal mask), after the 2
-bundle and 15 model calls (~3.3 s each); the 82 torch chunks travel while the machine's stack runs; the call with the
-last one starts `stage_torch.py unpack` (~2 min; its sitecustomize.py hides the machine's torchvision/timm and runs
-the mask's); the image's stack runs once both are done (one trainer on the GPU at a time). The mask's directory comes
-first on the path (mask_env puts it there) and runs the staged stack's sitecustomize.py after its own.
+bundle and 15 model calls (~3.3 s each); the 82-84 torch chunks travel while the machine's stack runs; the call with the
+last one starts `stack_hold.sh unpack` (~2 min; its sitecustomize.py hides the machine's torchvision/timm and runs
+the mask's); the image's stack runs once both are done (one trainer on the GPU at a time). Both stacks took 11.4
+minutes of one hold on 2026-12-04 (bench/results/stack-check-2026-12-04: the image's failed there on a staging
+fault, and ran whole in a second hold of 13.8 minutes, eval first). The mask's directory comes first on the path
+(mask_env puts it there) and runs the staged stack's sitecustomize.py after its own.
 """
 
 from __future__ import annotations
@@ -29,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,7 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lib.answers import first_divergence  # noqa: E402
-from lib.device_runs import audit_summary, markdown_table, mask_env, pack_logs, verl_p40  # noqa: E402
+from lib.device_runs import audit_summary, markdown_table, mask_env, pack_logs, torch_of, verl_p40  # noqa: E402
 from lib.ppo_runner import run_train  # noqa: E402
 
 P40_PATH = ["--profile", "p40", "--gpu-memory-cap-gb", "24"]
@@ -82,16 +87,6 @@ def commands(model: str, data: str, work: Path) -> dict[str, list[str]]:
     }
 
 
-def torch_of(env: dict) -> dict:
-    """The torch a process in `env` imports: version, CUDA, where from, and nvidia-ml-py's version."""
-    code = (
-        "import json, torch, importlib.metadata as m; print(json.dumps({'torch': torch.__version__, "
-        "'cuda': torch.version.cuda, 'file': torch.__file__, 'nvidia-ml-py': m.version('nvidia-ml-py')}))"
-    )
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    return json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else {"error": done.stderr[-500:]}
-
-
 def eval_summary(folder: Path) -> dict:
     """eval's accuracy (report.json) and its answers in question order (answers.jsonl)."""
     report = folder / "report.json"
@@ -120,7 +115,7 @@ def run(args: argparse.Namespace) -> None:
     out.mkdir(parents=True, exist_ok=True)
     result: dict = {"stack": args.stack, "torch": torch_of(mask_env("6.1")), "checks": {}}
     every = commands(args.model, args.data, work)
-    for name, arguments in ((name, every[name]) for name in args.checks.split(",")):
+    for name, arguments in ((name, every[name]) for name in args.checks):
         audit = work / f"{name}.audit.jsonl"
         env = mask_env("6.1", audit)
         print(f"[stack_check] {args.stack} {name}: verl-p40 {' '.join(arguments)}", flush=True)
@@ -196,6 +191,7 @@ def compare(args: argparse.Namespace) -> None:
     answers_b = b["checks"].get("eval", {}).get("answers", [])
     differing = [i for i, (x, y) in enumerate(zip(answers_a, answers_b)) if x != y]
     agreement = {
+        "answers": {a["stack"]: len(answers_a), b["stack"]: len(answers_b)},
         "compared": min(len(answers_a), len(answers_b)),
         "identical": sum(x == y for x, y in zip(answers_a, answers_b)),
         "differing_questions": differing,
@@ -218,8 +214,10 @@ def compare(args: argparse.Namespace) -> None:
         f"{a['stack']} (torch {a['torch'].get('torch')})",
         f"{b['stack']} (torch {b['torch'].get('torch')})",
     ]
-    same = f"{agreement['identical']} of {agreement['compared']}"
-    text = markdown_table(header, rows) + f"\n\nGreedy answers of the first {QUESTIONS} questions: {same} identical.\n"
+    same = f"{agreement['identical']} of {agreement['compared']} compared identical"
+    short = [f"{name} answered {n}" for name, n in agreement["answers"].items() if n < QUESTIONS]
+    shortfall = f" ({'; '.join(short)} of {QUESTIONS}: a failed or cut eval)" if short else ""
+    text = markdown_table(header, rows) + f"\n\nGreedy answers of the first {QUESTIONS} questions: {same}{shortfall}.\n"
     (out / "stack-check.md").write_text(text)
     print(text, end="")
 
@@ -241,9 +239,19 @@ def main() -> None:
     args = parser.parse_args()
     if args.action == "run" and not args.stack:
         parser.error("run needs --stack NAME")
-    if unknown := set(args.checks.split(",")) - set(CHECKS):
-        parser.error(f"--checks: no check named {', '.join(sorted(unknown))} (there are {', '.join(CHECKS)})")
+    if args.action == "run":
+        args.checks = checks_asked(args.checks, parser.error)
     run(args) if args.action == "run" else compare(args)
+
+
+def checks_asked(text: str, error) -> list[str]:
+    """--checks as a list in the order asked, each once; `error` (the parser's) for a name that is no check."""
+    asked = [name for name in text.split(",") if name]
+    if unknown := sorted(set(asked) - set(CHECKS)):
+        error(f"--checks: no check named {', '.join(unknown)} (there are {', '.join(CHECKS)})")
+    if len(set(asked)) != len(asked) or not asked:
+        error(f"--checks: each check once, at least one (asked: {text!r})")
+    return asked
 
 
 if __name__ == "__main__":

@@ -65,8 +65,21 @@ def audit_summary(path: Path) -> dict:
     }
 
 
+def torch_of(env: dict | None = None) -> dict:
+    """The torch a process in `env` imports (default: this one's environment): version, CUDA, where from, and
+    nvidia-ml-py's version. Every GPU result records it: which torch a number was measured on."""
+    code = (
+        "import json, torch, importlib.metadata as m; print(json.dumps({'torch': torch.__version__, "
+        "'cuda': torch.version.cuda, 'file': torch.__file__, 'nvidia-ml-py': m.version('nvidia-ml-py')}))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else {"error": done.stderr[-500:]}
+
+
 def save(result: dict, key: str, run: dict, audit_file: Path | None, path: Path) -> None:
-    """A run's JSON: what it returned, plus how it ran under `key` (with the audit's summary when audited)."""
+    """A run's JSON: what it returned, plus how it ran under `key` (with the audit's summary when audited), and the
+    torch it ran on (once per result)."""
+    result.setdefault("torch", torch_of())
     result[key] = {**run, **({"audit_summary": audit_summary(audit_file)} if audit_file else {})}
     path.write_text(json.dumps(result, indent=2) + "\n")
 

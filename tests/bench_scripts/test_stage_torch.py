@@ -230,6 +230,7 @@ def test_what_the_bundle_holds_at_other_versions_than_the_lock_travels_at_the_lo
         "nvidia_ml_py-13.615.71-py3-none-any.whl",
         f"huggingface_hub-{hub.split('==')[1]}-py3-none-any.whl",
         "not_in_the_lock-1.0-py3-none-any.whl",
+        "omegaconf-2.3-py3-none-any.whl",  # the lock's 2.3.0, written short: the same version
     ):
         (tmp_path / "whl" / name).write_bytes(b"")
     assert stage_torch.bundle_mismatches(tmp_path) == [nvml]

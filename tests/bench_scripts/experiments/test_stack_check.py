@@ -31,7 +31,8 @@ def _stack(name: str, torch: str, answers: list[str], half: int) -> dict:
         "returncode": 0, "wall_s": 60.0, "step_s": [20.0, 18.0], "summary": {"peak_torch_max_allocated_gb": 15.1},
         "nvml_peak_process_used_gb": 20.2 if name == "image" else 20.4, "nvml_peak_device_used_gb": 20.9,
     }  # fmt: skip
-    report = {"models": {"base": {"accuracy_flexible": 0.2656, "samples_per_s": 7.7}}}
+    speed = 6.7 if name == "image" else 7.7
+    report = {"models": {"base": {"accuracy_flexible": 0.25 if name == "image" else 0.2656, "samples_per_s": speed}}}
     return {
         "stack": name,
         "torch": {"torch": torch},
@@ -61,9 +62,37 @@ def test_compare_sets_two_stacks_side_by_side_and_shows_where_answers_part(tmp_p
     assert ["ppo", "half-precision ops", 2, 0] in result["table"]
     assert ["recipe", "torch peak (GiB)", 15.1, 15.1] in result["table"]
     assert ["ppo", "NVML process peak (GB)", 20.2, 20.4] in result["table"]
-    assert ["eval", "accuracy (flexible)", 0.2656, 0.2656] in result["table"]
+    assert ["eval", "accuracy (flexible)", 0.25, 0.2656] in result["table"]  # each stack's own, in its column
+    assert ["eval", "answers a second", 6.7, 7.7] in result["table"]
+    assert result["answers"]["answers"] == {"image": 3, "machine": 3}
     text = (tmp_path / "stack-check.md").read_text()
-    assert "image (torch 2.6.0+cu124)" in text and "2 of 3 identical" in text
+    assert "image (torch 2.6.0+cu124)" in text
+    assert "2 of 3 compared identical (image answered 3; machine answered 3 of 64: a failed or cut eval)." in text
+
+
+def test_a_failed_eval_is_named_not_counted_as_agreement(tmp_path):
+    answers = [f"It is {i}." for i in range(64)]
+    (tmp_path / "stack-image.json").write_text(json.dumps(_stack("image", "2.6.0", [], 0)))
+    (tmp_path / "stack-machine.json").write_text(json.dumps(_stack("machine", "2.11.0", answers, 0)))
+    script = REPO / "bench" / "experiments" / "stack_check.py"
+    done = subprocess.run([sys.executable, str(script), "compare", "--out", str(tmp_path)], capture_output=True)
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "stack-check.md").read_text()
+    assert text.endswith("0 of 0 compared identical (image answered 0 of 64: a failed or cut eval).\n")
+
+
+def test_checks_run_in_the_order_asked_each_once_and_only_known_ones():
+    errors = []
+    assert stack_check.checks_asked("eval,doctor,recipe,ppo", errors.append) == ["eval", "doctor", "recipe", "ppo"]
+    assert stack_check.checks_asked("eval", errors.append) == ["eval"] and not errors
+    stack_check.checks_asked("eval,foo", errors.append)
+    stack_check.checks_asked("eval,eval", errors.append)
+    stack_check.checks_asked("", errors.append)
+    assert errors == [
+        "--checks: no check named foo (there are doctor, ppo, recipe, eval)",
+        "--checks: each check once, at least one (asked: 'eval,eval')",
+        "--checks: each check once, at least one (asked: '')",
+    ]
 
 
 def test_compare_says_what_is_missing(tmp_path):
