@@ -13,7 +13,6 @@ import torch
 from llama_cpp import Llama
 
 from conftest import make_tiny_qwen
-from verl_p40 import UserError
 from verl_p40.models import export
 
 # chat-formatted prompts with Chinese, digits, runs of spaces and newlines: where a pre-tokenizer differs, ids differ
@@ -164,9 +163,11 @@ def _gap(llm, model, ids: list[int]) -> float:
     return gap
 
 
-def test_export_refuses_what_llamacpp_would_read_otherwise(exported, tmp_path, tokenizer_dir):
-    """What the writer cannot record is one line before anything is written."""
+def test_export_refuses_what_llamacpp_would_read_otherwise(exported, tmp_path):
+    """What the writer cannot record is one line (the CLI: exit 2, no traceback) before anything is written."""
     import shutil
+
+    from conftest import cli
 
     tiny, _ = exported
     for key, value, said in [
@@ -177,6 +178,8 @@ def test_export_refuses_what_llamacpp_would_read_otherwise(exported, tmp_path, t
         shutil.copytree(tiny, bad)
         config = json.loads((bad / "config.json").read_text())
         (bad / "config.json").write_text(json.dumps({**config, key: value}))
-        with pytest.raises(UserError, match=said):
-            export.run(str(bad), tmp_path, tmp_path / "out", gguf_kinds=["f16"])
-        assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+        before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+        result = cli("export", "--model", str(bad), "--out", str(tmp_path / "out"), "--gguf", "f16")
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1 and said in lines[0], result.stderr
+        assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # no --out folder, no file

@@ -4,7 +4,10 @@ Hugging Face folder:
 - for a LoRA run, the adapter on its own (`--lora adapter`, with the run's alpha) or folded into the weights;
 - GGUF files for llama.cpp and Ollama (`--gguf f16,q8_0`), written with the `gguf` package's writer and its Qwen2
   tensor-name map. Metadata as llama.cpp's converter writes it for Qwen2 (read there, written here): the model's
-  shape, rope base and norm epsilon, the GPT-2 BPE vocabulary with its merges, special tokens and chat template.
+  shape, rope base and norm epsilon, the GPT-2 BPE vocabulary with its merges (pre-tokenizer `qwen2`), the
+  tokenizer's eos, padding and BOS settings and its chat template, so that llama.cpp's chat and Ollama need no
+  template of their own (tests/unit_models/test_gguf_llamacpp.py loads the files in llama.cpp). A model whose file
+  llama.cpp would read otherwise (rope scaling, sliding windows, another head size or tokenizer) is refused.
 Every output appears whole or not at all, and all of them together: they are written under temporary names in the
 output folder and renamed when the last is complete. Exporting again into the same folder is the normal case: what
 export wrote there before is replaced (`verl_p40.outputs` knows its own files); anything else there is left alone,
