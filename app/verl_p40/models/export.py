@@ -4,7 +4,10 @@ Hugging Face folder:
 - for a LoRA run, the adapter on its own (`--lora adapter`, with the run's alpha) or folded into the weights;
 - GGUF files for llama.cpp and Ollama (`--gguf f16,q8_0`), written with the `gguf` package's writer and its Qwen2
   tensor-name map. Metadata as llama.cpp's converter writes it for Qwen2 (read there, written here): the model's
-  shape, rope base and norm epsilon, the GPT-2 BPE vocabulary with its merges, special tokens and chat template.
+  shape, rope base and norm epsilon, the GPT-2 BPE vocabulary with its merges (pre-tokenizer `qwen2`), the
+  tokenizer's eos, padding and BOS settings and its chat template, so that llama.cpp's chat and Ollama need no
+  template of their own (tests/unit_models/test_gguf_llamacpp.py loads the files in llama.cpp). A model whose file
+  llama.cpp would read otherwise (rope scaling, sliding windows, another head size or tokenizer) is refused.
 Every output appears whole or not at all, and all of them together: they are written under temporary names in the
 output folder and renamed when the last is complete. Exporting again into the same folder is the normal case: what
 export wrote there before is replaced (`verl_p40.outputs` knows its own files); anything else there is left alone,
@@ -46,12 +49,16 @@ def adapter_folder(source: Path, target: Path) -> Path:
     return target
 
 
-def _vocabulary(source: Path, size: int):
-    """(tokens, token types) padded to the embedding's size, as llama.cpp's GPT-2 BPE vocabularies are."""
-    import gguf
+def _tokenizer(source: Path):
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(source)
+    return AutoTokenizer.from_pretrained(source)
+
+
+def _vocabulary(tokenizer, size: int):
+    """(tokens, token types) padded to the embedding's size, as llama.cpp's GPT-2 BPE vocabularies are."""
+    import gguf
+
     ids = {i: token for token, i in tokenizer.get_vocab().items()}
     added = tokenizer.added_tokens_decoder
     tokens, types = [], []
@@ -66,6 +73,33 @@ def _vocabulary(source: Path, size: int):
             tokens.append(f"[PAD{i}]")
             types.append(gguf.TokenType.UNUSED)
     return tokens, types
+
+
+def _tokenizer_keys(writer, source: Path, tokenizer, config: dict, size: int) -> None:
+    """What llama.cpp's tokenizer and chat template read, from the tokenizer transformers loads (not guessed from
+    files: without a tokenizer.json, the `gguf` package's SpecialVocab finds no eos or padding token). Qwen2's
+    tokenizer adds no BOS; without `add_bos_token = false` llama.cpp would put token `bos` before every prompt."""
+    import gguf
+
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("qwen2")  # llama.cpp's Qwen2 pre-tokenizer: Qwen2's split of digits, CJK and spaces
+    tokens, types = _vocabulary(tokenizer, size)
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    merges = gguf.SpecialVocab(source, load_merges=True, special_token_types=()).merges
+    if not merges:
+        raise UserError(f"{source}: no BPE merges (merges.txt or tokenizer.json), which a GGUF file needs")
+    writer.add_token_merges(merges)
+    bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else config.get("bos_token_id")
+    if isinstance(bos, int):
+        writer.add_bos_token_id(bos)
+    writer.add_eos_token_id(tokenizer.eos_token_id)
+    if tokenizer.pad_token_id is not None:
+        writer.add_pad_token_id(tokenizer.pad_token_id)
+    ids = tokenizer("1").input_ids
+    writer.add_add_bos_token(tokenizer.bos_token_id is not None and ids[:1] == [tokenizer.bos_token_id])
+    writer.add_add_eos_token(tokenizer.eos_token_id is not None and ids[-1:] == [tokenizer.eos_token_id])
+    writer.add_chat_template(tokenizer.chat_template)
 
 
 def _weights(source: Path) -> dict:
@@ -84,8 +118,9 @@ GGUF_KEYS += ("num_attention_heads", "rms_norm_eps", "vocab_size")  # what a GGU
 
 
 def gguf_config(source: Path) -> dict:
-    """The config.json of `source` when a GGUF file can be made of it (a Qwen2 model with the keys the file records);
-    else the one line saying why, before anything is written."""
+    """The config.json of `source` when a GGUF file llama.cpp reads as transformers does can be made of it; else the
+    one line saying why, before anything is written. The writer records Qwen2's shape, its BPE tokenizer (llama.cpp's
+    `qwen2` pre-tokenizer), the tokenizer's special tokens and its chat template; nothing else."""
     config = json.loads((source / "config.json").read_text(encoding="utf-8"))
     if config.get("model_type") != "qwen2":
         raise UserError(
@@ -94,7 +129,33 @@ def gguf_config(source: Path) -> dict:
     missing = [key for key in GGUF_KEYS if key not in config]
     if missing:
         raise UserError(f"{source / 'config.json'}: no {missing[0]}, which a GGUF file records; export without --gguf")
+    for key, why in UNWRITTEN.items():
+        if config.get(key):
+            raise UserError(f"{source / 'config.json'}: {key} is set, {why}; export without --gguf")
+    heads = int(config["num_attention_heads"])
+    if config.get("head_dim") not in (None, int(config["hidden_size"]) // heads):
+        raise UserError(
+            f"{source / 'config.json'}: head_dim is not hidden_size / num_attention_heads, as llama.cpp's "
+            "Qwen2 reads it; export without --gguf"
+        )
+    tokenizer = _tokenizer(source)
+    if not type(tokenizer).__name__.startswith("Qwen2Tokenizer"):
+        raise UserError(
+            f"{source}: the tokenizer is {type(tokenizer).__name__}, not Qwen2's, and llama.cpp would "
+            "split text as Qwen2's does; export without --gguf"
+        )
+    if len(tokenizer) > int(config["vocab_size"]) or tokenizer.eos_token_id is None or not tokenizer.chat_template:
+        raise UserError(
+            f"{source}: the tokenizer needs an eos token, a chat template and at most vocab_size tokens "
+            "for llama.cpp and Ollama to chat with the file; export without --gguf"
+        )
     return config
+
+
+UNWRITTEN = {  # settings llama.cpp would need keys for that this writer does not write: it would ignore them
+    "rope_scaling": "and llama.cpp would need rope-scaling keys this export does not write",
+    "use_sliding_window": "and llama.cpp's Qwen2 attends to the whole context",
+}
 
 
 def gguf_file(source: Path, target: Path, kind: str) -> Path:
@@ -122,12 +183,7 @@ def _gguf_file(source: Path, config: dict, target: Path, kind: str) -> Path:
     writer.add_rope_freq_base(float(config.get("rope_theta", 10000.0)))
     writer.add_layer_norm_rms_eps(float(config["rms_norm_eps"]))
     writer.add_file_type(file_type)
-    tokens, types = _vocabulary(source, int(config["vocab_size"]))
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("qwen2")
-    writer.add_token_list(tokens)
-    writer.add_token_types(types)
-    gguf.SpecialVocab(source, load_merges=True, n_vocab=len(tokens)).add_to_gguf(writer)
+    _tokenizer_keys(writer, source, _tokenizer(source), config, int(config["vocab_size"]))
     for name, tensor in _weights(source).items():
         if name == "lm_head.weight" and tied:
             continue  # llama.cpp reads the output projection from token_embd when there is none
