@@ -123,6 +123,20 @@ def test_apex_and_vllm_checks_when_they_are_missing(tmp_path):
     assert result.status == "FAIL" and result.detail == "vllm is not installed" and "-vllm image variant" in result.fix
 
 
+def test_apex_check_wants_its_cuda_extensions_only_where_the_image_built_them(monkeypatch, tmp_path):
+    """The default image builds Apex's Python package only (no profile imports its CUDA extensions): the check passes
+    on it, and wants the extensions only in an image built with APEX_CUDA_EXT=1."""
+    (tmp_path / "site" / "apex").mkdir(parents=True)
+    (tmp_path / "site" / "apex" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.delenv("VERL_P40_APEX_CUDA_EXT", raising=False)
+    result = _one(_ctx(tmp_path), "apex")
+    assert result.status == "PASS" and "no CUDA extensions" in result.detail and "APEX_CUDA_EXT=1" in result.detail
+    monkeypatch.setenv("VERL_P40_APEX_CUDA_EXT", "1")
+    result = _one(_ctx(tmp_path), "apex")
+    assert result.status == "FAIL" and result.detail.startswith("apex extensions do not import: amp_C")
+
+
 # ---------------------------------------------------------------------------------------------- verl, model, data
 
 
