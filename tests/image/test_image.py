@@ -271,7 +271,9 @@ def test_the_release_records_the_digest_it_pushed_and_checks_that_one():
     assert steps.index(push) < steps.index(record) < steps.index(upload) < steps.index(check)
     for job in ("build", "publish"):  # a published image serves every card: Apex for all seven architectures
         (default,) = [m for m in flow["jobs"][job]["strategy"]["matrix"]["include"] if m["variant"] == ""]
-        assert {"APEX_CUDA_EXT=1", "TORCH_CUDA_ARCH_LIST=6.0;6.1;7.0;7.5;8.0;8.6;9.0"} <= set(default["args"].split()), job
+        assert {"APEX_CUDA_EXT=1", "TORCH_CUDA_ARCH_LIST=6.0;6.1;7.0;7.5;8.0;8.6;9.0"} <= set(
+            default["args"].split()
+        ), job
 
 
 def test_every_compose_mount_point_is_made_and_owned_by_the_runtime_user(compose):
