@@ -437,6 +437,7 @@ def test_trainer_entrypoint_takes_the_algorithm_and_lora_from_the_environment(ti
         assert expected in words, expected
 
 
+@pytest.mark.usefixtures("no_driver")
 def test_doctor_entrypoint_reports_every_check(tmp_path):
     result = _run_entrypoint(
         "doctor",
@@ -478,6 +479,7 @@ def test_doctor_without_nvidia_ml_py_asks_for_the_package_not_the_driver(tmp_pat
     assert "driver" not in line.lower(), line
 
 
+@pytest.mark.usefixtures("no_driver")
 def test_trainer_entrypoint_auto_profile_without_gpu_fails_clearly():
     result = _run_entrypoint("trainer", "--dry-run", env={"VERL_P40_PROFILE": "auto"})
     assert result.returncode == 3 and "no NVIDIA GPU visible through NVML" in result.stderr
