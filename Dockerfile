@@ -1,7 +1,8 @@
 # verl-p40: PPO/GRPO post-training with verl 0.5.0 on old and small NVIDIA GPUs (Tesla P40 first).
 #
 # Stages: python-base (Debian 12, Python 3.11, torch 2.6.0+cu118 with its own CUDA libraries)
-#         -> apex (builder: the Debian CUDA toolkit of torch's CUDA, 11.8 or 12.4; one Apex wheel)
+#         -> apex (builder: one Apex wheel, its Python package; with APEX_CUDA_EXT=1 its CUDA extensions too,
+#            compiled by the Debian CUDA toolkit of torch's CUDA, 11.8 or 12.4)
 #         -> runtime (python-base + the pinned lock + Apex + verl 0.5.0 patched + verl-p40; non-root).
 # The runtime needs nothing from the host but the NVIDIA driver (>= 450.80.02; CUDA 11.8 minor-version
 # compatibility): torch's cu118 wheels carry the CUDA runtime, cuBLAS and cuDNN.
@@ -13,7 +14,7 @@
 # in .env, then `docker compose build`: TORCH_INDEX_URL=https://pypi.org/simple TORCH_VERSION=2.6.0
 #   LOCK=requirements-vllm.txt APEX_STAGE=no-apex BUILD_CHECKS=torch-build,verl,vllm VERL_P40_TAG=0.1.0-vllm
 # (Apex is left out there, as only verl's Megatron backend uses it; APEX_STAGE=apex with BUILD_CHECKS naming apex
-# builds it against Debian 13's CUDA 12.4.)
+# builds it, and with APEX_CUDA_EXT=1 compiles its extensions against Debian 13's CUDA 12.4.)
 
 ARG BASE_IMAGE=docker.io/library/debian:12.8-slim
 # The stage whose /wheels hold Apex: apex (built here) or no-apex (none).
@@ -50,23 +51,33 @@ RUN rm -f /etc/apt/sources.list \
  && pip install --index-url "${TORCH_INDEX_URL}" --extra-index-url "${PIP_INDEX_URL}" "torch==${TORCH_VERSION}"
 
 # ------------------------------------------------------------------------------------------ apex (builder)
-# Apex is used by verl's Megatron backend only (the default trainer is FSDP). By default it is compiled for the
-# P40's sm_61, plus PTX that newer cards compile once when Apex loads: one architecture, not seven, which is what
-# makes a first build short. Every card from Pascal to Hopper, as the release images are built:
-# TORCH_CUDA_ARCH_LIST="6.0;6.1;7.0;7.5;8.0;8.6;9.0" (a P100's sm_60 needs 6.0 in the list). 25.01 is the first tag
-# that compiles against torch 2.6 (apex e552ad99: Tensor.type() -> scalar_type() in csrc/mlp.cpp, NVIDIA/apex#1898).
+# Apex 25.01 (the first tag that builds against torch 2.6: apex e552ad99, NVIDIA/apex#1898), built as a wheel.
+# Nothing any profile runs imports Apex's C++/CUDA extensions: every profile trains with verl's FSDP backend, and
+# only verl's Megatron backend (no profile) uses them. So by default the wheel is Apex's Python package only:
+# seconds, no CUDA toolkit. APEX_CUDA_EXT=1 also compiles the extensions (--cpp_ext --cuda_ext) for
+# TORCH_CUDA_ARCH_LIST (default 6.1+PTX: the P40's sm_61, and PTX that newer cards compile once when Apex loads;
+# every card from Pascal to Hopper, as the release images are built: "6.0;6.1;7.0;7.5;8.0;8.6;9.0") with MAX_JOBS
+# compile jobs (empty: one per core of the building host), after installing the Debian CUDA toolkit of torch's CUDA.
 FROM python-base AS apex
 ARG APT_MIRROR=http://deb.debian.org
 ARG APEX_URL=https://github.com/NVIDIA/apex/archive/refs/tags/25.01.tar.gz
+ARG APEX_CUDA_EXT=0
 ARG TORCH_CUDA_ARCH_LIST="6.1+PTX"
-ARG MAX_JOBS=4
-ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} MAX_JOBS=${MAX_JOBS} CUDA_HOME=/usr
-# Apex's setup refuses a toolkit whose CUDA differs from torch's, so the toolkit follows torch: Debian 12's non-free
-# CUDA 11.8 (with the GCC 11 it supports) for the default torch 2.6.0+cu118; Debian 13's CUDA 12.4 for PyPI's torch
-# 2.6.0 (+cu124), its packages only, on Debian 12's C library and GCC 12 (docker/apex/: the pin, and a stub for the
-# driver libraries those packages depend on, which nothing here loads). Python's headers for both.
+ARG MAX_JOBS=""
+ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST}
+# The toolkit, only for APEX_CUDA_EXT=1. Apex's setup refuses a toolkit whose CUDA differs from torch's, so the
+# toolkit follows torch: Debian 12's non-free CUDA 11.8 (with the GCC 11 it supports) for the default torch
+# 2.6.0+cu118; Debian 13's CUDA 12.4 for PyPI's torch 2.6.0 (+cu124), its packages only, on Debian 12's C library and
+# GCC 12 (docker/apex/: the pin, and a stub for the driver libraries those packages depend on, which nothing here
+# loads). Python's headers for both.
 COPY docker/apex/ /tmp/apex-toolkit/
 RUN cuda=$(python -c "import torch; print(torch.version.cuda)") \
+ && case "${APEX_CUDA_EXT}" in \
+      0) echo "apex: no CUDA toolkit installed (APEX_CUDA_EXT=0: Apex's Python package only; no profile imports its CUDA extensions)" \
+         && rm -rf /tmp/apex-toolkit && exit 0 ;; \
+      1) ;; \
+      *) echo "apex: APEX_CUDA_EXT=${APEX_CUDA_EXT} is neither 0 nor 1 (1 compiles Apex's CUDA extensions, for verl's Megatron backend)" >&2; exit 1 ;; \
+    esac \
  && case "$cuda" in \
       11.8) gcc=11 ;; \
       12.4) gcc=12 \
@@ -76,7 +87,7 @@ RUN cuda=$(python -c "import torch; print(torch.version.cuda)") \
         && chmod 0755 /tmp/apex-toolkit/driver-stub/DEBIAN \
         && dpkg-deb --build /tmp/apex-toolkit/driver-stub /tmp/driver-stub.deb && dpkg -i /tmp/driver-stub.deb ;; \
       *) echo "apex: no Debian CUDA toolkit for torch's CUDA ${cuda} (11.8: Debian 12, 12.4: Debian 13)." \
-              "Build without Apex: APEX_STAGE=no-apex BUILD_CHECKS=torch-build,verl" >&2; exit 1 ;; \
+              "Build Apex's Python package only (APEX_CUDA_EXT=0), or none: APEX_STAGE=no-apex BUILD_CHECKS=torch-build,verl" >&2; exit 1 ;; \
     esac \
  && apt-get update \
  && apt-get install -y --no-install-recommends nvidia-cuda-toolkit "g++-${gcc}" python3-dev \
@@ -88,13 +99,28 @@ RUN cuda=$(python -c "import torch; print(torch.version.cuda)") \
       *) echo "apex: the toolkit installed is not CUDA ${cuda}, torch's (a Debian update?)" >&2; exit 1 ;; \
     esac
 WORKDIR /build/apex
+# Apex's setup.py asks nvcc for its version even when it compiles nothing (setup.py:137 of 25.01); only the
+# extension builds read it, so the Python-only build answers it with torch's CUDA version instead of a toolkit.
 RUN curl -fsSL -o /tmp/apex.tar.gz "${APEX_URL}" \
  && tar -xzf /tmp/apex.tar.gz --strip-components=1 \
  && rm /tmp/apex.tar.gz \
  && pip install "packaging==25.0" "ninja==1.11.1.4" \
- && read -r cc cxx < /etc/verl-p40/apex-compilers \
- && CC=$cc CXX=$cxx pip wheel --no-deps --no-build-isolation -v -w /wheels \
-      --config-settings "--build-option=--cpp_ext" --config-settings "--build-option=--cuda_ext" . \
+ && if [ "${APEX_CUDA_EXT}" = 1 ]; then \
+      jobs=${MAX_JOBS:-$(nproc)} \
+      && echo "apex: compiling its C++/CUDA extensions (--cpp_ext --cuda_ext), for verl's Megatron backend (APEX_CUDA_EXT=1)," \
+              "for TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST}, MAX_JOBS=${jobs}" \
+      && read -r cc cxx < /etc/verl-p40/apex-compilers \
+      && CUDA_HOME=/usr MAX_JOBS=$jobs CC=$cc CXX=$cxx pip wheel --no-deps --no-build-isolation -v -w /wheels \
+           --config-settings "--build-option=--cpp_ext" --config-settings "--build-option=--cuda_ext" . ; \
+    else \
+      line='_, bare_metal_version = get_cuda_bare_metal_version(CUDA_HOME)' \
+      && grep -qxF "$line" setup.py \
+      || { echo "apex: setup.py has no line '$line' (another Apex than 25.01?): build with APEX_CUDA_EXT=1" >&2; exit 1; } \
+      && sed -i "s|^${line}\$|bare_metal_version = parse(torch.version.cuda)|" setup.py \
+      && echo "apex: Python package only, no C++/CUDA extensions compiled (APEX_CUDA_EXT=0): every profile trains with" \
+              "verl's FSDP backend, which never imports them; APEX_CUDA_EXT=1 compiles them for verl's Megatron backend" \
+      && pip wheel --no-deps --no-build-isolation -w /wheels . ; \
+    fi \
  && ls -l /wheels
 
 FROM python-base AS no-apex
@@ -111,11 +137,13 @@ ARG TORCH_VERSION=2.6.0+cu118
 ARG LOCK=requirements.txt
 # The build-time checks `verl-p40 doctor` runs (the -vllm variant: torch-build,verl,vllm).
 ARG BUILD_CHECKS=torch-build,apex,verl
+# 1 where the apex stage compiled Apex's CUDA extensions: the doctor's apex check then imports them too.
+ARG APEX_CUDA_EXT=0
 ARG VERSION=0.1.0
 ARG UID=1000
 # Checks that `verl-p40 doctor` may skip at build time, by name (docker/standin/'s older route skips apex).
 ARG BUILD_CHECK_SKIP=""
-ENV PYTHONUNBUFFERED=1 HF_HOME=/home/verl/.cache/huggingface \
+ENV VERL_P40_APEX_CUDA_EXT=${APEX_CUDA_EXT} PYTHONUNBUFFERED=1 HF_HOME=/home/verl/.cache/huggingface \
     VERL_P40_MODELS=/models VERL_P40_DATA=/data/gsm8k \
     VERL_P40_CHECKPOINTS=/checkpoints VERL_P40_LOGS=/logs RAY_USAGE_STATS_ENABLED=0
 LABEL org.opencontainers.image.title="verl-p40" \

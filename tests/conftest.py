@@ -60,6 +60,28 @@ def tiny_model(tokenizer_dir, tmp_path_factory) -> Path:
     return make_tiny_qwen(tokenizer_dir, tmp_path_factory.mktemp("tiny-model"))
 
 
+NVML_STANDINS = REPO / "tests" / "nvml"  # p40/: NVML on a P40 host; no_driver/: NVML where no driver is installed
+
+
+@pytest.fixture
+def no_driver(monkeypatch):
+    """This machine without an NVIDIA driver, whatever it has: the tests about "no GPU" pass on a GPU host too. NVML's
+    Python binding is replaced by tests/nvml/no_driver/pynvml.py (its nvmlInit fails as the real one does without
+    libnvidia-ml) in this process and, through PYTHONPATH, in every `verl-p40` the test starts."""
+    import importlib.util
+
+    from verl_p40.gpu import nvml
+
+    shim = NVML_STANDINS / "no_driver"
+    spec = importlib.util.spec_from_file_location("pynvml", shim / "pynvml.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    monkeypatch.setattr(nvml, "_initialized", False)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(shim), os.environ.get("PYTHONPATH")])))
+    return shim
+
+
 def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run `verl-p40 ARGS` as a user would (a separate process), capturing its output."""
     return subprocess.run(

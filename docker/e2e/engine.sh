@@ -11,7 +11,12 @@ if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
 fi
 if ! /usr/bin/docker info >/dev/null 2>&1; then
   mkdir -p "$E2E_DIR/dockerd-root"
-  dockerd --data-root "$E2E_DIR/dockerd-root" --iptables=false --ip-masq=false > "$E2E_DIR/dockerd.log" 2>&1 &
+  # dockerd outlives this script: it must not inherit a descriptor beyond stdio (under `flock LOCK bash ...`, the
+  # lock's own: the daemon would then hold the lock until it stops, and every later `flock LOCK` would wait on it)
+  (
+    for fd in /proc/$BASHPID/fd/*; do fd=${fd##*/}; [ "$fd" -le 2 ] || eval "exec $fd>&-"; done
+    exec dockerd --data-root "$E2E_DIR/dockerd-root" --iptables=false --ip-masq=false > "$E2E_DIR/dockerd.log" 2>&1
+  ) &
   echo $! > "$E2E_DIR/dockerd.pid"
   for _ in $(seq 60); do /usr/bin/docker info >/dev/null 2>&1 && break; sleep 1; done
 fi

@@ -97,6 +97,16 @@ def entrypoint(*args: str, env: dict | None = None) -> subprocess.CompletedProce
     )
 
 
+NO_DRIVER_LINE = "no NVIDIA GPU visible through NVML"  # the line a command gives where there is no NVIDIA driver
+
+
+def without_a_driver_where_asked(request, expected: str) -> None:
+    """A case whose promised line is the no-driver one runs without a driver on any host (tests/conftest.py's
+    `no_driver`); every other case sees the host's NVML as it is (none in CI's plain run, a P40 in its stand-in run)."""
+    if NO_DRIVER_LINE in expected:
+        request.getfixturevalue("no_driver")
+
+
 def check_case(world: Path, args: list[str], env: dict[str, str], expected: str, run=cli) -> None:
     """Run one case (through the CLI, or `run=entrypoint`) and assert the promise."""
     env = command_env(world, env)

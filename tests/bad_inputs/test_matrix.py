@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from bad_inputs.conftest import T, check_case
+from bad_inputs.conftest import T, check_case, without_a_driver_where_asked
 
 
 def _dry_run_with(setting: str) -> list[str]:
@@ -346,7 +346,8 @@ CASES = [
 
 
 @pytest.mark.parametrize("name,args,env,expected", CASES, ids=[c[0] for c in CASES])
-def test_bad_input_gets_one_line_and_changes_nothing(world, name, args, env, expected):
+def test_bad_input_gets_one_line_and_changes_nothing(request, world, name, args, env, expected):
+    without_a_driver_where_asked(request, expected)
     check_case(world, args, env, expected)
 
 

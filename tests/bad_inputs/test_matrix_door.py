@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 
-from bad_inputs.conftest import T, check_case
+from bad_inputs.conftest import T, check_case, without_a_driver_where_asked
 from model_folders import small_model
 
 NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}
@@ -104,5 +104,6 @@ def door(world):
 
 
 @pytest.mark.parametrize("name,args,env,expected", CASES, ids=[c[0] for c in CASES])
-def test_refused_at_the_door_leaves_no_file_nor_folder(door, name, args, env, expected):
+def test_refused_at_the_door_leaves_no_file_nor_folder(request, door, name, args, env, expected):
+    without_a_driver_where_asked(request, expected)
     check_case(door, args, env, expected)

@@ -246,8 +246,10 @@ def test_compose_passes_every_build_setting_a_user_needs_with_the_dockerfiles_de
     internal = {"VERL_VERSION", "VERSION", "UID", "BUILD_CHECK_SKIP"}  # the release's, the user's id, the stand-in's
     assert set(args) == set(declared) - internal
     assert {name: declared[name] for name in args} == args
-    # a first build compiles Apex for the P40 (and PTX for newer cards), not for seven architectures
-    assert args["TORCH_CUDA_ARCH_LIST"] == "6.1+PTX" and args["APEX_STAGE"] == "apex"
+    # a first build compiles no Apex extension (no profile imports one); opted in, for the P40 (and PTX for newer
+    # cards), not for seven architectures, with one compile job per core of the building host
+    assert args["APEX_STAGE"] == "apex" and args["APEX_CUDA_EXT"] == "0"
+    assert args["TORCH_CUDA_ARCH_LIST"] == "6.1+PTX" and args["MAX_JOBS"] == ""
 
 
 def test_the_release_records_the_digest_it_pushed_and_checks_that_one():
@@ -269,7 +271,9 @@ def test_the_release_records_the_digest_it_pushed_and_checks_that_one():
     assert steps.index(push) < steps.index(record) < steps.index(upload) < steps.index(check)
     for job in ("build", "publish"):  # a published image serves every card: Apex for all seven architectures
         (default,) = [m for m in flow["jobs"][job]["strategy"]["matrix"]["include"] if m["variant"] == ""]
-        assert "TORCH_CUDA_ARCH_LIST=6.0;6.1;7.0;7.5;8.0;8.6;9.0" in default["args"].split(), job
+        assert {"APEX_CUDA_EXT=1", "TORCH_CUDA_ARCH_LIST=6.0;6.1;7.0;7.5;8.0;8.6;9.0"} <= set(
+            default["args"].split()
+        ), job
 
 
 def test_every_compose_mount_point_is_made_and_owned_by_the_runtime_user(compose):
@@ -433,6 +437,7 @@ def test_trainer_entrypoint_takes_the_algorithm_and_lora_from_the_environment(ti
         assert expected in words, expected
 
 
+@pytest.mark.usefixtures("no_driver")
 def test_doctor_entrypoint_reports_every_check(tmp_path):
     result = _run_entrypoint(
         "doctor",
@@ -474,6 +479,7 @@ def test_doctor_without_nvidia_ml_py_asks_for_the_package_not_the_driver(tmp_pat
     assert "driver" not in line.lower(), line
 
 
+@pytest.mark.usefixtures("no_driver")
 def test_trainer_entrypoint_auto_profile_without_gpu_fails_clearly():
     result = _run_entrypoint("trainer", "--dry-run", env={"VERL_P40_PROFILE": "auto"})
     assert result.returncode == 3 and "no NVIDIA GPU visible through NVML" in result.stderr

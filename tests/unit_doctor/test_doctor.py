@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import cli
+from conftest import NVML_STANDINS, cli
 from verl_p40 import child, patches
 from verl_p40.doctor import host_checks
 from verl_p40.doctor import runner as doctor
@@ -43,12 +43,22 @@ def _p40(index=0, cc=(6, 1)):
 # ---------------------------------------------------------------------------------------------- gpu, kernels, compute
 
 
+@pytest.mark.usefixtures("no_driver")
 def test_gpu_check_without_a_driver_fails_with_the_fix():
     result = cli("doctor", "--profile", "p40", "--only", "gpu")
     assert result.returncode == 2, result.stdout + result.stderr
     line = result.stdout.splitlines()[0]
     assert line.startswith("FAIL  gpu") and "no NVIDIA GPU visible through NVML" in line
     assert "fix: install the NVIDIA driver" in line and "Traceback" not in result.stdout + result.stderr
+
+
+def test_gpu_check_on_a_p40_host_passes(monkeypatch):
+    """The stand-in NVML the suite runs under in CI (tests/nvml/p40) is a P40 host's, as the product reads it."""
+    monkeypatch.setenv("PYTHONPATH", str(NVML_STANDINS / "p40"))
+    result = cli("doctor", "--profile", "p40", "--only", "gpu")
+    assert result.returncode == 0, result.stdout + result.stderr
+    (line, _) = result.stdout.splitlines()
+    assert line.split() == "PASS gpu driver 535.183.01 (CUDA 12.2), GPU 0: Tesla P40, sm_61, 24.0 GiB".split()
 
 
 def test_gpu_check_refuses_a_driver_too_old_for_the_torch_build(tmp_path, monkeypatch):
@@ -84,6 +94,7 @@ def test_kernel_list_against_the_compute_capability(tmp_path, monkeypatch, archs
         assert "use the verl-p40 image" in result.fix
 
 
+@pytest.mark.usefixtures("no_driver")
 def test_kernel_and_compute_checks_skip_without_a_gpu(tmp_path):
     results = doctor.run_checks(_ctx(tmp_path), only=["kernels", "compute"])
     assert [(r.status, r.detail) for r in results] == [("SKIP", "needs a GPU (see the gpu check)")] * 2
@@ -121,6 +132,20 @@ def test_apex_and_vllm_checks_when_they_are_missing(tmp_path):
     assert result.status == "FAIL" and result.detail == "apex is not installed"
     result = _one(_ctx(tmp_path), "vllm")
     assert result.status == "FAIL" and result.detail == "vllm is not installed" and "-vllm image variant" in result.fix
+
+
+def test_apex_check_wants_its_cuda_extensions_only_where_the_image_built_them(monkeypatch, tmp_path):
+    """The default image builds Apex's Python package only (no profile imports its CUDA extensions): the check passes
+    on it, and wants the extensions only in an image built with APEX_CUDA_EXT=1."""
+    (tmp_path / "site" / "apex").mkdir(parents=True)
+    (tmp_path / "site" / "apex" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.delenv("VERL_P40_APEX_CUDA_EXT", raising=False)
+    result = _one(_ctx(tmp_path), "apex")
+    assert result.status == "PASS" and "no CUDA extensions" in result.detail and "APEX_CUDA_EXT=1" in result.detail
+    monkeypatch.setenv("VERL_P40_APEX_CUDA_EXT", "1")
+    result = _one(_ctx(tmp_path), "apex")
+    assert result.status == "FAIL" and result.detail.startswith("apex extensions do not import: amp_C")
 
 
 # ---------------------------------------------------------------------------------------------- verl, model, data
@@ -292,6 +317,7 @@ def test_unknown_check_names_are_refused(args, env, origin):
     ]
 
 
+@pytest.mark.usefixtures("no_driver")
 def test_json_output_and_the_train_preflight(tmp_path, patched_verl):
     result = cli("doctor", "--profile", "p40", "--only", "gpu", "--json")
     assert json.loads(result.stdout)[0]["status"] == "FAIL"

@@ -258,6 +258,7 @@ def test_metrics_endpoint_served_and_scraped_over_loopback():
     assert 'verl_p40_gpu_process_used_memory_bytes{gpu="0",name="python3",pid="99"} 3e+09' in body
 
 
+@pytest.mark.usefixtures("no_driver")
 def test_no_nvml_is_exit_3_with_one_line(tmp_path):
     result = cli("monitor", "--out", str(tmp_path), "--samples", "1")
     assert result.returncode == 3

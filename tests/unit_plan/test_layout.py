@@ -118,6 +118,7 @@ def test_the_users_own_setting_wins(monkeypatch, tokenizer_dir):
     assert cfg.data.train_batch_size == 96 and cfg.trainer.n_gpus_per_node == 2
 
 
+@pytest.mark.usefixtures("no_driver")
 def test_gpus_without_a_driver_is_one_line(tmp_path):
     result = cli("config", "--profile", "p40", "--gpus", "0,1")
     assert result.returncode == 2 and "Traceback" not in result.stderr

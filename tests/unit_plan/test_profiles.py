@@ -1,6 +1,6 @@
 import pytest
 
-from conftest import cli
+from conftest import NVML_STANDINS, cli
 from verl_p40 import UserError
 from verl_p40.gpu.nvml import GPUInfo
 from verl_p40.plan import profiles
@@ -69,6 +69,14 @@ def test_config_prints_complete_yaml():
     assert "ppo_mini_batch_size:" in result.stdout and "profile: p40" in result.stderr
 
 
+def test_auto_on_a_p40_host_picks_the_p40_profile(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(NVML_STANDINS / "p40"))  # NVML as a P40 host's driver answers
+    result = cli("config", "--profile", "auto")
+    assert result.returncode == 0, result.stderr
+    assert "profile: p40" in result.stderr
+
+
+@pytest.mark.usefixtures("no_driver")
 def test_auto_without_gpu_says_so_and_fails():
     result = cli("config", "--profile", "auto")
     assert result.returncode == 3

@@ -235,6 +235,11 @@ VAL_SEED = 0  # the validation slice is the same rows on every run of prep
 
 DEFAULT_VAL_ROWS = int(defaults.VAL_SIZE.value)  # prep's slice when none is asked for (256)
 DEFAULT_VAL_FROM = defaults.VAL_FROM_TRAIN * DEFAULT_VAL_ROWS  # train rows the default slice needs (1,024)
+# GSM8K's train split as its authors publish it (openai/grade-school-math; tests/fixtures/gsm8k/SOURCE.md), which
+# tests/unit_data/test_data.py counts in the committed copy; one epoch of a default run is what prep then leaves in
+# train.parquet with its default validation slice held out: 7,473 - 256 = 7,217 questions.
+TRAIN_ROWS = 7473
+EPOCH_ROWS = TRAIN_ROWS - DEFAULT_VAL_ROWS
 
 
 def validation_rows(asked: int | None, train_rows: int) -> int:

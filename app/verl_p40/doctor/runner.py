@@ -72,7 +72,7 @@ CHECKS = [
         "with --nodes above 1: every host joined, sees the model and data, shares the checkpoints folder",
     ),
     Check("torch-build", check_torch_build, "the torch build has sm_60 kernels (image build check)"),
-    Check("apex", check_apex, "Apex's CUDA extensions import (image build check)"),
+    Check("apex", check_apex, "Apex imports, and its CUDA extensions where the image built them (image build check)"),
     Check("vllm", check_vllm, "vLLM and verl's vLLM rollout import (build check of the -vllm variant)"),
 ]
 BY_NAME = {c.name: c for c in CHECKS}

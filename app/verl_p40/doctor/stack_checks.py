@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import os
 
 from verl_p40 import VERL_VERSION, UserError
 from verl_p40.child import last_error_line, run_python
@@ -49,12 +50,26 @@ def check_torch_build(ctx: Context) -> str:
     return f"torch {torch.__version__}, CUDA {torch.version.cuda}, kernels {' '.join(archs)}"
 
 
+def apex_cuda_ext_built() -> bool:
+    """Whether the image's apex stage compiled Apex's CUDA extensions (the build argument APEX_CUDA_EXT=1, which the
+    Dockerfile passes on as VERL_P40_APEX_CUDA_EXT); by default it builds Apex's Python package only."""
+    return os.environ.get("VERL_P40_APEX_CUDA_EXT", "0") == "1"
+
+
 def check_apex(ctx: Context) -> str:
     if importlib.util.find_spec("apex") is None:
         raise CheckFailed(
             "apex is not installed", "build the image's apex stage (only verl's Megatron backend needs it)"
         )
-    _torch()  # the extensions link against torch's libraries
+    _torch()  # apex imports torch; its extensions link against torch's libraries
+    try:
+        importlib.import_module("apex")
+    except ImportError as exc:
+        raise CheckFailed(
+            f"apex does not import ({exc})", "rebuild the image's apex stage against this torch"
+        ) from None
+    if not apex_cuda_ext_built():
+        return "apex (its Python package; no CUDA extensions: no profile imports them, APEX_CUDA_EXT=1 builds them)"
     failed = []
     for name in APEX_EXTENSIONS:
         try:

@@ -26,6 +26,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from verl_p40.data import gsm8k
 from verl_p40.plan.budget import ADAM_STATES, FP32
 from verl_p40.plan.memory import Shape  # the model's dimensions, one home for the plan and the projection
 
@@ -260,8 +261,9 @@ def measured_tokens(steps: list[dict[str, float]], reference: bool, skip_first: 
     return {phase: value for phase, value in out.items() if value}
 
 
-def epoch_hours(seconds_per_step: float, prompts_per_step: int, prompts_per_epoch: int = 7473) -> float:
-    """Hours for one pass over GSM8K's 7,473 training prompts."""
+def epoch_hours(seconds_per_step: float, prompts_per_step: int, prompts_per_epoch: int = gsm8k.EPOCH_ROWS) -> float:
+    """Hours for one pass over a default run's train.parquet (GSM8K's train split less prep's validation slice:
+    7,217 prompts, `data.gsm8k.EPOCH_ROWS`)."""
     return round(seconds_per_step * -(-prompts_per_epoch // prompts_per_step) / 3600, 2)
 
 

@@ -1,0 +1,129 @@
+"""The READMEs' numbers held to the committed results they name: each figure below is read from a result file's JSON
+(or a committed log, or the recipe's config) and formatted as the README gives it; a README row that drifts from its
+source, or a source that is re-run with other numbers, fails here. One README row per check, in both READMEs (the zh
+one's row found by its own label)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import pytest
+import yaml
+
+from conftest import REPO
+from verl_p40.data import gsm8k
+from verl_p40.perf import projection
+
+RESULTS = REPO / "bench" / "results"
+# (README.md's row label, README.zh-CN.md's)
+ROWS = {
+    "time": ("time on a P40", "P40 上的时间"),
+    "changed": ("what it changed", "训练改变了什么"),
+    "ppo": ("the seed tutorial's PPO", "种子教程的 PPO"),
+    "build": ("first build", "第一次构建"),
+}
+READMES = ("README.md", "README.zh-CN.md")
+
+
+def _json(path: str) -> dict:
+    return json.loads((RESULTS / path).read_text(encoding="utf-8"))
+
+
+def row(readme: str, key: str) -> str:
+    """The table row of `readme` whose first cell is the row's label."""
+    label = ROWS[key][READMES.index(readme)]
+    text = (REPO / readme).read_text(encoding="utf-8")
+    (found,) = [ln for ln in text.splitlines() if ln.startswith(f"| {label} |")]
+    return found
+
+
+def pct(fraction: float) -> str:
+    return f"{100 * fraction:.1f}"
+
+
+def p_value(p: float) -> str:
+    return f"{p:.1e}".replace("e-0", "e-")  # 2.755e-11 -> 2.8e-11, 1.546e-06 -> 1.5e-6
+
+
+def _default_steps() -> int:
+    recipe = yaml.safe_load((REPO / "config" / "algorithms" / "grpo-gsm8k.yaml").read_text(encoding="utf-8"))
+    return int(recipe["verl"]["trainer"]["total_training_steps"])
+
+
+def has(text: str, *figures: str) -> list[str]:
+    """The figures `text` lacks, each matched as a whole number (88.1 is not in 188.1 nor in 88.15)."""
+    return [f for f in figures if not re.search(rf"(?<![\d.]){re.escape(f)}(?![\d])", text)]
+
+
+@pytest.mark.parametrize("readme", READMES)
+def test_the_p40_time_is_both_projections_of_the_default_run(readme):
+    """88.1 s by the passes' own tokens (plan-check-2026-12-03, p40-after) and 118.6 s by every pass at the step's
+    longest (bench/project.py, p40-path-2026-12-04), times the recipe's steps; the H200's minutes of the 60-step run."""
+    own_tokens = _json("plan-check-2026-12-03/p40-after.json")["p40_projection"]["step"]
+    longest = _json("p40-path-2026-12-04/horizon-2026-12-04.json")["p40_step_s"]
+    steps = _default_steps()
+    h200 = _json("horizon-2026-12-03/learning-2026-12-03.json")["training"]
+    assert h200["steps"] == steps
+    low, high = steps * own_tokens / 3600, steps * longest / 3600
+    text = row(readme, "time")
+    hours = f"{round(low, 1):g}-{round(high):g}"  # 1.47 -> 1.5, 1.98 -> 2
+    minutes = str(round(h200["wall_s"] / 60))
+    assert not has(text, f"{own_tokens:.1f}", f"{longest:.1f}", str(steps), hours, minutes), text
+    assert "plan-check-2026-12-03" in text and "p40-after" in text and "p40-path-2026-12-04" in text
+
+
+@pytest.mark.parametrize("readme", READMES)
+def test_what_it_changed_is_the_60_step_runs_scores_and_the_picture_is_that_run(readme):
+    scored = _json("horizon-2026-12-03/horizon-2026-12-03.json")
+    text = row(readme, "changed")
+    assert "horizon-2026-12-03" in text
+    by_step = {s["step"]: s for s in scored["steps"]}
+    figures = [pct(scored["base"]["accuracy_flexible"])]
+    figures += [pct(by_step[n]["accuracy"]["accuracy_flexible"]) for n in sorted(by_step)]
+    figures += [str(n) for n in sorted(by_step)]
+    last = by_step[max(by_step)]
+    assert max(by_step) == _default_steps()
+    figures.append(p_value(last["against_base"]["flexible"]["p_value"]))
+    assert not has(text, *figures), (figures, text)
+    page = (REPO / readme).read_text(encoding="utf-8")
+    (picture,) = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", page)
+    assert picture.startswith("bench/results/horizon-2026-12-03/") and (REPO / picture).is_file()
+    record = _json("horizon-2026-12-03/" + picture.rsplit("/", 1)[1].replace(".png", ".json"))
+    assert record["training"]["steps"] == max(by_step)  # the picture's run is the table's
+
+
+@pytest.mark.parametrize("readme", READMES)
+def test_the_p40_path_sentence_quotes_the_20_step_run(readme):
+    scored = _json("p40-path-2026-12-04/horizon-2026-12-04.json")
+    last = max(scored["steps"], key=lambda s: s["step"])
+    flexible = last["against_base"]["flexible"]
+    figures = [
+        pct(scored["base"]["accuracy_flexible"]),
+        pct(last["accuracy"]["accuracy_flexible"]),
+        f"+{pct(flexible['difference'])}",
+        p_value(flexible["p_value"]),
+        str(last["step"]),
+    ]
+    page = (REPO / readme).read_text(encoding="utf-8")
+    (paragraph,) = [p for p in page.split("\n\n") if "p40-path-2026-12-04" in p and not p.startswith("|")]
+    assert not has(paragraph, *figures), (figures, paragraph)
+
+
+@pytest.mark.parametrize("readme", READMES)
+def test_the_ppo_epoch_is_its_projected_step_times_a_default_epoch(readme):
+    step = _json("speed-2026-12-03/random/ppo-p40.json")["p40_projection"]["step"]
+    prompts = yaml.safe_load((REPO / "config" / "profiles" / "p40.yaml").read_text(encoding="utf-8"))["verl"]["data"]
+    hours = projection.epoch_hours(step, int(prompts["train_batch_size"]))
+    text = row(readme, "ppo")
+    assert "speed-2026-12-03" in text
+    assert not has(text, f"{gsm8k.EPOCH_ROWS:,}", f"{step:.1f}", f"{hours:.1f}", str(prompts["train_batch_size"])), text
+
+
+@pytest.mark.parametrize("readme", READMES)
+def test_the_first_build_is_the_committed_logs(readme):
+    text = row(readme, "build")
+    (log,) = re.findall(r"\((docker/e2e/results/first-build-[^)]+\.log)\)", text)
+    seconds = int(re.search(r"^build took (\d+) s", (REPO / log).read_text(encoding="utf-8"), re.M).group(1))
+    assert not has(text, str(math.ceil(seconds / 60))), (seconds, text)
