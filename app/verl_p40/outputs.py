@@ -13,6 +13,14 @@ caches libraries make in the temporary directory as they are imported (`Temporar
 A file that grows while the command runs (the monitor's CSV) is appended to in whole lines instead (`append`): each
 addition lands whole or not at all, and a last line a killed run cut short is dropped before the next; a file of its
 own is moved onto another of its names (rotated) with `rename`, the ledger following.
+
+A folder has one writer at a time (`writer`): a command that writes it holds an exclusive flock on the folder's
+`.verl-p40-writer.lock` (naming its pid and command) from its first check to its last rename, and every `write` and
+cleanup of temporaries holds it too; a second command into the same folder is refused in one line naming the folder and
+the process writing it, so that neither removes the other's temporaries nor renames its half onto the other's. The
+kernel drops the lock when its holder dies (a SIGKILL included): a lock file a killed command left is taken over. The
+monitor's CSVs, which the gpu-monitor service and `monitor --once` add to at once, are locked per file instead
+(`append`).
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -34,6 +43,8 @@ from verl_p40 import UserError
 from verl_p40.atomic import staged, write_text, write_whole
 
 LEDGER = ".verl-p40-outputs.json"
+WRITER_LOCK = ".verl-p40-writer.lock"  # held (flock) by the one command writing the folder; names its pid and command
+_writers: dict[str, list[int]] = {}  # folder -> [the descriptor holding its writer's lock, how many blocks hold it]
 # What a library written in another language reports when the operating system refused a write (safetensors' Rust,
 # pyarrow's C++): its text holds the system's own words
 WRITE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EFBIG)
@@ -122,6 +133,64 @@ class OutputFolder:
     def owns(self, name: str) -> bool:
         return os.path.lexists(self.folder / name) and self.refusal(name) is None
 
+    @contextlib.contextmanager
+    def writer(self) -> Iterator[None]:
+        """This process the folder's one writer for the block (blocks inside it nest): refused in one line when another
+        live process writes it. A folder no one can write (read-only) has no writer to wait for: the write itself says
+        so."""
+        key = os.path.abspath(self.folder)
+        if key in _writers:
+            _writers[key][1] += 1
+            try:
+                yield
+            finally:
+                _writers[key][1] -= 1
+            return
+        if self.folder.is_dir() and not os.access(self.folder, os.W_OK | os.X_OK):
+            yield  # the write itself (if any) says where and why it cannot be written
+            return
+        self.check()  # a file where the folder belongs: said before anything is made
+        missing = [p for p in [self.folder, *self.folder.parents] if not os.path.lexists(p)]  # the deepest first
+        with made(self.folder):
+            fd = self._take_lock()
+            _writers[key] = [fd, 1]
+            try:
+                yield
+            finally:
+                del _writers[key]
+                with contextlib.suppress(OSError):
+                    os.unlink(self.folder / WRITER_LOCK)  # while still held: a waiting writer sees a new file
+                os.close(fd)
+        for folder in missing:  # a folder made only for the lock goes with it
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+
+    def _take_lock(self) -> int:
+        path = self.folder / WRITER_LOCK
+        while True:
+            with self.reasons(f"write {WRITER_LOCK}"):
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 300, 0).decode("utf-8", "replace").strip() or "another process"
+                os.close(fd)
+                raise UserError(
+                    f"{self}: {holder} is writing into this folder; wait for it to end, or choose another {self.flag}"
+                ) from None
+            try:
+                same = os.fstat(fd).st_ino == os.stat(path, follow_symlinks=False).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:  # else the holder before removed it as it let go: take the one there now
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        since = time.strftime("%Y-%m-%d %H:%M:%S")
+        holder = f"verl-p40 {self.command} (pid {os.getpid()} on {os.uname().nodename}, since {since})"
+        os.pwrite(fd, holder.encode(), 0)
+        return fd
+
     def _ledger(self) -> dict:
         try:
             found = json.loads((self.folder / LEDGER).read_text(encoding="utf-8")).get("outputs")
@@ -136,7 +205,13 @@ class OutputFolder:
         """Temporary paths for `names` (folders where `directory` says so), renamed onto them when the block ends
         well and recorded in the ledger; on any failure nothing of them is left, and what was there stays."""
         self.check(names)
-        self.remove_stale_temps(names)
+        with self.writer():
+            self.remove_stale_temps(names)
+            with self._written(names, directory) as temps:
+                yield temps
+
+    @contextlib.contextmanager
+    def _written(self, names: list[str], directory: bool | list[bool]) -> Iterator[list[Path]]:
         with self.reasons("write " + ", ".join(names)), made(self.folder):
             with staged([self.folder / name for name in names], directory) as temps:
                 try:
@@ -239,7 +314,13 @@ class OutputFolder:
 
     def remove_stale_temps(self, names: Iterable[str]) -> list[Path]:
         """The temporary paths of `names` (and of the ledger) a killed run left (`.NAME.*.tmp`): nothing trusts them;
-        removed."""
+        removed, as the folder's one writer (never those of a live writer: that one is named instead)."""
+        if not self.folder.is_dir() or not any(self.folder.glob(".*.tmp")):
+            return []
+        with self.writer():
+            return self._remove_stale_temps(names)
+
+    def _remove_stale_temps(self, names: Iterable[str]) -> list[Path]:
         found = [self.folder.glob(f".{glob.escape(name)}.*.tmp") for name in [*names, LEDGER]]
         stale = [p for paths in found for p in paths] if self.folder.is_dir() else []
         for path in stale:
