@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from verl_p40 import UserError
+from verl_p40 import UserError, state_files
 from verl_p40.atomic import staged, write_text, write_whole
 
 LEDGER = ".verl-p40-outputs.json"
@@ -192,11 +192,18 @@ class OutputFolder:
         return fd
 
     def _ledger(self) -> dict:
-        try:
-            found = json.loads((self.folder / LEDGER).read_text(encoding="utf-8")).get("outputs")
-        except (OSError, ValueError, AttributeError):
-            return {}
-        return found if isinstance(found, dict) else {}
+        """What the ledger lists, read whole: a damaged one is the one line naming it (read as empty, every output it
+        listed would be taken for a user's, and the next write would drop them from it)."""
+        fix = (
+            "it lists the files verl-p40 wrote in this folder: move it away (what it listed is then kept as a "
+            f"user's), or choose another {self.flag}"
+        )
+        found = state_files.load_json(self.folder / LEDGER, fix) or {}
+        outputs = found.get("outputs", {})
+        entries = outputs.values() if isinstance(outputs, dict) else [None]
+        if not all(isinstance(e, dict) and isinstance(e.get("files", []), list) for e in entries):
+            raise UserError(f"{self.folder / LEDGER}: not a ledger verl-p40 writes; {fix}")
+        return outputs
 
     # ------------------------------------------------------------------------------------------ writing
 
