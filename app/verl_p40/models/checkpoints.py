@@ -9,6 +9,7 @@ verl's merger writes a LoRA checkpoint as the base weights plus a `lora_adapter/
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
@@ -223,8 +224,9 @@ def resolve_model(spec: str, checkpoints: Path) -> Path:
     target = path / MERGED
     if target.exists():  # merged before: the cache is used when it is whole
         return verified(target, f"; remove {target} to merge the checkpoint again")
+    target = merge_place(path)
     print(f"[verl-p40] merging {path} with verl's model merger into {target} (fp32)", flush=True)
-    with staged([target], directory=True) as (out,), tempfile.TemporaryDirectory(dir=path) as scratch:
+    with staged([target], directory=True) as (out,), tempfile.TemporaryDirectory(dir=target.parent) as scratch:
         merged = Path(scratch) / "merged"
         env = {**os.environ, "VERL_MERGE_DTYPE": "fp32"}
         result = subprocess.run(merge_command(path, merged), env=env, capture_output=True, text=True)
@@ -238,6 +240,32 @@ def resolve_model(spec: str, checkpoints: Path) -> Path:
         else:
             shutil.copytree(merged, out, dirs_exist_ok=True)
     return verified(target, f"; verl's model merger wrote it from {path}")
+
+
+def merge_place(actor: Path) -> Path:
+    """Where the merged model of `actor` goes: beside it, kept as a cache; or, when that folder cannot be written (a
+    read-only disk or `:ro` volume, another user's folder), a folder in the temporary directory ($TMPDIR) for this
+    command only, said in one line. Neither writable: the one line naming both."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=f".{MERGED}.", suffix=".tmp", dir=actor))
+        return actor / MERGED
+    except OSError as exc:
+        beside = exc.strerror or str(exc)
+    try:
+        scratch = Path(tempfile.mkdtemp(prefix="verl-p40-merged-"))
+    except OSError as exc:
+        raise UserError(
+            f"{actor}: cannot write the merged model beside it ({beside}), nor in the temporary directory "
+            f"{tempfile.gettempdir()} ({exc.strerror or exc}); set TMPDIR to a folder with room for it (about 4 bytes "
+            "a parameter), or pass a merged Hugging Face folder instead"
+        ) from None
+    atexit.register(shutil.rmtree, scratch, True)
+    print(
+        f"[verl-p40] {actor}: cannot write the merged model beside it ({beside}); merging into {scratch} for this "
+        "command only (removed when it ends; set TMPDIR for another place)",
+        flush=True,
+    )
+    return scratch / actor.parent.name / actor.name / MERGED  # .../global_step_N/actor/merged_hf_fp32, as beside it
 
 
 def chosen(spec: str, checkpoints: Path) -> Path:
