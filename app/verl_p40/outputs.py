@@ -14,11 +14,11 @@ A file that grows while the command runs (the monitor's CSV) is appended to in w
 addition lands whole or not at all, and a last line a killed run cut short is dropped before the next; a file of its
 own is moved onto another of its names (rotated) with `rename`, the ledger following.
 
-A folder has one writer at a time (`writer`): a command that writes it holds an exclusive flock on the folder's
-`.verl-p40-writer.lock` (naming its pid and command) from its first check to its last rename, and every `write` and
-cleanup of temporaries holds it too; a second command into the same folder is refused in one line naming the folder and
-the process writing it, so that neither removes the other's temporaries nor renames its half onto the other's. The
-kernel drops the lock when its holder dies (a SIGKILL included): a lock file a killed command left is taken over. The
+A folder has one writer at a time (`writer`): a command that writes it holds an exclusive flock on the folder itself
+from its first check to its last rename, and every `write` and cleanup of temporaries holds it too; a second command
+into the same folder is refused in one line naming the folder and the process writing it (from the kernel's table of
+locks), so that neither removes the other's temporaries nor renames its half onto the other's. Nothing is written for
+it (a full disk locks as well as any), and the kernel drops it when its holder dies (a SIGKILL included). The
 monitor's CSVs, which the gpu-monitor service and `monitor --once` add to at once, are locked per file instead
 (`append`).
 """
@@ -35,7 +35,6 @@ import os
 import re
 import shutil
 import tempfile
-import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -43,7 +42,6 @@ from verl_p40 import UserError, state_files
 from verl_p40.atomic import staged, write_text, write_whole
 
 LEDGER = ".verl-p40-outputs.json"
-WRITER_LOCK = ".verl-p40-writer.lock"  # held (flock) by the one command writing the folder; names its pid and command
 _writers: dict[str, list[int]] = {}  # folder -> [the descriptor holding its writer's lock, how many blocks hold it]
 # What a library written in another language reports when the operating system refused a write (safetensors' Rust,
 # pyarrow's C++): its text holds the system's own words
@@ -138,7 +136,7 @@ class OutputFolder:
         """This process the folder's one writer for the block (blocks inside it nest): refused in one line when another
         live process writes it. A folder no one can write (read-only) has no writer to wait for: the write itself says
         so."""
-        key = os.path.abspath(self.folder)
+        key = os.path.realpath(self.folder)
         if key in _writers:
             _writers[key][1] += 1
             try:
@@ -158,37 +156,26 @@ class OutputFolder:
                 yield
             finally:
                 del _writers[key]
-                with contextlib.suppress(OSError):
-                    os.unlink(self.folder / WRITER_LOCK)  # while still held: a waiting writer sees a new file
-                os.close(fd)
+                os.close(fd)  # the lock goes with the descriptor
         for folder in missing:  # a folder made only for the lock goes with it
             with contextlib.suppress(OSError):
                 os.rmdir(folder)
 
     def _take_lock(self) -> int:
-        path = self.folder / WRITER_LOCK
-        while True:
-            with self.reasons(f"write {WRITER_LOCK}"):
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.pread(fd, 300, 0).decode("utf-8", "replace").strip() or "another process"
-                os.close(fd)
-                raise UserError(
-                    f"{self}: {holder} is writing into this folder; wait for it to end, or choose another {self.flag}"
-                ) from None
-            try:
-                same = os.fstat(fd).st_ino == os.stat(path, follow_symlinks=False).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:  # else the holder before removed it as it let go: take the one there now
-                break
+        """An exclusive flock on the folder itself (nothing written: a full disk takes it as well as any), or the one
+        line naming the process that holds it. A file system without flock on folders (some NFS) goes unlocked."""
+        with self.reasons("open the folder"):
+            fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = lock_holder(fd)
             os.close(fd)
-        os.ftruncate(fd, 0)
-        since = time.strftime("%Y-%m-%d %H:%M:%S")
-        holder = f"verl-p40 {self.command} (pid {os.getpid()} on {os.uname().nodename}, since {since})"
-        os.pwrite(fd, holder.encode(), 0)
+            raise UserError(
+                f"{self}: {holder} is writing into this folder; wait for it to end, or choose another {self.flag}"
+            ) from None
+        except OSError:
+            pass  # no flock here: as before there was one
         return fd
 
     def _ledger(self) -> dict:
@@ -333,6 +320,32 @@ class OutputFolder:
         for path in stale:
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else path.unlink()
         return stale
+
+
+COMMANDS = ("prep", "export", "eval", "fetch-model", "monitor", "bench")  # those that write output folders
+
+
+def lock_holder(fd: int) -> str:
+    """Who holds the flock on the open file `fd`, from the kernel's table of locks: `verl-p40 COMMAND (pid N)`, or
+    the pid alone (a process in another container: pid 0 here)."""
+    stat = os.fstat(fd)
+    key = f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}:{stat.st_ino}"
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as table:
+            pids = [f[4] for f in (line.split() for line in table) if len(f) > 5 and f[1] == "FLOCK" and f[5] == key]
+    except OSError:
+        pids = []
+    pid = next((p for p in pids if p.isdigit() and p != "0"), None)
+    if pid is None:
+        return "another process (in another container, or not visible from here)"
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            argv = handle.read().decode("utf-8", "replace").split("\0")
+    except OSError:
+        argv = []
+    command = next((argv[i:] for i, arg in enumerate(argv) if arg in COMMANDS), None)
+    said = "verl-p40 " + " ".join(command[:1]) if command else " ".join(argv)[:80].strip() or "a process"
+    return f"{said} (pid {pid})"
 
 
 @contextlib.contextmanager
