@@ -11,7 +11,7 @@ from typing import Any
 
 from verl_p40 import VERL_VERSION, UserError, __version__
 from verl_p40 import cli_options as o
-from verl_p40.options import add_arguments, resolve
+from verl_p40.options import add_arguments, named, resolve
 from verl_p40.outputs import Temporaries
 
 # ---------------------------------------------------------------------------------------------- prep / fetch-model
@@ -327,7 +327,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         return command.run(resolve(command.options, args))  # environment values are read and checked here
     except UserError as exc:
-        print(f"verl-p40 {args.command}: error: {exc}", file=sys.stderr)
+        print(f"verl-p40 {args.command}: error: {named(str(exc))}", file=sys.stderr)  # the variable, where it was one
         return exc.exit_code
     except ModuleNotFoundError as exc:
         missing = missing_dependency(exc)

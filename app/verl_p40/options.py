@@ -202,6 +202,7 @@ def resolve(cls: type, args: argparse.Namespace, **values: Any):
     variable, then the default. Each value is checked here (choices, paths, `check`); a bad one is a UserError naming
     the flag, or the variable and the flag it stands for. Fields the parser does not have keep their defaults."""
     given: dict[str, Any] = {}
+    FROM_ENVIRONMENT.clear()
     for f in option_fields(cls):
         if f.name in values or not hasattr(args, f.name):
             continue
@@ -212,6 +213,7 @@ def resolve(cls: type, args: argparse.Namespace, **values: Any):
             if env_text:
                 value, problem = _from_environment(spec, env_text)
                 origin = f"${spec.env}"
+                FROM_ENVIRONMENT[flag_of(f)] = spec.env
                 if problem:
                     raise UserError(f"{origin}: {problem}{_for_flag(f)}")
             else:
@@ -223,6 +225,21 @@ def resolve(cls: type, args: argparse.Namespace, **values: Any):
             raise UserError(f"{exc}{_for_flag(f) if ours else ''}", exc.exit_code) from None
         given[f.name] = value
     return cls(**{**given, **values})
+
+
+# The flags of the command being run whose value came from their environment variable (`resolve` fills it): a check
+# made later, where the value is used (prep's validation slice, the GPUs a plan places), names the flag, and the line
+# the user sees names the variable instead (`named`)
+FROM_ENVIRONMENT: dict[str, str] = {}
+
+
+def named(message: str) -> str:
+    """`message` (a UserError's line) as the user must read it: one that begins with a flag whose value came from an
+    environment variable begins with the variable instead, and says so."""
+    for flag, env in FROM_ENVIRONMENT.items():
+        if message.startswith((f"{flag} ", f"{flag}:")):
+            return f"${env}{message[len(flag) :]} (the environment's value for {flag})"
+    return message
 
 
 def _for_flag(f) -> str:

@@ -13,6 +13,14 @@ caches libraries make in the temporary directory as they are imported (`Temporar
 A file that grows while the command runs (the monitor's CSV) is appended to in whole lines instead (`append`): each
 addition lands whole or not at all, and a last line a killed run cut short is dropped before the next; a file of its
 own is moved onto another of its names (rotated) with `rename`, the ledger following.
+
+A folder has one writer at a time (`writer`): a command that writes it holds an exclusive flock on the folder itself
+from its first check to its last rename, and every `write` and cleanup of temporaries holds it too; a second command
+into the same folder is refused in one line naming the folder and the process writing it (from the kernel's table of
+locks), so that neither removes the other's temporaries nor renames its half onto the other's. Nothing is written for
+it (a full disk locks as well as any), and the kernel drops it when its holder dies (a SIGKILL included). The
+monitor's CSVs, which the gpu-monitor service and `monitor --once` add to at once, are locked per file instead
+(`append`).
 """
 
 from __future__ import annotations
@@ -30,10 +38,11 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from verl_p40 import UserError
+from verl_p40 import UserError, state_files
 from verl_p40.atomic import staged, write_text, write_whole
 
 LEDGER = ".verl-p40-outputs.json"
+_writers: dict[str, list[int]] = {}  # folder -> [the descriptor holding its writer's lock, how many blocks hold it]
 # What a library written in another language reports when the operating system refused a write (safetensors' Rust,
 # pyarrow's C++): its text holds the system's own words
 WRITE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EFBIG)
@@ -122,12 +131,66 @@ class OutputFolder:
     def owns(self, name: str) -> bool:
         return os.path.lexists(self.folder / name) and self.refusal(name) is None
 
-    def _ledger(self) -> dict:
+    @contextlib.contextmanager
+    def writer(self) -> Iterator[None]:
+        """This process the folder's one writer for the block (blocks inside it nest): refused in one line when another
+        live process writes it. A folder no one can write (read-only) has no writer to wait for: the write itself says
+        so."""
+        key = os.path.realpath(self.folder)
+        if key in _writers:
+            _writers[key][1] += 1
+            try:
+                yield
+            finally:
+                _writers[key][1] -= 1
+            return
+        if self.folder.is_dir() and not os.access(self.folder, os.W_OK | os.X_OK):
+            yield  # the write itself (if any) says where and why it cannot be written
+            return
+        self.check()  # a file where the folder belongs: said before anything is made
+        missing = [p for p in [self.folder, *self.folder.parents] if not os.path.lexists(p)]  # the deepest first
+        with made(self.folder):
+            fd = self._take_lock()
+            _writers[key] = [fd, 1]
+            try:
+                yield
+            finally:
+                del _writers[key]
+                os.close(fd)  # the lock goes with the descriptor
+        for folder in missing:  # a folder made only for the lock goes with it
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+
+    def _take_lock(self) -> int:
+        """An exclusive flock on the folder itself (nothing written: a full disk takes it as well as any), or the one
+        line naming the process that holds it. A file system without flock on folders (some NFS) goes unlocked."""
+        with self.reasons("open the folder"):
+            fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            found = json.loads((self.folder / LEDGER).read_text(encoding="utf-8")).get("outputs")
-        except (OSError, ValueError, AttributeError):
-            return {}
-        return found if isinstance(found, dict) else {}
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = lock_holder(fd)
+            os.close(fd)
+            raise UserError(
+                f"{self}: {holder} is writing into this folder; wait for it to end, or choose another {self.flag}"
+            ) from None
+        except OSError:
+            pass  # no flock here: as before there was one
+        return fd
+
+    def _ledger(self) -> dict:
+        """What the ledger lists, read whole: a damaged one is the one line naming it (read as empty, every output it
+        listed would be taken for a user's, and the next write would drop them from it)."""
+        fix = (
+            "it lists the files verl-p40 wrote in this folder: move it away (what it listed is then kept as a "
+            f"user's), or choose another {self.flag}"
+        )
+        found = state_files.load_json(self.folder / LEDGER, fix) or {}
+        outputs = found.get("outputs", {})
+        entries = outputs.values() if isinstance(outputs, dict) else [None]
+        if not all(isinstance(e, dict) and isinstance(e.get("files", []), list) for e in entries):
+            raise UserError(f"{self.folder / LEDGER}: not a ledger verl-p40 writes; {fix}")
+        return outputs
 
     # ------------------------------------------------------------------------------------------ writing
 
@@ -136,7 +199,13 @@ class OutputFolder:
         """Temporary paths for `names` (folders where `directory` says so), renamed onto them when the block ends
         well and recorded in the ledger; on any failure nothing of them is left, and what was there stays."""
         self.check(names)
-        self.remove_stale_temps(names)
+        with self.writer():
+            self.remove_stale_temps(names)
+            with self._written(names, directory) as temps:
+                yield temps
+
+    @contextlib.contextmanager
+    def _written(self, names: list[str], directory: bool | list[bool]) -> Iterator[list[Path]]:
         with self.reasons("write " + ", ".join(names)), made(self.folder):
             with staged([self.folder / name for name in names], directory) as temps:
                 try:
@@ -239,12 +308,44 @@ class OutputFolder:
 
     def remove_stale_temps(self, names: Iterable[str]) -> list[Path]:
         """The temporary paths of `names` (and of the ledger) a killed run left (`.NAME.*.tmp`): nothing trusts them;
-        removed."""
+        removed, as the folder's one writer (never those of a live writer: that one is named instead)."""
+        if not self.folder.is_dir() or not any(self.folder.glob(".*.tmp")):
+            return []
+        with self.writer():
+            return self._remove_stale_temps(names)
+
+    def _remove_stale_temps(self, names: Iterable[str]) -> list[Path]:
         found = [self.folder.glob(f".{glob.escape(name)}.*.tmp") for name in [*names, LEDGER]]
         stale = [p for paths in found for p in paths] if self.folder.is_dir() else []
         for path in stale:
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else path.unlink()
         return stale
+
+
+COMMANDS = ("prep", "export", "eval", "fetch-model", "monitor", "bench")  # those that write output folders
+
+
+def lock_holder(fd: int) -> str:
+    """Who holds the flock on the open file `fd`, from the kernel's table of locks: `verl-p40 COMMAND (pid N)`, or
+    the pid alone (a process in another container: pid 0 here)."""
+    stat = os.fstat(fd)
+    key = f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}:{stat.st_ino}"
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as table:
+            pids = [f[4] for f in (line.split() for line in table) if len(f) > 5 and f[1] == "FLOCK" and f[5] == key]
+    except OSError:
+        pids = []
+    pid = next((p for p in pids if p.isdigit() and p != "0"), None)
+    if pid is None:
+        return "another process (in another container, or not visible from here)"
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            argv = handle.read().decode("utf-8", "replace").split("\0")
+    except OSError:
+        argv = []
+    command = next((argv[i:] for i, arg in enumerate(argv) if arg in COMMANDS), None)
+    said = "verl-p40 " + " ".join(command[:1]) if command else " ".join(argv)[:80].strip() or "a process"
+    return f"{said} (pid {pid})"
 
 
 @contextlib.contextmanager

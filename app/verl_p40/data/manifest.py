@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from verl_p40 import __version__
+from verl_p40 import __version__, state_files
 from verl_p40.outputs import OutputFolder
 
 MANIFEST = ".verl-p40-data.json"
@@ -50,13 +50,27 @@ def request(
     }
 
 
+def read_manifest(out_dir: Path) -> tuple[dict | None, str | None]:
+    """(the manifest in `out_dir`, None), (None, None) when there is none, or (None, what is wrong with it): read whole
+    and checked (an object whose `outputs` map each split to its rows, bytes and hash)."""
+    manifest, problem = state_files.read_json(Path(out_dir) / MANIFEST)
+    if manifest is None:
+        return None, problem
+    outputs = manifest.get("outputs", {})
+    if not isinstance(outputs, dict):
+        return None, f"its outputs are {state_files.kind_of(outputs)}, not an object"
+    for split, entry in outputs.items():
+        if not isinstance(entry, dict) or any(
+            isinstance(entry.get(key), bool) or not isinstance(entry.get(key), int) for key in ("rows", "bytes")
+        ):
+            return None, f"its entry for {split} is not one prep writes (rows, bytes, sha256)"
+    return manifest, None
+
+
 def manifest_train_rows(out_dir: Path) -> int:
-    """The train rows the manifest in `out_dir` lists, with those held out as val (0 without a readable one)."""
-    try:
-        outputs = json.loads((Path(out_dir) / MANIFEST).read_text(encoding="utf-8")).get("outputs") or {}
-        return sum(int(outputs.get(split, {}).get("rows", 0)) for split in ("train", "val"))
-    except (OSError, ValueError, AttributeError, TypeError):
-        return 0
+    """The train rows the manifest in `out_dir` lists, with those held out as val (0 without a whole one)."""
+    outputs = (read_manifest(out_dir)[0] or {}).get("outputs", {})
+    return sum(outputs.get(split, {}).get("rows", 0) for split in ("train", "val"))
 
 
 def manifest_problems(
@@ -66,12 +80,11 @@ def manifest_problems(
     (empty: they are). `same`: a setting's other value that writes the same files (prep's default validation slice
     and its size asked for by number)."""
     same = same or {}
-    try:
-        manifest = json.loads((Path(out_dir) / MANIFEST).read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    manifest, problem = read_manifest(out_dir)
+    if problem:
+        return [f"{MANIFEST}: {problem}"]
+    if manifest is None:
         return [f"no {MANIFEST} (not written by verl-p40 prep, or prep did not finish)"]
-    except (OSError, ValueError) as exc:
-        return [f"{MANIFEST} unreadable ({exc})"]
     problems = [
         f"made with {key} {manifest.get(key)!r}, now {value!r}"
         for key, value in wanted.items()
@@ -109,12 +122,11 @@ def output_folder(out_dir: Path) -> OutputFolder:
     the parquet files it lists as they were written."""
 
     def adopt(name: str, path: Path) -> bool:
-        try:
-            manifest = json.loads((Path(out_dir) / MANIFEST).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        manifest = read_manifest(out_dir)[0]
+        if manifest is None:
             return False
         if name == MANIFEST:
-            return isinstance(manifest, dict) and "schema_version" in manifest
+            return "schema_version" in manifest
         entry = (manifest.get("outputs") or {}).get(name.removesuffix(".parquet")) or {}
         return path.is_file() and path.stat().st_size == entry.get("bytes") and _sha256(path) == entry.get("sha256")
 
@@ -123,11 +135,10 @@ def output_folder(out_dir: Path) -> OutputFolder:
 
 def changed_outputs(folder: Path) -> list[str]:
     """The parquet files in `folder` that differ from what prep wrote there (per its manifest; none without one)."""
-    manifest = folder / MANIFEST
-    try:
-        outputs = json.loads(manifest.read_text(encoding="utf-8")).get("outputs") or {}
-    except (OSError, ValueError):
-        return []
+    manifest, problem = read_manifest(folder)
+    if problem:
+        return [f"{MANIFEST}: {problem}; run verl-p40 prep --out {folder} again"]
+    outputs = (manifest or {}).get("outputs", {})
     return [
         f"{split}.parquet: changed since verl-p40 prep wrote it ({MANIFEST})"
         for split, entry in outputs.items()

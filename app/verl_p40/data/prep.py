@@ -16,9 +16,15 @@ from verl_p40.outputs import OutputFolder
 
 def main(args) -> int:
     """CLI body of `verl-p40 prep` (argparse namespace from verl_p40.cli)."""
-    out = Path(args.out)
+    folder = output_folder(Path(args.out))
+    with folder.writer():  # one prep per folder: a second is refused, never removes the first one's temporaries
+        return _prep(args, folder)
+
+
+def _prep(args, folder: OutputFolder) -> int:
+    out = folder.folder
     names = [*(f"{s}.parquet" for s in gsm8k.written_splits(1)), MANIFEST]
-    for stale in output_folder(out).remove_stale_temps(names):
+    for stale in folder.remove_stale_temps(names):
         print(f"removed {stale} (left by an interrupted prep)", file=sys.stderr)
     summary_json = Path(args.summary_json) if args.summary_json else None
     if summary_json:  # checked before any work

@@ -45,7 +45,13 @@ def read(path: Path) -> dict[int, tuple[int, dict]]:
     done: dict[int, tuple[int, dict]] = {}
     if not path.is_file():
         return done
-    text = path.read_bytes().decode("utf-8", errors="replace")
+    data = path.read_bytes()
+    whole = data.rfind(b"\n") + 1  # a last line a kill cut short may end inside a character: it is left out below
+    try:
+        text = data[:whole].decode("utf-8") + data[whole:].decode("utf-8", errors="replace")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise UserError(f"{path}:{line}: not UTF-8 text; remove the line or the file to start over") from None
     lines = text.split("\n")
     for lineno, line in enumerate(lines, start=1):
         if not line.strip():

@@ -241,42 +241,46 @@ def run(
     questions = load_questions(data, limit)  # before anything is merged or written: a bad file changes nothing
     folder = OutputFolder(out, "--out", "eval", adopt=lambda name, _: name == answers.ANSWERS)  # its lines vouch
     folder.check([answers.ANSWERS, *REPORTS[: 3 if logs else 2]])
-    found = answers.read(out / answers.ANSWERS)
-    specs = {"base": model} if compare is None else {"base": model, "trained": compare}
-    models = {label: resolve_model(spec, checkpoints) for label, spec in specs.items()}
-    settings = answers.settings(models, dtype, max_new_tokens, "vllm" if generator is VllmGenerator else "hf")
-    if generator is HfGenerator:  # the decoder's answers are generate()'s: the same engine for the answers' settings
-        generator = functools.partial(HfGenerator, decode=decode)
-    problem = answers.mismatch(out / answers.ANSWERS, found, questions, settings)
-    if problem:  # another run's answers (more training since, other --data or settings): kept, never mixed in
-        kept = answers.set_aside(out / answers.ANSWERS)
-        print(f"[eval] {problem}: kept as {kept.name}; evaluating from the start", file=sys.stderr, flush=True)
-        found = {}
-    done = {index: record for index, (_, record) in found.items()}
-    done = generate_answers(models, questions, folder, done, batch_size, device, max_new_tokens, generator, settings)
-    wanted = {q.index for q in questions}
-    records = [done[i] for i in sorted(done) if i in wanted]
-    labels = list(models)
-    summary = summarise(records, labels)
-    comparison = paired_differences(records, *labels) if len(labels) == 2 else None
-    curves = figure(logs) if logs else None
-    report = {
-        "data": str(data),
-        "questions": len(records),
-        "device": device,
-        "dtype": dtype,
-        "max_new_tokens": max_new_tokens,
-        "engine": settings["engine"],
-        "models": {label: {"path": str(models[label]), **summary[label]} for label in labels},
-        "comparison": comparison,
-        "curves": "curves.png" if curves else None,
-    }
-    text = markdown(
-        summary, records, labels, examples, {k: str(v) for k, v in models.items()}, bool(curves), dtype, comparison
-    )
-    with folder.write(list(REPORTS[: 3 if curves else 2])) as temps:
-        temps[0].write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-        temps[1].write_text(text, encoding="utf-8")
-        if curves:
-            save(curves, temps[2], dpi=100)
-    return report
+    with folder.writer():  # one eval per folder: a second is refused, never adds to the first's answers
+        found = answers.read(out / answers.ANSWERS)
+        specs = {"base": model} if compare is None else {"base": model, "trained": compare}
+        models = {label: resolve_model(spec, checkpoints) for label, spec in specs.items()}
+        settings = answers.settings(models, dtype, max_new_tokens, "vllm" if generator is VllmGenerator else "hf")
+        # the decoder's answers are generate()'s: the same engine for the answers' settings
+        if generator is HfGenerator:
+            generator = functools.partial(HfGenerator, decode=decode)
+        problem = answers.mismatch(out / answers.ANSWERS, found, questions, settings)
+        if problem:  # another run's answers (more training since, other --data or settings): kept, never mixed in
+            kept = answers.set_aside(out / answers.ANSWERS)
+            print(f"[eval] {problem}: kept as {kept.name}; evaluating from the start", file=sys.stderr, flush=True)
+            found = {}
+        done = {index: record for index, (_, record) in found.items()}
+        done = generate_answers(
+            models, questions, folder, done, batch_size, device, max_new_tokens, generator, settings
+        )
+        wanted = {q.index for q in questions}
+        records = [done[i] for i in sorted(done) if i in wanted]
+        labels = list(models)
+        summary = summarise(records, labels)
+        comparison = paired_differences(records, *labels) if len(labels) == 2 else None
+        curves = figure(logs) if logs else None
+        report = {
+            "data": str(data),
+            "questions": len(records),
+            "device": device,
+            "dtype": dtype,
+            "max_new_tokens": max_new_tokens,
+            "engine": settings["engine"],
+            "models": {label: {"path": str(models[label]), **summary[label]} for label in labels},
+            "comparison": comparison,
+            "curves": "curves.png" if curves else None,
+        }
+        text = markdown(
+            summary, records, labels, examples, {k: str(v) for k, v in models.items()}, bool(curves), dtype, comparison
+        )
+        with folder.write(list(REPORTS[: 3 if curves else 2])) as temps:
+            temps[0].write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+            temps[1].write_text(text, encoding="utf-8")
+            if curves:
+                save(curves, temps[2], dpi=100)
+        return report

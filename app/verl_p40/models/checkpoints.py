@@ -9,6 +9,7 @@ verl's merger writes a LoRA checkpoint as the base weights plus a `lora_adapter/
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
@@ -18,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from verl_p40 import UserError
+from verl_p40 import UserError, state_files
 from verl_p40.atomic import staged
 from verl_p40.patches import p40_checkpoints as checkpoint_files
 
@@ -61,12 +62,12 @@ def latest_checkpoint(root: Path) -> Path:
 def read_tracker(tracker: Path) -> tuple[int, str | None]:
     """(the step verl's tracker names, None), or (-1 when it cannot be read, -2 when it is not a step; what is
     wrong with it)."""
-    try:
-        step = tracker.read_text(encoding="utf-8").strip()
-    except UnicodeDecodeError:
-        return -2, "cannot read it (not UTF-8 text)"
-    except OSError as exc:
-        return -1, f"cannot read it ({exc.strerror or exc})"
+    text, problem = state_files.read_text(tracker)
+    if text is None:
+        if problem and problem.startswith("not UTF-8"):
+            return -2, f"cannot read it ({problem})"
+        return -1, problem or "cannot read it (not there)"
+    step = text.strip()
     if not re.fullmatch(r"[0-9]+", step):
         return -2, f"says {step[:40]!r}, not a step number"
     return int(step), None
@@ -117,7 +118,7 @@ def best_checkpoint(root: Path) -> tuple[Path, str]:
     saying which step that is and by how much it is best; the newest step when no saved step was validated."""
     latest = latest_checkpoint(root)
     experiment = latest.parent.parent
-    validations = checkpoint_files.read_validations(str(experiment))
+    validations = validated_history(experiment)
     best = checkpoint_files.best_summary(validations, complete_steps(experiment))
     if best is None:
         step = latest.parent.name.removeprefix("global_step_")
@@ -132,6 +133,64 @@ def best_checkpoint(root: Path) -> tuple[Path, str]:
         )
     )
     return experiment / f"global_step_{best['step']}" / "actor", line
+
+
+RECORD_FIX = (
+    "restore it from a copy, or move it away (the next verl-p40 train writes a new one, without the validations it "
+    "held) and pass the step you mean as .../global_step_N/actor instead of best"
+)
+
+
+def read_run_record(experiment: Path) -> dict:
+    """The run record of an experiment folder, read whole ({} when there is none); else the one line naming it."""
+    return state_files.load_json(Path(experiment) / RUN_RECORD, RECORD_FIX) or {}
+
+
+def validated_history(experiment: Path) -> dict[int, float]:
+    """{step: validation accuracy} from the run record of `experiment`, read whole and checked against its step
+    folders: a record that cannot be read whole, a validation that is not a step with an accuracy from 0 to 1, or a
+    best step whose folder is gone, whose save did not complete or whose accuracy is not its validation's, is the one
+    line naming the record and the fix, never a history of fewer steps (which would hand over another step)."""
+    path = Path(experiment) / RUN_RECORD
+    record = read_run_record(experiment)
+    found = record.get("validations", {})
+    if not isinstance(found, dict):
+        raise UserError(f"{path}: its validations are {state_files.kind_of(found)}, not an object; {RECORD_FIX}")
+    validations = {}
+    for key, value in found.items():
+        if not re.fullmatch(r"[0-9]+", str(key)):
+            raise UserError(f"{path}: validation {key!r} is not a step number; {RECORD_FIX}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise UserError(
+                f"{path}: the validation accuracy of step {key} is {json.dumps(value)}, not a number from 0 to 1; "
+                + RECORD_FIX
+            )
+        validations[int(key)] = float(value)
+    best = record.get("best")
+    if best is None:
+        return validations
+    step = best.get("step") if isinstance(best, dict) else None
+    if isinstance(step, bool) or not isinstance(step, int):
+        raise UserError(f"{path}: its best step is {json.dumps(best)[:60]}, not a step; {RECORD_FIX}")
+    folder = Path(experiment) / f"global_step_{step}"
+    if not (folder / "actor").is_dir():
+        said = "is not there" if not folder.exists() else "has no actor folder"
+        raise UserError(
+            f"{path}: names step {step} as the best, but {folder} {said}; restore that folder, or pass the step you "
+            "mean as .../global_step_N/actor instead of best"
+        )
+    if step not in complete_steps(experiment):
+        raise UserError(
+            f"{path}: names step {step} as the best, but the save of {folder} did not complete; pass the step you "
+            "mean as .../global_step_N/actor instead of best"
+        )
+    if step not in validations or best.get("accuracy") != validations[step]:
+        said = "no validation" if step not in validations else f"validation accuracy {validations[step]}"
+        raise UserError(
+            f"{path}: names step {step} as the best with accuracy {json.dumps(best.get('accuracy'))}, but its "
+            f"validations give that step {said}: the record disagrees with itself; {RECORD_FIX}"
+        )
+    return validations
 
 
 def is_fsdp_checkpoint(path: Path) -> bool:
@@ -165,8 +224,9 @@ def resolve_model(spec: str, checkpoints: Path) -> Path:
     target = path / MERGED
     if target.exists():  # merged before: the cache is used when it is whole
         return verified(target, f"; remove {target} to merge the checkpoint again")
+    target = merge_place(path)
     print(f"[verl-p40] merging {path} with verl's model merger into {target} (fp32)", flush=True)
-    with staged([target], directory=True) as (out,), tempfile.TemporaryDirectory(dir=path) as scratch:
+    with staged([target], directory=True) as (out,), tempfile.TemporaryDirectory(dir=target.parent) as scratch:
         merged = Path(scratch) / "merged"
         env = {**os.environ, "VERL_MERGE_DTYPE": "fp32"}
         result = subprocess.run(merge_command(path, merged), env=env, capture_output=True, text=True)
@@ -180,6 +240,32 @@ def resolve_model(spec: str, checkpoints: Path) -> Path:
         else:
             shutil.copytree(merged, out, dirs_exist_ok=True)
     return verified(target, f"; verl's model merger wrote it from {path}")
+
+
+def merge_place(actor: Path) -> Path:
+    """Where the merged model of `actor` goes: beside it, kept as a cache; or, when that folder cannot be written (a
+    read-only disk or `:ro` volume, another user's folder), a folder in the temporary directory ($TMPDIR) for this
+    command only, said in one line. Neither writable: the one line naming both."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=f".{MERGED}.", suffix=".tmp", dir=actor))
+        return actor / MERGED
+    except OSError as exc:
+        beside = exc.strerror or str(exc)
+    try:
+        scratch = Path(tempfile.mkdtemp(prefix="verl-p40-merged-"))
+    except OSError as exc:
+        raise UserError(
+            f"{actor}: cannot write the merged model beside it ({beside}), nor in the temporary directory "
+            f"{tempfile.gettempdir()} ({exc.strerror or exc}); set TMPDIR to a folder with room for it (about 4 bytes "
+            "a parameter), or pass a merged Hugging Face folder instead"
+        ) from None
+    atexit.register(shutil.rmtree, scratch, True)
+    print(
+        f"[verl-p40] {actor}: cannot write the merged model beside it ({beside}); merging into {scratch} for this "
+        "command only (removed when it ends; set TMPDIR for another place)",
+        flush=True,
+    )
+    return scratch / actor.parent.name / actor.name / MERGED  # .../global_step_N/actor/merged_hf_fp32, as beside it
 
 
 def chosen(spec: str, checkpoints: Path) -> Path:
@@ -218,13 +304,7 @@ def verified(folder: Path, fix: str = "") -> Path:
 
 def run_record(actor: Path) -> dict:
     """The record `verl-p40 train` wrote for the experiment holding `.../global_step_N/actor`."""
-    path = actor.parent.parent / RUN_RECORD
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path}: cannot read it ({exc})") from None
+    return read_run_record(actor.parent.parent)
 
 
 def fold(merged: Path, actor: Path, out: Path) -> str:
@@ -257,11 +337,13 @@ def fold(merged: Path, actor: Path, out: Path) -> str:
 
 def saved_world_size(experiment: Path) -> tuple[Path, int] | None:
     """(the newest checkpoint's actor folder, how many processes wrote it) under an experiment folder, or None."""
-    tracker = Path(experiment) / TRACKER
-    try:
-        actor = Path(experiment) / f"global_step_{tracker.read_text().strip()}" / "actor"
-    except OSError:
-        return None
+    step, problem = read_tracker(Path(experiment) / TRACKER)
+    done = complete_steps(experiment)
+    if problem or step not in done:  # the step a resume starts from (resume_line): the newest complete one
+        if not done:
+            return None
+        step = done[-1]
+    actor = Path(experiment) / f"global_step_{step}" / "actor"
     sizes = {int(p.name.split("_")[3]) for p in actor.glob("model_world_size_*_rank_*.pt")}
     return (actor, sizes.pop()) if len(sizes) == 1 else None
 
@@ -289,10 +371,7 @@ def write_run_record(record: dict) -> Path:
     folder = Path(record["checkpoints"])
     path = folder / RUN_RECORD
     if path.is_file():
-        try:
-            before = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            before = {}
+        before = read_run_record(folder)  # a damaged one is said, never replaced by one without its validations
         # what the trainer keeps in the record (every validation, the best step) outlives the resume
         record = {**record, **{k: before[k] for k in ("validations", "best") if k in before}}
         for key in ("algorithm", "lora"):

@@ -214,14 +214,21 @@ def run(
     lora: str = "merged",
 ) -> list[Path]:
     """Export `model` (a checkpoint, `latest` or an HF folder) into `out`; the paths written."""
-    from verl_p40.models.checkpoints import ADAPTER, MERGED, resolve_model
-
     gguf_kinds = list(dict.fromkeys(gguf_kinds or []))  # `--gguf f16,f16`: one file, written once
     unknown = [k for k in gguf_kinds if k not in GGUF_KINDS]
     if unknown:
         raise UserError(f"--gguf {','.join(unknown)}: not one of {', '.join(GGUF_KINDS)}")
     folder = OutputFolder(out, "--out", "export")
     folder.check()  # a file where the folder belongs, or a read-only disk: said before a checkpoint is merged
+    with folder.writer():  # the folder's one writer from here to the last rename: a second export is refused
+        return _export(folder, model, checkpoints, out, dtype, gguf_kinds, lora)
+
+
+def _export(
+    folder: OutputFolder, model: str, checkpoints: Path, out: Path, dtype: str, gguf_kinds: list[str], lora: str
+) -> list[Path]:
+    from verl_p40.models.checkpoints import ADAPTER, MERGED, resolve_model
+
     source = resolve_model(model, checkpoints)  # a checkpoint is merged (fp32, LoRA folded in) once, and cached
     name = source.parent.parent.name if source.name == MERGED else source.name  # global_step_N or the folder
     if lora == "adapter" and not (source / ADAPTER).is_dir():

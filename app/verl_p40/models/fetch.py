@@ -120,7 +120,11 @@ def _to_download(folder: OutputFolder, files: dict[str, int]) -> list[str]:
 
 
 def fetch_model(repo: str, out: Path, revision: str | None = None, force: bool = False) -> FetchResult:
-    out = Path(out)
+    with output_folder(Path(out)).writer():  # one fetch-model per folder: a second is refused in one line
+        return _fetch_model(repo, Path(out), revision, force)
+
+
+def _fetch_model(repo: str, out: Path, revision: str | None, force: bool) -> FetchResult:
     folder = output_folder(out)
     folder.check()
     if not force:
@@ -179,7 +183,6 @@ def copy_model(source: Path, out: Path) -> FetchResult:
     a connected host, or copied from the hub by hand) is checked as doctor checks it, then copied into `out` file by
     file (each appears whole or not at all); nothing in `out` is deleted, files already equal are kept, and a file of
     the same name that fetch-model did not write stops the copy before it starts."""
-    import shutil
 
     source, out = Path(source), Path(out)
     if not source.is_dir():
@@ -191,6 +194,13 @@ def copy_model(source: Path, out: Path) -> FetchResult:
     folder.check()
     if out.resolve() == source.resolve():
         raise UserError(f"--out {out} is the --from folder; choose another --out")
+    with folder.writer():  # one fetch-model per folder: a second is refused in one line
+        return _copy_model(folder, source, out)
+
+
+def _copy_model(folder, source: Path, out: Path) -> FetchResult:
+    import shutil
+
     files = {p.name: p.stat().st_size for p in sorted(source.iterdir()) if p.is_file() and _wanted(p.name)}
     manifest = verify.manifest(source) or {}
     copied = [

@@ -165,6 +165,18 @@ def usable_bytes(card_gib: float, cap_gb: float | None) -> float:
     return min(card, cap_gb * 1e9) if cap_gb else card
 
 
+def smallest(start: Sizes, fixed: set[str]) -> Sizes:
+    """The least memory a plan can take: every size the run's settings do not give at its smallest, gradient
+    checkpointing on, and every state they do not keep on the GPU offloaded."""
+    return Sizes(
+        generation=start.generation if "generation" in fixed else 1,
+        update_micro=start.update_micro if "update_micro" in fixed else 1,
+        logprob_micro=start.logprob_micro if "logprob_micro" in fixed else 1,
+        checkpointing=start.checkpointing if "checkpointing" in fixed else True,
+        resident=frozenset(s for s in start.resident if s in fixed),
+    )
+
+
 def _powers(low: int, high: int) -> list[int]:
     """Powers of two from `low` up to `high`, largest first (the sizes a micro-batch may take)."""
     out, n = [], 1

@@ -272,6 +272,8 @@ def memory_plan(draft: Draft) -> Part:
     floor = start if min(card * 2**30 / 1e9, cap or float("inf")) >= 0.95 * sized_for * 2**30 / 1e9 else None
     sizes = mem.choose(shape, step, start, budget, fixed, floor)
     peaks = mem.phase_peaks(shape, step, sizes)
+    if floor is None and max(peaks.values()) > budget:  # said before Ray starts: memcap would end the run in an OOM
+        raise UserError(_memory_refused(draft, shape, step, start, fixed, card, usable, budget))
     origin = f"memory plan ({usable / 1e9:.1f} GB for the allocator)"
     out = [
         Override(key, hydra_value(getattr(sizes, name)), origin)
@@ -316,6 +318,48 @@ def _memory_said(sizes, step, peaks: dict[str, float], usable: float, budget: fl
         },
     }
     return note, record
+
+
+def _memory_refused(draft: Draft, shape, step, start, fixed: set[str], card: float, usable: float, budget: float):
+    """The one line for a card or cap the plan cannot fit, with what would (each checked by the same model): the
+    states the profile keeps on the GPU offloaded, the sizes the run's settings fix left to the plan, LoRA, another
+    cap or a larger GPU."""
+    import math
+    from dataclasses import replace
+
+    from verl_p40.plan import memory as mem
+
+    cap = draft.options.gpu_memory_cap_gb
+    peak = lambda st, sz: max(mem.phase_peaks(shape, st, sz).items(), key=lambda kv: kv[1])  # noqa: E731
+    where = f"--gpu-memory-cap-gb {cap:g}" if cap else f"this GPU's {card:.1f} GiB"
+    within = f"the {budget / 1e9:.1f} GB it plans within ({mem.BUDGET:.0%} of {usable / 1e9:.1f} GB for the allocator)"
+    least = mem.smallest(start, fixed)
+    phase, bytes_ = peak(step, least)
+    if bytes_ <= budget:  # the profile keeps states on the GPU that the plan does not take off it
+        kept = sorted(start.resident - least.resident - fixed)
+        phase, bytes_ = peak(step, replace(least, resident=start.resident))
+        sets = " ".join(f"--set {STATE_KEYS[s]}=true" for s in kept)
+        return (
+            f"{where}: the plan does not fit: its predicted peak is {bytes_ / 1e9:.1f} GB ({phase}) with "
+            f"{', '.join(STATE_WORDS[s] for s in kept)} on the GPU, over {within}; what would fit: offload them "
+            f"({sets}), or a larger cap"
+        )
+    ways = []
+    if fixed and peak(step, mem.smallest(start, set()))[1] <= budget:
+        keys = [k for name in sorted(fixed) for k in (*MEMORY_KEYS.get(name, ()), STATE_KEYS.get(name)) if k]
+        ways.append(f"leave {', '.join(k for k in keys if k in draft.user_sets)} to the memory plan")
+    if not step.lora and peak(replace(step, lora=True), least)[1] <= budget:
+        ways.append("LoRA (--lora-rank 32: no full gradients nor Adam states)")
+    need = math.ceil(peak(step, mem.smallest(start, set()))[1] / mem.BUDGET / 1e8) / 10  # GB the allocator needs
+    if cap and need * 1e9 <= card * 2**30 - mem.CONTEXT_BYTES:
+        ways.append(f"a cap of {need:.1f} GB or more")
+    else:
+        ways.append(f"a GPU with {need + mem.CONTEXT_BYTES / 1e9:.1f} GB or more")
+    return (
+        f"{where}: the plan does not fit: its predicted peak is {bytes_ / 1e9:.1f} GB ({phase}) even at its "
+        f"smallest sizes (micro-batches of 1, gradient checkpointing, every state offloaded), over {within}; what "
+        f"would fit: {'; '.join(ways)}"
+    )
 
 
 def _state_used(state: str, step) -> bool:
