@@ -92,7 +92,7 @@ class Schedule:
     @property
     def fraction(self) -> float | None:
         """The data the steps see, in passes over the rows."""
-        return self.steps * self.prompts / self.rows.count if self.rows.count else None
+        return self.steps * self.prompts / self.rows.count if self.rows.count and self.batches else None
 
     def line(self) -> str:
         head = f"{self.steps:,} steps of {self.prompts:,} prompts"
@@ -100,6 +100,11 @@ class Schedule:
             return (
                 f"{head}: could not count the epochs ({self.rows.why}); verl is given {self.epochs:,}, enough for any "
                 f"data, and the run ends at step {self.steps:,}"
+            )
+        if self.batches == 0:
+            return (
+                f"{head}: more prompts a step than the {self.rows.count:,} train rows verl keeps; it drops a partial "
+                f"batch and would run no step: set data.train_batch_size to at most {self.rows.count:,}"
             )
         passes = f", {self.epochs} passes reshuffled" if self.epochs > 1 else ""
         rows = f"{self.rows.count:,} rows" + ("" if self.rows.exact else f" ({self.rows.why})")
@@ -131,11 +136,8 @@ def plan(
             return Schedule(0, prompts, rows, None, epochs)
         return Schedule(steps, prompts, rows, None, epochs if epochs_origin else max(epochs, steps))
     batches = rows.count // prompts
-    if batches < 1:
-        raise UserError(
-            f"data.train_batch_size {prompts:,}: more prompts a step than the {rows.count:,} train rows verl keeps "
-            f"(it drops a partial batch, so no step would run); use at most {rows.count:,}"
-        )
+    if batches < 1:  # verl stops on 'Train dataloader is empty!'; the preflight's own checks of the folders come first
+        return Schedule(steps or 0, prompts, rows, 0, epochs)
     if steps is None:
         return Schedule(batches * epochs, prompts, rows, batches, epochs)
     needed = max(1, math.ceil(steps / batches))

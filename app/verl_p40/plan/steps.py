@@ -389,7 +389,10 @@ def schedule(draft: Draft) -> Part:
     from verl_p40.plan.verlconfig import preview
 
     settings = draft.overrides_so_far + draft.user
-    tree = preview(settings)
+    try:
+        tree = preview(settings)
+    except Exception:  # e.g. a whole section set as a value: to_hydra names it with its fix once the steps are done
+        return Part()
     get = lambda key: OmegaConf.select(tree, key, default=None)  # noqa: E731
     prompts, epochs = _whole(get("data.train_batch_size")), _whole(get("trainer.total_epochs"))
     steps, longest = get("trainer.total_training_steps"), _whole(get("data.max_prompt_length"))
