@@ -277,9 +277,9 @@ def test_a_run_longer_than_its_data_ends_at_its_step_saved_and_validated_and_a_r
     length = ["trainer.save_freq=4", "trainer.test_freq=4", "trainer.val_before_train=false"]
     result = _train(cluster, dirs, tmp_path / "logs", 6, *length)
     log = _trainer_log(result, tmp_path / "logs")
-    assert "6 steps of 4 prompts = 1.50 epochs of 16 rows" in result.stderr, result.stderr[-3000:]
     steps = read_steps(log)
     assert [int(s["step"]) for s in steps] == [1, 2, 3, 4, 5, 6]
+    assert "6 steps of 4 prompts = 1.50 epochs of 16 rows" in result.stderr, result.stderr[-3000:]
     from verl_p40.run.trainer_log import VALIDATION_KEY
 
     assert VALIDATION_KEY in steps[-1]  # the last step validated
