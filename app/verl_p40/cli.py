@@ -79,7 +79,7 @@ def cmd_config(options: o.ConfigOptions) -> int:
 
 def cmd_train(options: o.TrainOptions) -> int:
     from verl_p40.doctor import runner as doctor
-    from verl_p40.models.checkpoints import check_resume, write_run_record
+    from verl_p40.models.checkpoints import check_resume, finished_run, write_run_record
     from verl_p40.plan.planner import plan
     from verl_p40.run.lock import train_lock
     from verl_p40.run.trainer import run_trainer
@@ -88,6 +88,9 @@ def cmd_train(options: o.TrainOptions) -> int:
     run = plan(options)
     _print_notes(run.notes)
     check_resume(run.record)
+    if finished := finished_run(run.record):  # verl would resume it and train one step past its end
+        print(f"[verl-p40] {finished}", file=sys.stderr)
+        return 0
     if options.dry_run:  # the files a run needs are checked (no GPU, no Ray)
         file_checks = {name: "--dry-run" for name in doctor.DEFAULT if name not in ("model", "data")}
         doctor.preflight(run, options, {**file_checks, **skip}, quiet=True)

@@ -243,7 +243,7 @@ def test_the_default_run_is_the_gsm8k_recipe_for_its_measured_length_validated_a
     """No --algorithm and no length: grpo-gsm8k for 60 steps (the length whose held-out curve was measured), and with
     compose's val.parquet validated before the first step and every 10, saved at each validation (the best validated
     step is then on disk for retention to keep); the seed's PPO stays one option away, an epoch long."""
-    result = cli("prep", "--source", str(gsm8k_dir), "--out", str(tmp_path / "d"), "--limit", "40", "--val-size", "8")
+    result = cli("prep", "--source", str(gsm8k_dir), "--out", str(tmp_path / "d"), "--limit", "80", "--val-size", "8")
     assert result.returncode == 0, result.stderr
     cfg = plan(RunOptions(profile="p40", model=str(tiny_model), data=str(tmp_path / "d"))).config()
     assert cfg.algorithm.adv_estimator == "grpo" and cfg.actor_rollout_ref.rollout.n == 8

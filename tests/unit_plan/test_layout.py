@@ -26,14 +26,20 @@ def composed(monkeypatch, found, model, **options):
     return run, run.config()
 
 
-def test_every_gpu_of_the_host_by_default_and_the_batch_grows_with_them(monkeypatch, tokenizer_dir):
+def test_every_gpu_of_the_host_by_default_splitting_the_step_and_per_gpu_multiplies_it(monkeypatch, tokenizer_dir):
+    """By default a step takes the recipe's prompts on any GPU count (the learning per step measured on one GPU),
+    split over the GPUs; --batch per-gpu gives each GPU the recipe's work (the batch and mini-batches x W)."""
     one, cfg1 = composed(monkeypatch, gpus(P40), tokenizer_dir, profile="p40")
-    two, cfg2 = composed(monkeypatch, gpus(P40, P40), tokenizer_dir, profile="p40")
+    split, cfg_split = composed(monkeypatch, gpus(P40, P40), tokenizer_dir, profile="p40")
+    assert cfg_split.trainer.n_gpus_per_node == 2 and cfg_split.data.train_batch_size == cfg1.data.train_batch_size
+    assert any(n.startswith("batch: the recipe's, split over 2 GPUs") for n in split.notes)
+    two, cfg2 = composed(monkeypatch, gpus(P40, P40), tokenizer_dir, profile="p40", batch="per-gpu")
     assert (cfg1.trainer.n_gpus_per_node, cfg1.trainer.nnodes) == (1, 1)
     assert (cfg2.trainer.n_gpus_per_node, cfg2.trainer.nnodes) == (2, 1)
     assert cfg2.data.train_batch_size == 2 * cfg1.data.train_batch_size == 128
     for key in ("actor_rollout_ref.actor.ppo_mini_batch_size", "critic.ppo_mini_batch_size"):
         assert _get(cfg2, key) == 2 * _get(cfg1, key)
+        assert _get(cfg_split, key) == _get(cfg1, key)
     for key in (
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
         "critic.ppo_micro_batch_size_per_gpu",
@@ -83,7 +89,7 @@ def test_a_larger_model_keeps_more_offloaded(monkeypatch, tmp_path, tokenizer_di
 
 def test_a_subset_of_gpus_is_what_the_trainer_sees(monkeypatch, tokenizer_dir):
     run, cfg = composed(monkeypatch, gpus(P40, P40, P40), tokenizer_dir, profile="p40", gpus="2,0")
-    assert cfg.trainer.n_gpus_per_node == 2 and cfg.data.train_batch_size == 128
+    assert cfg.trainer.n_gpus_per_node == 2 and cfg.data.train_batch_size == 64
     assert run.env["CUDA_VISIBLE_DEVICES"] == "2,0" and run.env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     with pytest.raises(UserError, match=r"--gpus 0,5: this host has no GPU 5 \(it has 0, 1, 2\)"):
         composed(monkeypatch, gpus(P40, P40, P40), tokenizer_dir, profile="p40", gpus="0,5")
@@ -99,18 +105,22 @@ def test_mixed_cards_are_sized_for_the_weakest_and_say_so(monkeypatch, tokenizer
     assert layout.weakest(gpus(P40, P100)).index == 1
 
 
-def test_grpo_on_two_gpus_divides_the_scaled_batch(monkeypatch, tokenizer_dir):
+def test_grpo_on_two_gpus_divides_the_profiles_batch_per_prompt(monkeypatch, tokenizer_dir):
     _, cfg = composed(monkeypatch, gpus(P40, P40), tokenizer_dir, profile="p40", algorithm="grpo")
-    assert cfg.data.train_batch_size == 32 and cfg.actor_rollout_ref.rollout.n == 4  # 128 sequences a step
-    assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 8
+    assert cfg.data.train_batch_size == 16 and cfg.actor_rollout_ref.rollout.n == 4  # 64 sequences, 32 a GPU
+    assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 4
+    _, scaled = composed(monkeypatch, gpus(P40, P40), tokenizer_dir, profile="p40", algorithm="grpo", batch="per-gpu")
+    assert scaled.data.train_batch_size == 32 and scaled.actor_rollout_ref.actor.ppo_mini_batch_size == 8
 
 
-def test_hosts_multiply_the_batch_and_set_nnodes(monkeypatch, tokenizer_dir):
+def test_hosts_split_the_batch_and_set_nnodes(monkeypatch, tokenizer_dir):
     _, cfg = composed(monkeypatch, gpus(P40), tokenizer_dir, profile="p40", nodes=2)
-    assert (cfg.trainer.n_gpus_per_node, cfg.trainer.nnodes, cfg.data.train_batch_size) == (1, 2, 128)
+    assert (cfg.trainer.n_gpus_per_node, cfg.trainer.nnodes, cfg.data.train_batch_size) == (1, 2, 64)
     # no driver here (a config made for other machines): the profile's one GPU a host
-    _, cfg = composed(monkeypatch, None, tokenizer_dir, profile="p40", nodes=3)
+    _, cfg = composed(monkeypatch, None, tokenizer_dir, profile="p40", nodes=3, batch="per-gpu")
     assert (cfg.trainer.n_gpus_per_node, cfg.trainer.nnodes, cfg.data.train_batch_size) == (1, 3, 192)
+    with pytest.raises(UserError, match="64 sequences on 3 GPU.s.: the sequences must divide evenly over the GPUs; "):
+        composed(monkeypatch, None, tokenizer_dir, profile="p40", nodes=3)
 
 
 def test_the_users_own_setting_wins(monkeypatch, tokenizer_dir):
@@ -170,12 +180,16 @@ def test_a_checkpoint_of_another_gpu_count_is_refused_in_one_line(tiny_model, pr
     assert cli(*args).returncode == 0
 
 
-def test_a_recipe_batch_in_prompts_grows_with_the_gpus(monkeypatch, tokenizer_dir):
-    """grpo-gsm8k counts its batch in prompts (32 a step, 16 an update): on two P40s each GPU keeps that work, so a
-    step takes twice the prompts, as a profile's batch does."""
+def test_a_recipe_batch_in_prompts_is_kept_on_two_gpus_and_grows_with_per_gpu(monkeypatch, tokenizer_dir):
+    """grpo-gsm8k counts its batch in prompts (32 a step, 16 an update): on two P40s a step keeps them (each GPU
+    takes half); with --batch per-gpu each GPU keeps that work, so a step takes twice the prompts."""
     _, one = composed(monkeypatch, gpus(P40), tokenizer_dir, profile="p40", algorithm="grpo-gsm8k")
-    _, two = composed(monkeypatch, gpus(P40, P40), tokenizer_dir, profile="p40", algorithm="grpo-gsm8k")
+    _, kept = composed(monkeypatch, gpus(P40, P40), tokenizer_dir, profile="p40", algorithm="grpo-gsm8k")
+    _, two = composed(
+        monkeypatch, gpus(P40, P40), tokenizer_dir, profile="p40", algorithm="grpo-gsm8k", batch="per-gpu"
+    )
     assert (one.data.train_batch_size, one.actor_rollout_ref.actor.ppo_mini_batch_size) == (32, 16)
+    assert (kept.data.train_batch_size, kept.actor_rollout_ref.actor.ppo_mini_batch_size) == (32, 16)
     assert (two.data.train_batch_size, two.actor_rollout_ref.actor.ppo_mini_batch_size) == (64, 32)
     assert (
         one.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu

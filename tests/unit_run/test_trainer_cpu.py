@@ -266,6 +266,37 @@ def test_two_grpo_steps_with_two_samples_per_prompt(cluster, run_dirs, tmp_path)
     assert record["algorithm"] == "grpo" and record["samples_per_prompt"] == 2 and record["lora"] is None
 
 
+def test_a_run_longer_than_its_data_ends_at_its_step_saved_and_validated_and_a_resume_trains_nothing(
+    cluster, run_dirs, tmp_path
+):
+    """16 train rows, 4 prompts a step: verl's loader (drop_last) has 4 batches a pass, and 6 steps asked. The plan
+    gives verl the 2 passes they need (the profile's trainer.total_epochs=1 ended the run at step 4, unsaved and
+    unvalidated as the last); step 6 is validated and saved though no multiple of save_freq or test_freq. The same
+    command again says the run is finished and trains nothing (verl would load step 6 and train step 7)."""
+    dirs = {**run_dirs, "checkpoints": tmp_path / "ckpt"}
+    length = ["trainer.save_freq=4", "trainer.test_freq=4", "trainer.val_before_train=false"]
+    result = _train(cluster, dirs, tmp_path / "logs", 6, *length)
+    log = _trainer_log(result, tmp_path / "logs")
+    steps = read_steps(log)
+    assert [int(s["step"]) for s in steps] == [1, 2, 3, 4, 5, 6]
+    assert "6 steps of 4 prompts = 1.50 epochs of 16 rows" in result.stderr, result.stderr[-3000:]
+    from verl_p40.run.trainer_log import VALIDATION_KEY
+
+    assert VALIDATION_KEY in steps[-1]  # the last step validated
+    experiment = dirs["checkpoints"] / "model-gsm8k-ppo"
+    assert (experiment / "latest_checkpointed_iteration.txt").read_text().strip() == "6"
+    assert (experiment / "global_step_6" / "actor" / "model_world_size_1_rank_0.pt").is_file()
+    record = json.loads((experiment / "verl-p40-run.json").read_text())
+    assert (record["prompts_per_step"], record["steps"], record["passes"], record["rows"]) == (4, 6, 2, 16)
+    assert record["epochs"] == 1.5
+
+    again = _train(cluster, dirs, tmp_path / "logs2", 6, *length)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "finished, its newest checkpoint is step 6 of 6; nothing to train" in again.stderr
+    assert not list((tmp_path / "logs2").glob("train-*.log"))  # no trainer started
+    assert sorted(p.name for p in experiment.glob("global_step_*")) == ["global_step_4", "global_step_6"]
+
+
 @pytest.mark.parametrize("trim", ["true", "false"])
 def test_bf16_mixed_precision_keeps_every_gradient_finite(cluster, run_dirs, tmp_path, trim):
     """Issue 33's first suspect list, on the path a CPU can run: bf16 mixed precision (params fp32, compute bf16,

@@ -21,11 +21,15 @@ def load_tokenizer(tokenizer_path: str):
         raise UserError(f"{tokenizer_path}: cannot load a tokenizer ({exc})") from None
 
 
+def prompt_lengths(prompts: list, tokenizer) -> list[int]:
+    """Each prompt's length in tokens after the model's chat template, as verl's RLHFDataset counts it (its
+    `filter_overlong_prompts` drops those over data.max_prompt_length)."""
+    return [len(tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)) for prompt in prompts]
+
+
 def prompt_token_stats(rows: list[dict], tokenizer) -> dict[str, float]:
     """Prompt length in tokens after the model's chat template, as verl's RLHFDataset counts it."""
-    lengths = sorted(
-        len(tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)) for row in rows
-    )
+    lengths = sorted(prompt_lengths([row["prompt"] for row in rows], tokenizer))
     if not lengths:
         return {}
 

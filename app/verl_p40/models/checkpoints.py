@@ -363,6 +363,21 @@ def check_resume(record: dict) -> None:
         )
 
 
+def finished_run(record: dict) -> str | None:
+    """The line saying a run is already finished, when its newest complete checkpoint is at or past the step it ends
+    at (None: there is still training to do). verl 0.5.0 would load that checkpoint and train one step past it."""
+    steps = record.get("steps")
+    if record.get("resume_mode", "auto") != "auto" or not steps:
+        return None
+    done = complete_steps(Path(record["checkpoints"]))
+    if not done or max(done) < int(steps):
+        return None
+    return (
+        f"{record['checkpoints']}: finished, its newest checkpoint is step {max(done)} of {steps}; nothing to train "
+        "(for more steps raise trainer.total_training_steps; for a fresh run --set trainer.experiment_name=NEW)"
+    )
+
+
 def write_run_record(record: dict) -> Path:
     """`<checkpoints>/<experiment>/verl-p40-run.json` from a run plan's `record`: how the run's checkpoints were made
     (LoRA's alpha is read back by `fold`). A resumed run must agree with it on what the checkpoints hold."""

@@ -6,9 +6,12 @@
   assumption).
 - Hosts: `trainer.nnodes` is `--nodes` (VERL_P40_NODES); above 1 the trainer joins the Ray cluster at RAY_ADDRESS
   (`verl-p40 cluster head` / `join`).
-- Batch: a profile is sized for one GPU. With W = GPUs x hosts, `data.train_batch_size` and the actor's and
-  critic's `ppo_mini_batch_size` are multiplied by W and the per-GPU micro-batches are kept: each GPU does the work
-  it does alone, and a step takes W times the prompts.
+- Batch (`--batch`, VERL_P40_BATCH): by default (`recipe`) a step takes the recipe's prompts whatever the GPU count,
+  split over the W = GPUs x hosts GPUs: the learning per step that was measured on one GPU (grpo-gsm8k: +9.0
+  held-out points at step 60, bench/results/horizon-2026-12-03), in shorter steps. `per-gpu` multiplies
+  `data.train_batch_size` and the actor's and critic's `ppo_mini_batch_size` by W instead: each GPU does the work it
+  does alone, and a step takes W times the prompts (a recipe whose learning was not measured). Micro-batches are
+  per GPU either way (the memory plan's).
 - Memory: FSDP shards the weights, gradients and Adam states over the W GPUs; which of them then stay on each GPU is
   the memory plan's choice (verl_p40.plan.memory, the plan's `memory_plan` step).
 """
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 from verl_p40 import UserError
 from verl_p40.gpu.nvml import GPUInfo, parse_gpus
 
+BATCH_MODES = ("recipe", "per-gpu")
 BATCH_KEYS = ("data.train_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size", "critic.ppo_mini_batch_size")
 
 
@@ -77,20 +81,25 @@ def env(layout: Layout) -> dict[str, str]:
     return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(str(g.index) for g in layout.gpus)}
 
 
-def settings(layout: Layout, verl: dict) -> tuple[dict[str, int], list[str]]:
-    """{verl key: value} for the layout (GPU and host counts, batches scaled by the world size) and notes."""
+def settings(layout: Layout, verl: dict, batch: str = "recipe") -> tuple[dict[str, int], list[str]]:
+    """{verl key: value} for the layout (GPU and host counts; with `batch` per-gpu, batches scaled by the world size)
+    and notes."""
     from omegaconf import OmegaConf
 
     tree = OmegaConf.create(verl)
     out: dict[str, int] = {"trainer.n_gpus_per_node": layout.per_node, "trainer.nnodes": layout.nodes}
     notes = [f"layout: {layout.describe()}, {layout.world} in all"]
-    if layout.world > 1:
+    if layout.world > 1 and batch == "recipe":
+        notes.append(
+            f"batch: the recipe's, split over {layout.world} GPUs (--batch per-gpu: {layout.world}x the prompts a step)"
+        )
+    elif layout.world > 1:
         for key in BATCH_KEYS:
             value = OmegaConf.select(tree, key)
             if value is not None:
                 out[key] = int(value) * layout.world
         notes.append(
-            f"batch x{layout.world} (the profile's per-GPU work on each GPU): "
+            f"batch x{layout.world} (--batch per-gpu: the recipe's work on each GPU): "
             f"{out.get('data.train_batch_size')} sequences a step"
         )
     return out, notes

@@ -98,7 +98,18 @@ def run_record(cfg: Any, draft: plan_steps.Draft) -> dict:
             else None
         ),
         "memory": draft.memory,  # the memory plan's prediction; verl logs the measured peak every step
+        # prompts a step, steps, passes over the data and its rows (plan/schedule.py), as composed
+        **(draft.schedule.record() if draft.schedule else {}),
+        "prompts_per_step": int(cfg.data.train_batch_size),
+        "steps": _steps(cfg, draft),
     }
+
+
+def _steps(cfg: Any, draft: plan_steps.Draft) -> int | None:
+    """The step the run ends at: verl's trainer.total_training_steps, else the schedule's count (None: not counted)."""
+    if cfg.trainer.total_training_steps is not None:
+        return int(cfg.trainer.total_training_steps)
+    return draft.schedule.steps if draft.schedule and draft.schedule.batches else None
 
 
 def _rows(path: Path) -> int | None:

@@ -160,7 +160,12 @@ def check(cfg: Any, base: Any, origins: dict[str, str]) -> None:
     layout = f"data.train_batch_size {batch} x rollout.n {n} = {sequences} sequences on {gpus} GPU(s)"
     if sequences % gpus:
         keys = ["data.train_batch_size", "actor_rollout_ref.rollout.n", "trainer.n_gpus_per_node", "trainer.nnodes"]
-        problems.append(f"{_all_where(keys, origins)}: {layout}: the sequences must divide evenly over the GPUs")
+        counts = [str(g) for g in range(1, 9) if sequences % g == 0]
+        problems.append(
+            f"{_all_where(keys, origins)}: {layout}: the sequences must divide evenly over the GPUs; train on "
+            f"{', '.join(counts)} GPUs (--gpus), or set data.train_batch_size to a multiple of "
+            f"{gpus // math.gcd(gpus, n)}"
+        )
     groups = [("actor_rollout_ref.actor", "actor_rollout_ref.actor.use_dynamic_bsz")]
     if _get(cfg, "algorithm.adv_estimator") == "gae":
         groups.append(("critic", "critic.use_dynamic_bsz"))
@@ -181,7 +186,9 @@ def check(cfg: Any, base: Any, origins: dict[str, str]) -> None:
             keys = [mini_key, micro_key, "actor_rollout_ref.rollout.n", "trainer.n_gpus_per_node", "trainer.nnodes"]
             problems.append(
                 f"{_all_where(keys, origins)}: {mini_key} {mini} x rollout.n {n} over {gpus} GPU(s) = "
-                f"{per_gpu} sequences per GPU, which {micro_key} {micro} does not divide"
+                f"{per_gpu} sequences per GPU, which {micro_key} {micro} does not divide; "
+                + (f"set {micro_key} to a divisor of {per_gpu}" if per_gpu >= 1 else f"raise {mini_key}")
+                + " or train on fewer GPUs"
             )
     if problems:
         raise UserError("; ".join(problems))

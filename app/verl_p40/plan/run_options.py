@@ -9,6 +9,7 @@ from verl_p40 import defaults, reward
 from verl_p40.gpu.nvml import parse_gpus
 from verl_p40.options import FOLDER, option
 from verl_p40.plan import algorithms, profiles
+from verl_p40.plan import layout as layout_mod
 
 # The help lists the recipes and profiles shipped with the package, read from config/algorithms and config/profiles
 _SHIPPED = profiles.shipped()
@@ -80,10 +81,17 @@ class RunOptions:
     )
     gpus: str = option(
         "all",
-        "this host's GPUs to train on, as nvidia-smi numbers them (all, or e.g. 0,1); the "
-        "batch grows with their count, the per-GPU work stays the profile's",
+        "this host's GPUs to train on, as nvidia-smi numbers them (all, or e.g. 0,1); a step's prompts are split "
+        "over them (--batch)",
         env="VERL_P40_GPUS",
         check=parse_gpus,
+    )
+    batch: str = option(
+        "recipe",
+        "prompts a step on several GPUs: recipe keeps the recipe's (the measured learning per step) and splits them "
+        "over the GPUs; per-gpu gives each GPU the recipe's prompts (GPUs x the prompts a step)",
+        env="VERL_P40_BATCH",
+        choices=layout_mod.BATCH_MODES,
     )
     nodes: int = option(
         1,

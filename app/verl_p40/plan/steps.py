@@ -16,6 +16,7 @@ from verl_p40 import UserError, defaults, reward
 from verl_p40.plan import algorithms, engines
 from verl_p40.plan import layout as layout_mod
 from verl_p40.plan import profiles as profiles_mod
+from verl_p40.plan import schedule as schedule_mod
 from verl_p40.plan.facts import Facts
 from verl_p40.plan.run_options import RunOptions
 from verl_p40.plan.verlconfig import (
@@ -58,6 +59,7 @@ class Draft:
     notes_so_far: int = 0
     overrides_so_far: list[Override] = field(default_factory=list)  # what the steps before this one returned
     memory: dict | None = None  # the memory plan's card, budget and predicted peaks (the run record keeps it)
+    schedule: schedule_mod.Schedule | None = None  # steps, prompts a step and passes over the data (run record)
 
     @property
     def user_sets(self) -> dict[str, str]:
@@ -106,12 +108,13 @@ def recipe(draft: Draft) -> Part:
 
 
 def placement(draft: Draft) -> Part:
-    """verl settings for the GPUs and hosts: counts and batches scaled by the world size (what fits on each GPU once
+    """verl settings for the GPUs and hosts: counts, and the batches scaled by the world size with --batch per-gpu
+    (by default the recipe's batch is split over the GPUs; what fits on each GPU once
     FSDP shards the states W ways is the memory plan's question, `memory_plan`)."""
     from omegaconf import OmegaConf
 
     layout, profile = draft.layout, draft.profile
-    values, notes = layout_mod.settings(layout, profile.verl)
+    values, notes = layout_mod.settings(layout, profile.verl, draft.options.batch)
     origin = f"--gpus/--nodes ({layout.describe()})"
     out = [Override(key, str(value), origin) for key, value in values.items()]
     # the algorithm divides the batch per prompt: it starts from the batch the layout scaled
@@ -418,6 +421,48 @@ def paths(draft: Draft) -> Part:
     return Part(overrides=out, env=env, notes=notes)
 
 
+def _whole(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def schedule(draft: Draft) -> Part:
+    """The passes over the data verl needs for the announced steps (trainer.total_epochs), counted on the rows verl
+    keeps; a trainer.total_epochs of the user's own that cannot reach them is refused here, before Ray starts."""
+    from omegaconf import OmegaConf
+
+    from verl_p40.plan.verlconfig import preview
+
+    settings = draft.overrides_so_far + draft.user
+    try:
+        tree = preview(settings)
+    except Exception:  # e.g. a whole section set as a value: to_hydra names it with its fix once the steps are done
+        return Part()
+    get = lambda key: OmegaConf.select(tree, key, default=None)  # noqa: E731
+    prompts, epochs = _whole(get("data.train_batch_size")), _whole(get("trainer.total_epochs"))
+    steps, longest = get("trainer.total_training_steps"), _whole(get("data.max_prompt_length"))
+    if not prompts or prompts < 1 or epochs is None or longest is None or (steps is not None and not _whole(steps)):
+        return Part()  # a value verl would refuse: the rules name it once the config is composed
+    user = {o.key.lstrip("+"): o.origin for o in draft.user}
+    origins = {o.key.lstrip("+"): o.origin for o in settings}
+    tokenizer = get("actor_rollout_ref.model.tokenizer_path") or get("actor_rollout_ref.model.path")
+    rows = schedule_mod.train_rows(
+        Path(str(get("data.train_files"))), bool(get("data.filter_overlong_prompts")), longest, str(tokenizer)
+    )
+    draft.schedule = schedule_mod.plan(
+        rows,
+        prompts,
+        steps,
+        epochs,
+        user.get("trainer.total_epochs"),
+        origins.get("trainer.total_training_steps", "trainer.total_training_steps"),
+    )
+    out = []
+    if draft.schedule.epochs != epochs:
+        origin = f"{draft.schedule.steps} steps of {prompts} prompts"
+        out.append(Override("trainer.total_epochs", str(draft.schedule.epochs), origin))
+    return Part(overrides=out, notes=[draft.schedule.line()])
+
+
 def tensorboard(draft: Draft) -> Part:
     logger = draft.profile.verl.get("trainer", {}).get("logger", ["console"])
     if "tensorboard" in logger and not draft.facts.tensorboard:
@@ -500,6 +545,7 @@ STEPS = (
     memory_plan,
     tensorboard,
     paths,
+    schedule,
     worker_hooks,
     user_settings,
 )
