@@ -298,9 +298,10 @@ def pick_checkpoint(rule: str, log: Path, ckpt: Path) -> dict:
         step = max(saved)
         why = "the last checkpoint" + ("" if rule == "latest" else " (no saved step was validated)")
     else:
-        from verl_p40.patches.p40_checkpoints import best_step  # the product's rule (`best` in eval and export)
+        # the highest validation alone: the challenger of the product's `best` (patches/p40_best.py), unpaired here
+        from verl_p40.patches.p40_best import challenger_step
 
-        step = best_step(accuracy, saved)
+        step = challenger_step(accuracy, saved)
         why = f"the highest validation accuracy of the saved steps {sorted(candidates)}"
     return {
         "rule": rule,

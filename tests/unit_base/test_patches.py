@@ -337,6 +337,10 @@ for step in (1, 2):  # two complete steps from before; step 1 validated best
     open(f"{root}/global_step_{step}/{pc.COMPLETE}", "w").close()
 with open(f"{root}/{pc.RUN_RECORD}", "w") as f:
     json.dump({"algorithm": "ppo", "validations": {"0": 0.1, "1": 0.5, "2": 0.3}}, f)
+os.makedirs(f"{root}/validation")
+for step in (1, 2):  # each validation's answers: step 1 right on 10 questions step 2 gets wrong (p = 2^-10)
+    with open(f"{root}/validation/{step}.jsonl", "w") as f:
+        f.writelines(json.dumps({"input": f"q{i}", "score": float(step == 1 or i >= 10)}) + "\n" for i in range(15))
 events, kept_args = [], []
 real_fsync, real_replace, real_rmtree = os.fsync, os.replace, shutil.rmtree
 os.fsync = lambda fd: (events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))), real_fsync(fd))[1]
@@ -367,7 +371,8 @@ def test_a_save_fsyncs_the_step_then_marks_it_then_the_tracker_then_prunes(verl_
     power cut cannot be simulated by a signal, so the order itself is the test. Every file of the new step is fsynced
     before its completion marker is renamed into place, the marker before the tracker, the tracker (a temp file
     renamed, then its folder fsynced) before any old step is removed; the workers' own delete-before-write retention
-    is off, and with max_*_ckpt_to_keep=1 the best validated step (1) survives beside the new one (3)."""
+    is off, and with max_*_ckpt_to_keep=1 the step `best` takes (1: it beats step 2 on the same validation questions
+    beyond the noise, patches/p40_best.py, installed beside p40_checkpoints.py) survives beside the new one (3)."""
     patches.apply(verl_copy)
     root = tmp_path / "ckpt"
     root.mkdir()

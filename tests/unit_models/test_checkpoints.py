@@ -34,15 +34,17 @@ def _validations(root: Path, accuracy: dict[int, float]) -> None:
     record.write_text(json.dumps({**before, "validations": {str(k): v for k, v in accuracy.items()}}))
 
 
-def test_retention_keeps_the_newest_complete_step_and_the_best_validated_one(tmp_path):
+def test_retention_keeps_the_newest_complete_step_the_step_best_takes_and_the_best_validated_one(tmp_path):
+    """Step 5 is not validated: `best` takes the newest validated step, 4 (no per-question results to pair it with
+    step 2), and step 2, of highest validation accuracy, is kept as the one `best` could take later."""
     _validations(tmp_path, {0: 0.2, 1: 0.3, 2: 0.6, 3: 0.4, 4: 0.5})
     for step in range(1, 6):
         _save(tmp_path, step, keep=1)
-    assert sorted(p.name for p in tmp_path.glob("global_step_*")) == ["global_step_2", "global_step_5"]
+    assert sorted(p.name for p in tmp_path.glob("global_step_*")) == ["global_step_2", "global_step_4", "global_step_5"]
     assert (tmp_path / pc.TRACKER).read_text() == "5"
     record = json.loads((tmp_path / pc.RUN_RECORD).read_text())
-    assert record["best"]["step"] == 2 and record["best"]["gain_over_first"] == pytest.approx(0.4)
-    assert record["best"]["latest_step"] == 4 and record["best"]["gain_over_latest"] == pytest.approx(0.1)
+    assert record["best"]["step"] == 4 and record["best"]["gain_over_first"] == pytest.approx(0.3)
+    assert record["best"]["latest_step"] == 4 and record["best"]["gain_over_latest"] == 0
 
 
 def test_a_half_written_step_is_never_kept_as_complete_nor_counted_by_retention(tmp_path):
@@ -67,7 +69,10 @@ def test_the_validation_line_names_the_best_saved_step(tmp_path, capsys):
     pc.record_validation(str(tmp_path), 2, {"val-core/openai/gsm8k/acc/mean@1": 0.5, "val-aux/x": 9}, True)
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "verl-p40: validation accuracy 25.0% at step 0; no validated step is saved yet"
-    assert out[-1] == "verl-p40: validation accuracy 50.0% at step 2; best step 2 (50.0%, +25.0 points over step 0)"
+    assert out[-1] == (
+        "verl-p40: validation accuracy 50.0% at step 2; best: step 2 (validation accuracy 50.0%, +25.0 points over "
+        "step 0), the newest validated step; no earlier saved step validated higher"
+    )
     assert json.loads((tmp_path / pc.RUN_RECORD).read_text())["validations"] == {"0": 0.25, "2": 0.5}
 
 
@@ -120,16 +125,18 @@ def test_latest_refuses_a_tracker_whose_step_did_not_complete(tmp_path):
         checkpoints.latest_checkpoint(tmp_path)
 
 
-def test_best_is_the_saved_step_of_best_validation_and_says_so(tmp_path, capsys):
+def test_best_without_per_question_results_is_the_newest_validated_step_and_says_so(tmp_path, capsys):
+    """Higher validation accuracy alone no longer decides (tests/unit_models/test_best_rule.py: the paired rule)."""
     experiment = tmp_path / "run"
     experiment.mkdir()
     _validations(experiment, {0: 0.2, 2: 0.5, 4: 0.3})
     for step in (2, 4):
         _save(experiment, step)
-    assert checkpoints.chosen("best", tmp_path) == experiment / "global_step_2" / "actor"
+    assert checkpoints.chosen("best", tmp_path) == experiment / "global_step_4" / "actor"
     assert capsys.readouterr().out == (
-        f"[verl-p40] best: step 2 of {experiment} (validation accuracy 50.0%, +30.0 points over step 0, +20.0 over "
-        "the newest validation, step 4)\n"
+        f"[verl-p40] best: step 4 of {experiment} (validation accuracy 30.0%, +10.0 points over step 0), the newest "
+        "validated step; step 2 validated higher (50.0%) but cannot be paired with it: "
+        f"{experiment}/validation/2.jsonl is not there (validated before verl-p40 kept each validation's answers)\n"
     )
     assert checkpoints.chosen("latest", tmp_path) == experiment / "global_step_4" / "actor"
     assert capsys.readouterr().out == f"[verl-p40] latest: global_step_4 of {experiment}\n"

@@ -27,6 +27,8 @@ def test_dry_run_prints_verl_main_ppo_with_overrides(tiny_model, prepared):
     assert "+actor_rollout_ref.model.override_config.attn_implementation=sdpa" in words
     assert "actor_rollout_ref.rollout.name=hf" in words and "trainer.total_training_steps=5" in words
     assert "trainer.default_local_dir=/ckpt/${trainer.experiment_name}" in words
+    # each validation's answers, question by question, beside the checkpoints, for `best`'s paired rule
+    assert "trainer.validation_data_dir=/ckpt/${trainer.experiment_name}/validation" in words
     # the default is the GSM8K recipe: GRPO with 8 answers a prompt, the last-number reward, 60 steps unless told
     assert "algorithm.adv_estimator=grpo" in words and "actor_rollout_ref.rollout.n=8" in words
     assert "+custom_reward_function.reward_kwargs.method=flexible" in words

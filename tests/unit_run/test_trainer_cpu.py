@@ -577,8 +577,9 @@ def test_sigkill_in_a_save_a_second_trainer_then_resume_and_best(cluster, run_di
     1. while a trainer runs, a second one on the same checkpoints is refused in one line (the lock) and writes
        nothing; 2. the container is SIGKILLed in the middle of the save of step 2 (a seeded moment among the files
        it writes): step 1 stays complete and as it was, step 2 is half-written; 3. the same command resumes from
-       step 1, naming step 2 as ignored, and, with one checkpoint kept, keeps the best validated step (step 1: its
-       accuracy is set high in the run record, where the trainer keeps every validation) beside the newest;
+       step 1, naming step 2 as ignored, and, with one checkpoint kept, keeps the step `best` takes (step 1: its
+       accuracy is set high in the run record, where the trainer keeps every validation, and every one of its
+       answers right in its per-question results, so it beats step 3 beyond the noise) beside the newest;
     4. eval --compare best and export --model best take step 1 and say so."""
     import random
     import signal
@@ -634,6 +635,9 @@ def test_sigkill_in_a_save_a_second_trainer_then_resume_and_best(cluster, run_di
     assert "1" in record["validations"]  # every validation is kept there (step 2's too, validated before its save)
     record["validations"] = {"1": 1.0}  # the step to keep: no later step of a random tiny model scores this
     (experiment / "verl-p40-run.json").write_text(json.dumps(record))
+    answers = experiment / "validation" / "1.jsonl"  # and its answers, every one right, for best's paired rule
+    rows = [json.loads(line) for line in answers.read_text().splitlines()]
+    answers.write_text("".join(json.dumps({**r, "score": 1.0, "acc": 1.0}) + "\n" for r in rows))
     resumed = train("c", 3)
     log = _trainer_log(resumed, tmp_path / "logs-c")
     assert (
@@ -641,7 +645,7 @@ def test_sigkill_in_a_save_a_second_trainer_then_resume_and_best(cluster, run_di
         in resumed.stderr
     )
     assert [int(s["step"]) for s in read_steps(log)] == [2, 3]
-    assert "verl-p40: validation accuracy 0.0% at step 3; best step 1 (100.0%, " in log.read_text()
+    assert "verl-p40: validation accuracy 0.0% at step 3; best: step 1 (validation accuracy 100.0%, " in log.read_text()
     assert sorted(p.name for p in experiment.glob("global_step_*")) == ["global_step_1", "global_step_3"]
     assert _files(experiment / "global_step_1") == step1
     best = json.loads((experiment / "verl-p40-run.json").read_text())["best"]

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from verl_p40 import UserError, state_files
 from verl_p40.atomic import staged
+from verl_p40.patches import p40_best
 from verl_p40.patches import p40_checkpoints as checkpoint_files
 
 LATEST, BEST = "latest", "best"  # a model given as the newest checkpoint, or the best validated one
@@ -114,25 +115,17 @@ def resume_line(experiment: Path) -> str:
 
 
 def best_checkpoint(root: Path) -> tuple[Path, str]:
-    """The actor folder of the saved step of best validation accuracy in the newest run under `root`, and the line
-    saying which step that is and by how much it is best; the newest step when no saved step was validated."""
+    """The actor folder of the saved step `best` hands over in the newest run under `root` (the rule of
+    `verl_p40.patches.p40_best`), and the line saying which step that is and why; the newest step when no saved step
+    was validated."""
     latest = latest_checkpoint(root)
     experiment = latest.parent.parent
     validations = validated_history(experiment)
-    best = checkpoint_files.best_summary(validations, complete_steps(experiment))
+    best = p40_best.choose(str(experiment), validations, complete_steps(experiment))
     if best is None:
         step = latest.parent.name.removeprefix("global_step_")
         return latest, f"best: no saved step of {experiment} was validated; taking the newest, step {step}"
-    line = (
-        f"best: step {best['step']} of {experiment} (validation accuracy {best['accuracy']:.1%}, "
-        f"{100 * best['gain_over_first']:+.1f} points over step {best['first_step']}"
-        + (
-            f", {100 * best['gain_over_latest']:+.1f} over the newest validation, step {best['latest_step']})"
-            if best["latest_step"] != best["step"]
-            else ")"
-        )
-    )
-    return experiment / f"global_step_{best['step']}" / "actor", line
+    return experiment / f"global_step_{best['step']}" / "actor", f"best: {p40_best.line(best, f' of {experiment}')}"
 
 
 RECORD_FIX = (

@@ -1,6 +1,6 @@
 # Installed into verl by verl-p40's patch set as verl/utils/p40_checkpoints.py; verl_p40.models.checkpoints imports
 # the same file to read what it writes. Standard library only: it runs in verl's trainer process.
-"""Durable, atomic checkpoint bookkeeping for verl 0.5.0's trainer, and the rule that names the best step.
+"""Durable, atomic checkpoint bookkeeping for verl 0.5.0's trainer, and the best step kept in the run record.
 
 verl 0.5.0 writes `latest_checkpointed_iteration.txt` with a plain open("w") (a power cut can leave it empty or
 naming a step whose files never reached the disk) and deletes the oldest checkpoint before it writes the new one,
@@ -10,7 +10,8 @@ from a list kept in memory (empty after a resume). With this module a save is:
 2. verl's workers write the step's files (their own retention turned off by the patch set);
 3. `commit`: every file and folder of the step fsynced, the marker written (temp file, fsync, rename, fsync of the
    folder), then the tracker the same way, then `retain`: the folders beyond `keep` removed, oldest first, never the
-   newest complete one nor the step of best validation accuracy.
+   newest complete one, nor the step `best` hands over (p40_best.py), nor the saved step of highest validation
+   accuracy (the only earlier step `best` can hand over later).
 
 So at every moment the tracker names a complete step, and at least one complete step is on disk.
 """
@@ -22,10 +23,13 @@ import os
 import re
 import shutil
 
+from .p40_best import challenger_step, choose, line
+
 TRACKER = "latest_checkpointed_iteration.txt"
 COMPLETE = "verl-p40-complete"  # in global_step_N/: every file of the step is on disk
 MARKED = "verl-p40-marked-saves"  # in the experiment folder: its saves are marked (a step without COMPLETE is not)
 RUN_RECORD = "verl-p40-run.json"  # the run record (verl-p40 train); validations and the best step are kept in it
+# p40_best.py's rule reads each validation's answers from <experiment>/validation (trainer.validation_data_dir)
 _STEP = re.compile(r"global_step_([0-9]+)")
 
 
@@ -98,31 +102,24 @@ def commit(root: str, step: int, keep: int | None = None) -> list[str]:
 
 
 def retain(root: str, current: int, keep: int | None) -> list[str]:
-    """Remove the step folders older than `current` beyond the `keep` newest complete ones, except the best
-    validated step; a folder's marker goes first, so a removal cut short leaves an incomplete folder, never a
-    complete-looking partial one. `keep` None or < 1: keep everything."""
+    """Remove the step folders older than `current` beyond the `keep` newest complete ones, except the step `best`
+    hands over and the validated one of highest accuracy (p40_best.py); a folder's marker goes first, so a removal cut
+    short leaves an incomplete folder, never a complete-looking partial one. `keep` None or < 1: keep everything."""
     if not keep or keep < 1:
         return []
     complete = [s for s in complete_steps(root) if s <= current]
     kept = set(complete[-keep:]) | {current}
-    best = best_step(read_validations(root), complete)
-    if best is not None:
-        kept.add(best)
+    validations = read_validations(root)
+    best = choose(root, validations, complete)
+    kept |= {s for s in (best and best["step"], challenger_step(validations, complete)) if s}
     removed = []
     for step, folder in sorted(step_folders(root).items()):
         if step < current and step not in kept:
             begin(folder)
             shutil.rmtree(folder, ignore_errors=True)
-            print(f"verl-p40: removed checkpoint {folder} (keeping {keep} and the best validated step)", flush=True)
+            print(f"verl-p40: removed checkpoint {folder} (keeping {keep} and the steps best may take)", flush=True)
             removed.append(folder)
     return removed
-
-
-def best_step(validations: dict[int, float], saved) -> int | None:
-    """Of the saved steps that were validated (step 0, the model before training, is no checkpoint), the one of
-    highest validation accuracy, the later on a tie; None when no saved step was validated."""
-    candidates = {step: validations[step] for step in saved if step in validations and step > 0}
-    return max(candidates, key=lambda s: (candidates[s], s)) if candidates else None
 
 
 def accuracy_of(metrics: dict) -> float | None:
@@ -146,29 +143,12 @@ def read_validations(root: str) -> dict[int, float]:
     return {int(k): float(v) for k, v in _read_record(root).get("validations", {}).items()}
 
 
-def best_summary(validations: dict[int, float], saved) -> dict | None:
-    """Which saved step is best, its accuracy, and by how much it beats the first validation and the newest one."""
-    best = best_step(validations, saved)
-    if best is None:
-        return None
-    first, latest = min(validations), max(validations)
-    return {
-        "step": best,
-        "accuracy": validations[best],
-        "first_step": first,
-        "first_accuracy": validations[first],
-        "gain_over_first": validations[best] - validations[first],
-        "latest_step": latest,
-        "gain_over_latest": validations[best] - validations[latest],
-    }
-
-
 def update_best(root: str, validations: dict[int, float] | None = None, saving: int | None = None) -> dict | None:
     """Write the validations and the best saved step (`saving`: a step whose save follows) into the run record."""
     record = _read_record(root)
     validations = read_validations(root) if validations is None else validations
     saved = set(complete_steps(root)) | ({saving} if saving is not None else set())
-    best = best_summary(validations, saved)
+    best = choose(root, validations, saved)
     if not validations and "best" not in record:
         return None
     record["validations"] = {str(k): v for k, v in sorted(validations.items())}
@@ -185,13 +165,10 @@ def record_validation(root: str, step: int, metrics: dict, saving: bool) -> str 
         return None
     validations = {**read_validations(root), step: accuracy}
     best = update_best(root, validations, step if saving else None)
-    line = f"verl-p40: validation accuracy {accuracy:.1%} at step {step}"
+    said = f"verl-p40: validation accuracy {accuracy:.1%} at step {step}"
     if best is None:
-        line += "; no validated step is saved yet" + ("" if step == 0 else " (save at every validation)")
+        said += "; no validated step is saved yet" + ("" if step == 0 else " (save at every validation)")
     else:
-        line += (
-            f"; best step {best['step']} ({best['accuracy']:.1%}, {100 * best['gain_over_first']:+.1f} points over "
-            f"step {best['first_step']})"
-        )
-    print(line, flush=True)
-    return line
+        said += f"; best: {line(best)}"
+    print(said, flush=True)
+    return said

@@ -15,6 +15,7 @@ _BERT_PADDING = (Path(__file__).parent / "bert_padding_torch.py").read_text(enco
 _P40_DTYPES = (Path(__file__).parent / "p40_dtypes.py").read_text(encoding="utf-8")
 _P40_TRIM = (Path(__file__).parent / "p40_trim.py").read_text(encoding="utf-8")
 _P40_CHECKPOINTS = (Path(__file__).parent / "p40_checkpoints.py").read_text(encoding="utf-8")
+_P40_BEST = (Path(__file__).parent / "p40_best.py").read_text(encoding="utf-8")
 _P40_DECODE = (Path(__file__).parent / "p40_decode.py").read_text(encoding="utf-8")
 _P40_PHASE_PEAKS = (Path(__file__).parent / "p40_phase_peaks.py").read_text(encoding="utf-8")
 _SEQLEN_IMPORT = "from verl.utils.seqlen_balancing import prepare_dynamic_batch, restore_dynamic_batch\n"
@@ -464,6 +465,15 @@ EDITS: list[Edit] = [
         new=_P40_CHECKPOINTS,
         why="helpers for the checkpoint edits below: fsyncs, the completion marker, the tracker written durably, "
         "retention after the tracker, and the best validated step (verl_p40.models.checkpoints reads the same file)",
+    ),
+    Edit(
+        name="p40-best",
+        file="utils/p40_best.py",
+        old=None,
+        new=_P40_BEST,
+        why="the rule naming the step `best` hands over (the newest validated one unless an earlier one beats it on "
+        "the same validation questions by a paired exact test), imported by p40_checkpoints.py; `best` in eval and "
+        "export reads the same file",
     ),
     Edit(
         name="save-starts-incomplete",

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from verl_p40 import UserError, defaults, reward
+from verl_p40.patches import p40_best
 from verl_p40.plan import algorithms, engines
 from verl_p40.plan import layout as layout_mod
 from verl_p40.plan import profiles as profiles_mod
@@ -383,7 +384,8 @@ def validation_split(data: Path, notes: list[str]) -> str:
 
 
 def paths(draft: Draft) -> Part:
-    """One model for actor, reference, critic and tokenizer; the data files; the checkpoint folder; the logs."""
+    """One model for actor, reference, critic and tokenizer; the data files; the checkpoint folder (with each
+    validation's per-question results in its `validation/`); the logs."""
     o = draft.options
     for item in draft.user:  # a model path given as a verl key is refused before anything else reads it
         if item.key.lstrip("+") in MODEL_PATH_KEYS:
@@ -401,6 +403,12 @@ def paths(draft: Draft) -> Part:
         Override("data.train_files", hydra_value(str(data / "train.parquet")), MINE),
         Override("data.val_files", hydra_value(str(data / validation_split(data, notes))), MINE),
         Override("trainer.default_local_dir", f"{hydra_value(str(checkpoints))}/${{trainer.experiment_name}}", MINE),
+        # every validation's answers, question by question, beside the checkpoints: `best` pairs steps on them
+        Override(
+            "trainer.validation_data_dir",
+            f"{hydra_value(str(checkpoints))}/${{trainer.experiment_name}}/{p40_best.FOLDER}",
+            MINE,
+        ),
     ]
     if (data / "val.parquet").is_file():  # a slice held out to choose settings on: validate on it as the run goes
         # saved at every validation, so the best validated step is on disk (retention keeps it: p40_checkpoints);
