@@ -75,6 +75,7 @@ def test_progress_reads_verls_lines_and_the_patch_sets_validation_line():
     )
     last = [progress.feed(step_line(s, 21.0)) for s in (3, 4, 5, 6)][-1]
     assert last.line().endswith("(best: step 2), last step")
+    assert second.line(final=True).endswith("(best: step 2)")  # a run that ended there: no time left
 
 
 def test_a_resumed_run_counts_from_its_first_step_and_its_schedule_comes_from_the_plan():

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -110,15 +111,17 @@ def test_status_while_running_after_the_end_and_after_a_failure(tmp_path):
     assert one_line(running).startswith(f"training: {progress} (updated ")
     assert one_line(running).endswith("ago) (log: logs/train-1.log)")
 
-    status.write_run(tmp_path, state="ended", exit_code=0, progress="step 60 of 60, 118.0 s a step, last step")
+    started = status.read(tmp_path)["run"]["started"]
+    ended_at = (datetime.fromisoformat(started) + timedelta(seconds=7135)).isoformat()
+    status.write_run(tmp_path, state="ended", ended=ended_at, exit_code=0, progress="step 60 of 60, 118.0 s a step")
     ended = cli("status", "--logs", str(tmp_path))
     assert ended.returncode == 0 and "training ended at " in one_line(ended)
-    assert ": step 60 of 60, 118.0 s a step, last step (log: logs/train-1.log)" in one_line(ended)
+    assert " after 1 h 59 min: step 60 of 60, 118.0 s a step (log: logs/train-1.log)" in one_line(ended)
 
     status.write_run(tmp_path, state="failed", exit_code=2, line="CUDA out of memory in generation (HF rollout)")
     failed = cli("status", "--logs", str(tmp_path))
     assert failed.returncode == 1
-    assert "(exit 2) after step 60 of 60" in one_line(failed)
+    assert "(exit 2) after step 60 of 60, 118.0 s a step:" in one_line(failed)
     assert one_line(failed).endswith(": CUDA out of memory in generation (HF rollout) (log: logs/train-1.log)")
 
     as_json = cli("status", "--logs", str(tmp_path), "--json")
@@ -249,7 +252,8 @@ def test_the_trainer_says_a_line_a_step_writes_the_status_file_and_keeps_dumps_i
     run = status.read(tmp_path / "logs")["run"]
     assert run["state"] == "ended" and run["exit_code"] == 0 and run["step"] == 3 and run["total_steps"] == 3
     assert run["best_step"] == 2 and run["validation"] == {"step": 2, "accuracy": 0.5}
-    assert run["progress"] == lines[-1].removeprefix("[verl-p40] ")
+    # the run is over: its last line without a time left
+    assert run["progress"] == "step 3 of 3, 2.2 s a step, reward 0.300, validation 50.0% at step 2 (best: step 2)"
     said = cli("status", "--logs", str(tmp_path / "logs"))
     assert said.returncode == 0 and one_line(said).startswith("training ended at ")
 

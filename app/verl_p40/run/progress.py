@@ -104,7 +104,9 @@ class Snapshot:
     def as_dict(self) -> dict:
         return asdict(self)
 
-    def line(self) -> str:
+    def line(self, final: bool = False) -> str:
+        """The progress line; `final`: the run is over, so no time left (verl's loop may end before the steps it
+        announced, at the end of the data's epochs)."""
         parts = [f"step {self.step}" + (f" of {self.total_steps}" if self.total_steps else "")]
         if self.step_s is not None:
             parts.append(f"{self.step_s:.1f} s a step")
@@ -113,7 +115,9 @@ class Snapshot:
         if self.validation:
             text = f"validation {self.validation['accuracy']:.1%} at step {self.validation['step']}"
             parts.append(text + (f" (best: step {self.best_step})" if self.best_step is not None else ""))
-        if self.total_steps and self.step >= self.total_steps:
+        if final:
+            pass
+        elif self.total_steps and self.step >= self.total_steps:
             parts.append("last step")
         elif self.left_s is not None:
             untimed = f" (+ {' and '.join(self.left_untimed)} not yet timed)" if self.left_untimed else ""

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from verl_p40 import UserError, defaults
 from verl_p40.atomic import write_text
+from verl_p40.run.progress import duration
 
 NAME = "status.json"
 VERSION = 1
@@ -201,12 +202,17 @@ def run_line(run: dict, at: float | None = None) -> str:
     if state == "stopped":
         return f"training stopped on request at {_clock(run['updated'])}: {progress}; the same command resumes{where}"
     if state == "ended":
-        return f"training ended at {_clock(run['updated'])}: {progress or 'no step logged'}{where}"
+        return f"training ended at {_clock(run['updated'])}{_took(run)}: {progress or 'no step logged'}{where}"
     after = f" after {progress}" if progress else " before its first step"
     return (
         f"training failed at {_clock(run['updated'])} (exit {run.get('exit_code')}){after}: "
         f"{run.get('line') or 'the log says why'}{where}"
     )
+
+
+def _took(run: dict) -> str:
+    start, end = _time(run.get("started")), _time(run.get("ended"))
+    return f" after {duration((end - start).total_seconds())}" if start and end else ""
 
 
 def _clock(text: str) -> str:

@@ -177,7 +177,7 @@ class _Watcher:
         """The run's last state in the status file: ended, stopped (on request) or failed, with its exit code and
         line."""
         last = self.progress.last
-        progress = last.line() if last else None
+        progress = last.line(final=True) if last else None
         if code == 0:
             state = "stopped" if stopped or self.progress.stopped_after is not None else "ended"
             status.write_run(self.logs, state=state, ended=status.now(), exit_code=0, progress=progress)
