@@ -267,3 +267,14 @@ def test_a_failed_run_says_failed_with_its_exit_code_and_line_in_the_status_file
     said = cli("status", "--logs", str(tmp_path / "logs"))
     assert said.returncode == 1
     assert "(exit 1) after step 2 of 3" in one_line(said) and "RuntimeError: the stand-in fails here" in one_line(said)
+
+
+def test_a_service_failure_before_the_runs_start_is_history_and_the_runs_own_record_is_the_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("VERL_P40_LOGS", str(tmp_path))
+    monkeypatch.setattr(status, "SESSION", "the doctor's container")
+    status.record_service("doctor", "failed", 2, "data: /data: train.parquet: missing; fix: run prep")
+    monkeypatch.setattr(status, "SESSION", "the trainer's container")
+    status.write_run(tmp_path, state="running", started=status.now(), step=1, progress="step 1 of 2")
+    status.record_service("trainer", "failed", 2, "the same failure as the run's")  # this process: the run itself
+    said, code = status.lines(status.read(tmp_path))
+    assert code == 0 and len(said) == 1 and said[0].startswith("training: step 1 of 2 (updated ")
