@@ -130,7 +130,10 @@ def cmd_doctor(options: o.DoctorOptions) -> int:
     only = doctor.parse_names(",".join(options.only), "--only") or None
     results = doctor.run_checks(doctor.Context(options), only=only, skip=doctor.skips(options.skip_check))
     print(doctor.report(results, as_json=options.json))
-    return 2 if any(r.status == doctor.FAIL for r in results) else 0
+    failed = doctor.failure_line(results)
+    if failed:
+        raise Reported(failed, exit_code=2)
+    return 0
 
 
 # ---------------------------------------------------------------------------------------------- the other commands
@@ -213,6 +216,25 @@ def cmd_export(options: o.ExportOptions) -> int:
     return 0
 
 
+def cmd_status(options: o.StatusOptions) -> int:
+    import json
+
+    from verl_p40.run import status
+
+    data = status.read(options.logs)
+    if data is None:
+        raise UserError(
+            f"no {status.path_in(options.logs)} yet: no training and no service of the stack has run with this logs "
+            f"folder (verl-p40 train --logs, VERL_P40_LOGS)"
+        )
+    if options.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    lines, code = status.lines(data)
+    print("\n".join(lines))
+    return code
+
+
 def cmd_profiles(options: o.ProfilesOptions) -> int:
     from verl_p40.plan import profiles
 
@@ -227,8 +249,11 @@ def cmd_profiles(options: o.ProfilesOptions) -> int:
 class Parser(argparse.ArgumentParser):
     """Usage errors in one line (the usage block is one --help away), exit code 2 as argparse's."""
 
+    said: str | None = None  # the usage error, for the stack's status file
+
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        Parser.said = f"{self.prog}: error: {message} (see {self.prog} --help)"
+        self.exit(2, Parser.said + "\n")
 
 
 @dataclass(frozen=True)
@@ -297,6 +322,13 @@ COMMANDS = (
         o.ExportOptions,
         "a trained model to take home: Hugging Face folder (fp16/fp32), LoRA adapter, GGUF",
     ),
+    Command(
+        "status",
+        cmd_status,
+        o.StatusOptions,
+        "where the training is (step, s/step, reward, validation, best step, time left), or how it or a service "
+        "of the stack ended, in a line (the logs folder's status.json)",
+    ),
     Command("profiles", cmd_profiles, o.ProfilesOptions, "list the hardware profiles"),
 )
 
@@ -316,30 +348,58 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Reported(UserError):
+    """A command's failure it has already said in its own words (the doctor's report): its one line goes into the
+    stack's status file, and nothing more is printed."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    from verl_p40.run import status
+
+    service = status.service()  # in the compose stack: this service's outcome goes into the logs' status file
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        if service and exc.code:
+            status.record_service(service, "failed", int(exc.code), parser.said)
+        raise
+    if service:
+        status.record_service(service, "running")
     temporaries = Temporaries()  # a command that fails or is refused leaves nothing in the temporary directory
-    code = _run(args)
+    try:
+        code, line = _run(args)
+    except BaseException as exc:  # an unforeseen error: its traceback follows, the status file names it
+        if service:
+            status.record_service(service, "failed", 1, f"{type(exc).__name__}: {exc}".strip()[:300])
+        raise
     if code != 0:
         temporaries.remove()
+    if service:
+        status.record_service(service, "ok" if code == 0 else "failed", code, line)
     return code
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace) -> tuple[int, str | None]:
+    """The command's exit code, and the one line that says why it failed."""
     command: Command = args.command_spec
     try:
-        return command.run(resolve(command.options, args))  # environment values are read and checked here
+        return command.run(resolve(command.options, args)), None  # environment values are read and checked here
+    except Reported as exc:
+        return exc.exit_code, str(exc)
     except UserError as exc:
-        print(f"verl-p40 {args.command}: error: {named(str(exc))}", file=sys.stderr)  # the variable, where it was one
-        return exc.exit_code
+        line = f"verl-p40 {args.command}: error: {named(str(exc))}"  # the variable, where it was one
+        print(line, file=sys.stderr)
+        return exc.exit_code, line
     except ModuleNotFoundError as exc:
         missing = missing_dependency(exc)
         if missing is None:
             raise
-        print(f"verl-p40 {args.command}: error: {missing}", file=sys.stderr)
-        return 2
+        line = f"verl-p40 {args.command}: error: {missing}"
+        print(line, file=sys.stderr)
+        return 2, line
     except KeyboardInterrupt:
-        return 130
+        return 130, "stopped (SIGINT or SIGTERM)"
 
 
 # The packages a `pip install verl-p40` leaves out (the image has them all: docker/requirements.txt), by import name,

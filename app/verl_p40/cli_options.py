@@ -260,5 +260,11 @@ class ExportOptions:
 
 
 @dataclass
+class StatusOptions:
+    logs: str = option(defaults.LOGS.value, "the logs folder of the run", env=defaults.LOGS.env, path=FOLDER)
+    json: bool = option(False, "print the status file as it is", switch=True)
+
+
+@dataclass
 class ProfilesOptions:
     """`verl-p40 profiles` takes nothing."""

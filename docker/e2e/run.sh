@@ -2,8 +2,9 @@
 # The front door checked end to end on a real Docker engine without a GPU: the image built from the real Dockerfile
 # (docker/e2e/build.sh), then the product's docker-compose.yml with the test-only override tests/e2e/compose.cpu.yaml,
 # driven as a user drives it: `up trainer` (model-fetch from a local folder, data-prep, doctor, two steps of verl's
-# real loop on a tiny model), TensorBoard and gpu-monitor started and stopped beside a run, `stop trainer` mid-run,
-# `up trainer` again (resume), `run --rm eval`, `run --rm export`,
+# real loop on a tiny model), `run --rm status` after it, `up -d trainer` with a doctor that fails and the status
+# one-off that names it, `run --rm status` during a run, TensorBoard and gpu-monitor started and stopped beside a run,
+# `stop trainer` mid-run, `up trainer` again (resume), `run --rm eval`, `run --rm export`,
 # `run --rm data-prep`, gpu-monitor without a driver, and `up trainer` without the override; then another host's two
 # ways to the image, each on a second engine with an empty data root and a short `up trainer`: pulled through compose
 # from a real registry (Debian's docker-registry, on the loopback) by its digest, and `docker load` of a
@@ -86,15 +87,47 @@ TRAIN_ARGS="$cpu trainer.total_training_steps=2" dc up --exit-code-from trainer 
 check "up trainer (fetch, prep, doctor, 2 steps)" 0 "$rc"
 dc ps -a --format '{{.Service}} exit {{.ExitCode}}'
 expect "a checkpoint of step 2 in the checkpoints volume" test "$(latest_step)" = 2
+/usr/bin/docker logs "$(dc ps -aq trainer)" > "$E2E_DIR/trainer-first.log" 2>&1
+grep -F "[verl-p40] step " "$E2E_DIR/trainer-first.log" | cut -c1-160
+expect "the trainer's own progress line at each step" grep -q '^\[verl-p40\] step 2 of 2, .* s a step' "$E2E_DIR/trainer-first.log"
+expect "and no worker's model config dump on the console (the log file keeps it)" \
+  sh -c "! grep -q 'Model config after override' '$E2E_DIR/trainer-first.log'"
+
+step "docker compose run --rm status after the run: one line, how it ended"
+dc run --rm status > "$E2E_DIR/status-ended.log" 2>&1 && rc=0 || rc=$?
+grep -E "^training|error" "$E2E_DIR/status-ended.log" | cut -c1-200
+check "run --rm status after the run" 0 "$rc"
+expect "it says the run ended at step 2 of 2" grep -q "^training ended at .*: step 2 of 2, " "$E2E_DIR/status-ended.log"
+
+step "docker compose up -d trainer with a doctor that fails (a data folder with nothing in it): compose says only its
+exit code; docker compose run --rm status names the service and its line (README, step 5)"
+TRAIN_ARGS="--data /data/empty $cpu" dc up -d trainer > "$E2E_DIR/up-d-doctor.log" 2>&1 && rc=0 || rc=$?
+tail -2 "$E2E_DIR/up-d-doctor.log"
+expect "up -d trainer fails" test "$rc" != 0
+expect "compose says only that the doctor did not complete" \
+  grep -q 'service "doctor" didn.t complete successfully: exit 2' "$E2E_DIR/up-d-doctor.log"
+expect "and not the doctor's line" sh -c "! grep -q 'FAIL  data' '$E2E_DIR/up-d-doctor.log'"
+dc run --rm status > "$E2E_DIR/status-doctor.log" 2>&1 && rc=0 || rc=$?
+grep -E "^(doctor|training)|error" "$E2E_DIR/status-doctor.log" | cut -c1-240
+check "run --rm status after the failed doctor (exit 1: something failed)" 1 "$rc"
+expect "it names the doctor, its exit code and its FAIL line with the fix" \
+  grep -Eq '^doctor failed at .* \(exit 2\): data: /data/empty: .*fix: ' "$E2E_DIR/status-doctor.log"
 
 step "docker compose stop trainer during a run: the step in progress is saved, exit 0"
-TRAIN_ARGS="$cpu trainer.total_training_steps=12" dc up -d trainer
+# 20 steps: room for the status one-off, TensorBoard and the monitor before the stop (~3 s a CPU step)
+TRAIN_ARGS="$cpu trainer.total_training_steps=20" dc up -d trainer
 for _ in $(seq 600); do
   dc logs trainer 2>/dev/null | grep -q "step:3 " && break
   [ "$(/usr/bin/docker inspect -f '{{.State.Running}}' "$(dc ps -aq trainer)" 2>/dev/null)" = true ] || break
   sleep 1
 done
 dc logs trainer 2>/dev/null | grep -o "step:3 - " | head -1
+# where the run is, from another container, as a user asks it (README, step 5)
+dc run --rm status > "$E2E_DIR/status-running.log" 2>&1 && rc=0 || rc=$?
+grep -E "^training|error" "$E2E_DIR/status-running.log" | cut -c1-200
+check "run --rm status during the run" 0 "$rc"
+expect "it says the step of 20, the seconds a step and the time left" \
+  grep -Eq '^training: step [0-9]+ of 20, [0-9.]+ s a step, .*~[0-9].* left' "$E2E_DIR/status-running.log"
 # TensorBoard and the GPU monitor started and stopped beside the running trainer (they share its logs volume): the
 # trainer keeps its container and goes on training
 trainer=$(dc ps -q trainer)

@@ -45,6 +45,8 @@ def compose() -> dict:
             "cluster",
             "--profile",
             "monitor",
+            "--profile",
+            "status",
             "config",
             "--format",
             "json",
@@ -75,6 +77,7 @@ def test_compose_services_volumes_and_wiring(compose):
         "export",
         "ray-head",
         "ray-worker",
+        "status",
     }
     exporter = services["export"]
     assert exporter["profiles"] == ["export"] and exporter["restart"] == "no" and "deploy" not in exporter
@@ -169,6 +172,15 @@ def test_compose_services_volumes_and_wiring(compose):
         assert service["entrypoint"] == [f"/opt/verl-p40/entrypoints/{name}.sh"], name
     for one_off in ("model-fetch", "data-prep", "doctor", "eval"):
         assert services[one_off]["restart"] == "no"
+    # every failure visible: each service before the trainer records its outcome (and its one line) in the logs
+    # volume's status.json, which `docker compose run --rm status` reads (read-only, no GPU, no dependency: it answers
+    # when `up -d` stopped at a failed doctor)
+    for name in ("model-fetch", "data-prep", "doctor", "trainer", "ray-head"):
+        assert services[name]["environment"]["VERL_P40_SERVICE"] == name, name
+        assert {v["target"]: v["source"] for v in services[name]["volumes"]}["/logs"] == "logs", name
+    reader = services["status"]
+    assert reader["profiles"] == ["status"] and "deploy" not in reader and "depends_on" not in reader
+    assert [(v["source"], v["target"], v.get("read_only")) for v in reader["volumes"]] == [("logs", "/logs", True)]
 
 
 ENV_SETTINGS = set(re.findall(r"^([A-Z][A-Z0-9_]*)=", (REPO / ".env.example").read_text(), re.M))
@@ -215,7 +227,9 @@ def test_without_an_env_file_compose_uses_the_values_env_example_shows(tmp_path,
     it gets another stack than one who does not."""
     empty = tmp_path / "empty.env"
     empty.write_text("")
-    profiles = [arg for name in ("eval", "tensorboard", "export", "cluster", "monitor") for arg in ("--profile", name)]
+    profiles = [
+        arg for name in ("eval", "tensorboard", "export", "cluster", "monitor", "status") for arg in ("--profile", name)
+    ]
     result = _compose(*profiles, "config", "--format", "json", env_file=str(empty))
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == compose
@@ -316,6 +330,7 @@ def test_entrypoints_only_exec_the_cli():
         "export",
         "ray-head",
         "ray-worker",
+        "status",
     }
     for script in scripts:
         code = [ln for ln in script.read_text().splitlines() if ln.strip() and not ln.startswith("#")]

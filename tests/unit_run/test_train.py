@@ -147,13 +147,15 @@ def test_train_log_shows_each_line_while_the_trainer_still_runs(tmp_path):
     assert proc.returncode == 0
 
 
-def _stand_in_runner(tmp_path, trainer: str) -> str:
+def _stand_in_runner(tmp_path, trainer: str, plan: str = "") -> str:
+    """A script that runs run_trainer on `trainer` (Python source) as verl's trainer; `plan`: more of the Plan."""
     return (
         "import sys\n"
         "from verl_p40.run.trainer import run_trainer\n"
         "class Plan:\n"
         "    env, overrides, validation_questions = {}, [], None\n"
         f"    def command(self): return [sys.executable, '-c', {trainer!r}]\n"
+        f"{plan}"
         f"sys.exit(run_trainer(Plan(), {str(tmp_path / 'logs')!r}))\n"
     )
 

@@ -192,6 +192,11 @@ def test_two_ppo_steps_then_resume_then_eval_the_checkpoint(cluster, run_dirs):
     ):
         assert key in steps[-1], key
     assert steps[-1]["reward/acc/mean"] == steps[-1]["reward/strict/mean"]  # the default reward is strict
+    # the progress line a step, read from verl's own output, and the status file after the run (issue 58)
+    assert "[verl-p40] step 1 of 2, " in first.stderr and "[verl-p40] step 2 of 2, " in first.stderr
+    assert "Model config after override" not in first.stdout and "Model config after override" in log1.read_text()
+    run = json.loads((run_dirs["root"] / "logs1" / "status.json").read_text())["run"]
+    assert run["state"] == "ended" and run["step"] == 2 and run["total_steps"] == 2 and run["step_s"] > 0
     experiment = run_dirs["checkpoints"] / "model-gsm8k-ppo"  # <model folder>-gsm8k-<algorithm>
     assert (experiment / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
     assert (experiment / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt").is_file()

@@ -138,10 +138,19 @@ def preflight(run: RunPlan, options: RunOptions, skip: dict[str, str], quiet: bo
         print(report(results), file=sys.stderr, flush=True)
     failed = [r for r in results if r.status == FAIL]
     if failed:
-        described = [f"{r.name}: {r.detail}" + (f"; fix: {r.fix}" if r.fix else "") for r in failed]
         if quiet:  # nothing was printed: every failure goes into the one line
-            raise UserError("preflight: " + " | ".join(described))
-        raise UserError(
-            f"preflight: {described[0]}"
-            + (f" (and {len(failed) - 1} more failed checks above)" if len(failed) > 1 else "")
-        )
+            raise UserError("preflight: " + " | ".join(_described(r) for r in failed))
+        raise UserError(f"preflight: {failure_line(results)}")
+
+
+def _described(result: Result) -> str:
+    return f"{result.name}: {result.detail}" + (f"; fix: {result.fix}" if result.fix else "")
+
+
+def failure_line(results: list[Result]) -> str | None:
+    """The first failed check with its fix, and how many more failed; None when none did."""
+    failed = [r for r in results if r.status == FAIL]
+    if not failed:
+        return None
+    more = f" (and {len(failed) - 1} more failed checks above)" if len(failed) > 1 else ""
+    return _described(failed[0]) + more
