@@ -71,7 +71,9 @@ def test_a_status_file_that_cannot_be_written_never_stops_the_run(tmp_path, caps
 @pytest.mark.parametrize(
     "text, why",
     [
-        ("{not json", "not JSON"),
+        ("{not json", "not whole JSON"),
+        (b"\xff\xfe{", "not UTF-8 text"),
+        ("", "empty"),
         ("[1, 2]", "not a JSON object"),
         ('{"version": 7}', "version 7"),
         ('{"version": 1, "run": {"state": "dancing"}}', "its run has no known state"),
@@ -80,14 +82,15 @@ def test_a_status_file_that_cannot_be_written_never_stops_the_run(tmp_path, caps
     ],
 )
 def test_the_reader_says_in_one_line_what_is_wrong_with_a_corrupt_file(tmp_path, text, why):
-    (tmp_path / "status.json").write_text(text)
+    path, text = tmp_path / "status.json", text if isinstance(text, bytes) else text.encode()
+    path.write_bytes(text)
     with pytest.raises(UserError, match="not a status file of verl-p40") as caught:
         status.read(tmp_path)
     assert why in str(caught.value) and "\n" not in str(caught.value)
     result = cli("status", "--logs", str(tmp_path))
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.startswith(f"verl-p40 status: error: {tmp_path / 'status.json'}: not a status file")
-    assert len(result.stderr.splitlines()) == 1 and (tmp_path / "status.json").read_text() == text
+    assert len(result.stderr.splitlines()) == 1 and path.read_bytes() == text
 
 
 def test_status_without_a_file_says_so_in_one_line(tmp_path):

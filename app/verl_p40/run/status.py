@@ -21,7 +21,7 @@ import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
-from verl_p40 import UserError, defaults
+from verl_p40 import UserError, defaults, state_files
 from verl_p40.atomic import write_text
 from verl_p40.run.progress import duration
 
@@ -46,19 +46,11 @@ def path_in(logs: str | Path) -> Path:
 
 
 def read(logs: str | Path) -> dict | None:
-    """The status file in `logs`, checked; None when there is none. A file that is not one raises UserError."""
+    """The status file in `logs`, checked (through the one reader of state files); None when there is none. A file
+    that is not one raises UserError."""
     path = path_in(logs)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise UserError(f"{path}: {_corrupt(f'not JSON ({exc})')}") from None
-    problem = _problem(data)
+    data, problem = state_files.read_json(path, kind=object)
+    problem = problem or (None if data is None else _problem(data))
     if problem:
         raise UserError(f"{path}: {_corrupt(problem)}")
     return data
