@@ -2,6 +2,7 @@
 
 import pytest
 
+from verl_p40.patches import p40_best
 from verl_p40.run.console import Console
 from verl_p40.run.progress import Progress, Schedule, duration, events_left, time_left
 
@@ -64,7 +65,8 @@ def test_progress_reads_verls_lines_and_the_patch_sets_validation_line():
     assert (first.step, first.total_steps, first.step_s, first.reward) == (1, 6, 30.0, 0.5)
     assert first.validation == {"step": 0, "accuracy": pytest.approx(0.262)} and first.best_step is None
     assert first.left_untimed == ["validations", "saves"]
-    progress.feed(RAY + "verl-p40: validation accuracy 30.5% at step 2; best step 2 (30.5%, +4.3 points over step 0)\n")
+    best = {"step": 2, "accuracy": 0.305, "gain_over_first": 0.043, "first_step": 0, "why": "the newest validated step"}
+    progress.feed(RAY + f"verl-p40: validation accuracy 30.5% at step 2; best: {p40_best.line(best)}\n")  # the patch's
     second = progress.feed(step_line(2, 27.0, testing=4.0, save=3.0, validation=0.305))
     assert second.step_s == 20.0  # 27 s less the validation and the save inside verl's step timer; warm-up left out
     assert second.best_step == 2 and second.validation["step"] == 2

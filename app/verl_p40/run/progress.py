@@ -1,6 +1,6 @@
 """Where a training run is, read from what verl's trainer prints (no patch of verl): the step and the steps it will
 take (`Total training steps: N`), seconds a step, the latest reward, the latest validation and the best step (the
-patch set's `verl-p40: validation accuracy ... at step N; best step M ...` line), and the time left.
+patch set's `verl-p40: validation accuracy ... at step N; best: step M ...` line), and the time left.
 
 The time left is the steps still to come at the measured seconds of a step, plus the validations and the saves still
 to come at their own measured cost (verl's `timing_s/testing` and `timing_s/save_checkpoint`, both inside
@@ -17,7 +17,7 @@ from verl_p40.run.trainer_log import parse_line
 
 _TOTAL = re.compile(r"Total training steps: (\d+)")
 _VALIDATION = re.compile(r"verl-p40: validation accuracy ([0-9.]+)% at step (\d+)")
-_BEST = re.compile(r"best step (\d+)")
+_BEST = re.compile(r"; best:? step (\d+)")  # p40_checkpoints.record_validation's line (p40_best.line)
 _STOPPED = re.compile(r"verl-p40: stopped on request after step (\d+)")
 _ERROR = re.compile(r"\b\w*(Error|Exception)\b: \S")
 _PREFIX = re.compile(r"^(\x1b\[[0-9;]*m)?\(\w+ pid=\d+(, ip=[^)]*)?\)(\x1b\[[0-9;]*m)? ?")
