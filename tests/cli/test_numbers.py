@@ -127,3 +127,16 @@ def test_the_first_build_is_the_committed_logs(readme):
     (log,) = re.findall(r"\((docker/e2e/results/first-build-[^)]+\.log)\)", text)
     seconds = int(re.search(r"^build took (\d+) s", (REPO / log).read_text(encoding="utf-8"), re.M).group(1))
     assert not has(text, str(math.ceil(seconds / 60))), (seconds, text)
+
+
+@pytest.mark.parametrize("readme", READMES)
+def test_the_multi_card_hours_are_the_projections(readme):
+    """The "One, two or four cards" paragraph's P40 hours, read from the projection it names."""
+    text = (REPO / readme).read_text(encoding="utf-8")
+    heading = "### One, two or four cards" if readme == "README.md" else "### 一张、两张或四张卡"
+    paragraph = text[text.index(heading) :].split("\n\n")[0]
+    assert "multi-gpu-plan-2026-12-04" in paragraph
+    rows = _json("multi-gpu-plan-2026-12-04/projection.json")["rows"]
+    hours = {(r["recipe"], r["p40s"]): f"{r['p40_hours_for_the_run']:.2f}" for r in rows}
+    wanted = [hours[(recipe, n)] for recipe in ("grpo-gsm8k", "ppo-gsm8k") for n in (1, 2, 4)]
+    assert not has(paragraph, *wanted), (readme, wanted)
