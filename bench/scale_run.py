@@ -217,6 +217,9 @@ def p40_rate(result: dict) -> tuple[float, float]:
 
     shape = projection.Shape.from_config(json.loads((project.SHARED / "config.json").read_text()))
     row = project.project_run("scale", result["command"], result["steps"], shape, recent=True)
+    if row["train_batch_size"] != result["settings"]["train_batch_size"]:
+        # run before 2026-12-04, when several GPUs multiplied the batch: today's plan of that is `--batch per-gpu`
+        row = project.project_run("scale", f"{result['command']} --batch per-gpu", result["steps"], shape, recent=True)
     step = row["p40_projection"]["step"]
     return step, row["train_batch_size"] / step
 

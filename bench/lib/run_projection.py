@@ -26,7 +26,7 @@ H200 = projection.Card(
 
 def options_from(command: str) -> RunOptions:
     """The verl config a recorded `verl-p40 train|bench ...` command ran with (paths do not matter here)."""
-    words, sets, profile, gpus, algorithm = shlex.split(command)[2:], [], "p40", None, "ppo"
+    words, sets, profile, gpus, algorithm, batch = shlex.split(command)[2:], [], "p40", None, "ppo", "recipe"
     i = 0
     while i < len(words):
         word = words[i]
@@ -36,6 +36,8 @@ def options_from(command: str) -> RunOptions:
             algorithm, i = words[i + 1], i + 2
         elif word == "--gpus":
             gpus, i = words[i + 1], i + 2
+        elif word == "--batch":
+            batch, i = words[i + 1], i + 2
         elif word == "--set":
             sets.append(words[i + 1])
             i += 2
@@ -46,7 +48,7 @@ def options_from(command: str) -> RunOptions:
             i += 1
         else:
             i += 1
-    return RunOptions(profile=profile, sets=sets, gpus=gpus or "all", algorithm=algorithm)
+    return RunOptions(profile=profile, sets=sets, gpus=gpus or "all", algorithm=algorithm, batch=batch)
 
 
 def masked_p40s(options: RunOptions) -> list[GPUInfo]:
