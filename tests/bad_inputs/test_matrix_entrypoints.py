@@ -33,6 +33,7 @@ CASES = [
         "$VERL_P40_MODEL_FROM",
     ),
     ("ep-model-fetch-into-a-file", ["model-fetch.sh"], {"VERL_P40_MODEL": f"{T}/a-file"}, "$VERL_P40_MODEL"),
+    ("ep-status-logs-a-file", ["status.sh"], {"VERL_P40_LOGS": f"{T}/a-file"}, "$VERL_P40_LOGS"),
     ("ep-trainer-profile", ["trainer.sh"], {**TRAIN, "VERL_P40_PROFILE": "p4O"}, "$VERL_P40_PROFILE: unknown profile"),
     ("ep-trainer-algorithm", ["trainer.sh"], {**TRAIN, "VERL_P40_ALGORITHM": "dpo"}, "$VERL_P40_ALGORITHM"),
     (

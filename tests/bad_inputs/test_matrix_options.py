@@ -413,6 +413,8 @@ CASES = [
         f"--checkpoints {T}/a-file: is a file, not a folder",
     ),
     ("opt-patch-verl-file", ["patch-verl", "--check", f"{T}/a-file"], {}, f"VERL_DIR {T}/a-file: is a file"),
+    ("opt-status-logs-file", ["status", "--logs", f"{T}/a-file"], {}, f"--logs {T}/a-file: is a file, not a folder"),
+    ("opt-status-no-file", ["status", "--logs", f"{T}/nope"], {}, f"no {T}/nope/status.json yet"),
 ]
 
 
@@ -446,6 +448,7 @@ BAD_ENVIRONMENT = {k: v for _, _, env, _ in CASES for k, v in env.items() if T n
         "eval",
         "export",
         "profiles",
+        "status",
     ],
 )
 def test_a_broken_environment_never_breaks_help(command, tmp_path):
