@@ -66,21 +66,26 @@ def temporaries(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
 
 
+def second_is_refused(first, out: Path, *args: str) -> None:
+    """The same command into `out` while `first` holds it: exit 2, the one line naming the first, `out` untouched."""
+    before = snapshot(out)
+    second = cli(*args)
+    line = one_line(second)
+    assert second.returncode == 2, second.stderr
+    assert line == (
+        f"verl-p40 {args[0]}: error: --out {out}: verl-p40 {args[0]} (pid {first.pid}) is writing into this folder; "
+        "wait for it to end, or choose another --out"
+    )
+    assert snapshot(out) == before  # the first one's temporaries as they were
+
+
 def test_a_second_export_into_a_folder_being_written_is_refused_and_the_first_ends_whole(tiny_model, tmp_path):
     out = tmp_path / "exported"
     args = ("export", "--model", str(tiny_model), "--out", str(out), "--dtype", "fp32")
     first, go = slow_writer(tmp_path, "verl_p40.models.export.hf_folder", *args)
     try:
         assert temporaries(out), "the first export is inside its write: its temporary folder is there"
-        before = snapshot(out)
-        second = cli(*args)
-        line = one_line(second)
-        assert second.returncode == 2, second.stderr
-        assert line == (
-            f"verl-p40 export: error: --out {out}: verl-p40 export (pid {first.pid}) is writing into this folder; wait "
-            "for it to end, or choose another --out"
-        )
-        assert snapshot(out) == before  # the first one's temporaries as they were
+        second_is_refused(first, out, *args)
     finally:
         go.touch()
     stdout, stderr = first.communicate(timeout=300)
@@ -98,15 +103,8 @@ def test_a_second_prep_never_removes_the_first_ones_temporaries(gsm8k_dir, tmp_p
     try:
         held = temporaries(out)
         assert held, "the first prep is inside its write: its temporary files are there"
-        before = snapshot(out)
-        second = cli(*args)
-        line = one_line(second)
-        assert second.returncode == 2, second.stderr
-        assert line == (
-            f"verl-p40 prep: error: --out {out}: verl-p40 prep (pid {first.pid}) is writing into this folder; wait for "
-            "it to end, or choose another --out"
-        )
-        assert snapshot(out) == before and temporaries(out) == held
+        second_is_refused(first, out, *args)
+        assert temporaries(out) == held
     finally:
         go.touch()
     stdout, stderr = first.communicate(timeout=300)
