@@ -20,6 +20,7 @@ from verl_p40.plan import profiles as profiles_mod
 from verl_p40.plan import steps as plan_steps
 from verl_p40.plan.facts import Facts
 from verl_p40.plan.run_options import RunOptions
+from verl_p40.plan.schedule import parquet_rows
 from verl_p40.plan.verlconfig import compose, to_hydra
 
 
@@ -72,7 +73,7 @@ def plan(options: RunOptions, facts: Facts | None = None) -> RunPlan:
         env=env,
         record=run_record(cfg, draft),
         composed=cfg,
-        validation_questions=_rows(Path(str(cfg.data.val_files))),
+        validation_questions=parquet_rows(Path(str(cfg.data.val_files))),
     )
 
 
@@ -110,15 +111,6 @@ def _steps(cfg: Any, draft: plan_steps.Draft) -> int | None:
     if cfg.trainer.total_training_steps is not None:
         return int(cfg.trainer.total_training_steps)
     return draft.schedule.steps if draft.schedule and draft.schedule.batches else None
-
-
-def _rows(path: Path) -> int | None:
-    try:
-        import pyarrow.parquet as pq
-
-        return int(pq.ParquetFile(path).metadata.num_rows)
-    except Exception:  # a config made elsewhere: the file is not here (the trainer says so if it is not there either)
-        return None
 
 
 def _plain(value):

@@ -11,7 +11,6 @@ ends early without its last validation and save. So the plan gives verl the epoc
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,11 +33,8 @@ def train_rows(train_file: Path, filter_overlong: bool, max_prompt_length: int, 
     the filter is on. Prep's manifest (`prep --tokenizer`) tells when no prompt is that long; else the prompts are
     counted with the model's tokenizer (the folder `tokenizer`) when it is here; without either the count is of the
     rows before the filter, and says so."""
-    try:
-        import pyarrow.parquet as pq
-
-        rows = int(pq.ParquetFile(train_file).metadata.num_rows)
-    except Exception:  # a plan made for another machine: the file is not here
+    rows = parquet_rows(train_file)
+    if rows is None:  # a plan made for another machine: the file is not here
         return Rows(None, False, f"{train_file} is not readable here")
     if not filter_overlong:
         return Rows(rows)
@@ -72,12 +68,23 @@ def _count_kept(train_file: Path, max_prompt_length: int, tokenizer: str | None)
 
 def _longest_prompt(train_file: Path) -> int | None:
     """The longest train prompt in tokens, as prep's manifest beside `train_file` records it (None: not recorded)."""
+    from verl_p40 import state_files
     from verl_p40.data.manifest import MANIFEST
 
+    manifest, _ = state_files.read_json(Path(train_file).parent / MANIFEST)  # a damaged one: not recorded
     try:
-        manifest = json.loads((Path(train_file).parent / MANIFEST).read_text(encoding="utf-8"))
         return int(manifest["outputs"][Path(train_file).stem]["prompt_tokens"]["max"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def parquet_rows(path: Path) -> int | None:
+    """The rows of a parquet file from its footer (None: not readable here, e.g. a plan made for another machine)."""
+    try:
+        import pyarrow.parquet as pq
+
+        return int(pq.ParquetFile(path).metadata.num_rows)
+    except Exception:
         return None
 
 
