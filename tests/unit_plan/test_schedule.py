@@ -47,6 +47,15 @@ def test_without_readable_data_the_line_says_it_could_not_count_and_verl_gets_en
     assert s.epochs == 60 and "could not count the epochs (/x/train.parquet is not readable here)" in s.line()
 
 
+def test_without_a_length_or_readable_data_the_line_never_announces_step_0():
+    s = schedule.plan(Rows(None, False, "/x/train.parquet is not readable here"), 64, None, 1, None)
+    assert s.steps is None and s.record()["steps"] is None
+    assert s.line() == (
+        "steps: verl's own count, 1 pass over the train rows at 64 prompts a step "
+        "(could not count the rows: /x/train.parquet is not readable here)"
+    )
+
+
 def test_without_a_length_the_run_is_its_passes():
     s = schedule.plan(Rows(7217), 64, None, 1, None)
     assert (s.steps, s.epochs) == (112, 1)

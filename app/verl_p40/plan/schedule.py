@@ -90,7 +90,7 @@ def parquet_rows(path: Path) -> int | None:
 
 @dataclass(frozen=True)
 class Schedule:
-    steps: int
+    steps: int | None  # None: verl's own count, which needs the rows (not readable here)
     prompts: int  # a step
     rows: Rows
     batches: int | None  # a pass over the rows (verl drops the last partial batch)
@@ -102,6 +102,12 @@ class Schedule:
         return self.steps * self.prompts / self.rows.count if self.rows.count and self.batches else None
 
     def line(self) -> str:
+        if self.steps is None:
+            passes = f"{self.epochs:,} pass" + ("es" if self.epochs != 1 else "")
+            return (
+                f"steps: verl's own count, {passes} over the train rows at {self.prompts:,} prompts a step (could not "
+                f"count the rows: {self.rows.why})"
+            )
         head = f"{self.steps:,} steps of {self.prompts:,} prompts"
         if self.rows.count is None:
             return (
@@ -140,7 +146,7 @@ def plan(
     `epochs_origin`: where a trainer.total_epochs the plan must not change was set (None: the plan's to choose)."""
     if rows.count is None:
         if steps is None:
-            return Schedule(0, prompts, rows, None, epochs)
+            return Schedule(None, prompts, rows, None, epochs)
         return Schedule(steps, prompts, rows, None, epochs if epochs_origin else max(epochs, steps))
     batches = rows.count // prompts
     if batches < 1:  # verl stops on 'Train dataloader is empty!'; the preflight's own checks of the folders come first
