@@ -183,6 +183,39 @@ def test_pyproject_ships_every_subpackage():
     assert folders <= listed, f"not in pyproject.toml's packages: {sorted(folders - listed)}"
 
 
+# ------------------------------------------------------------------------------------------------ function length
+
+LONGEST = 60  # lines a function or method of app/ may have: end_lineno - lineno + 1, its def line, docstring and
+# body included (decorators not counted); a nested function counts inside its outer one and on its own
+
+
+def long_functions(source: str, name: str) -> list[str]:
+    """`name:line function (N lines)` for each function or method in `source` longer than LONGEST."""
+    return [
+        f"{name}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > LONGEST
+    ]
+
+
+def test_no_function_in_app_is_over_60_lines():
+    """Every offender is listed, so a merge that shortens one can be read off the failure."""
+    over = [
+        line
+        for path in MODULES.values()
+        for line in long_functions(path.read_text(encoding="utf-8"), str(path.relative_to(REPO)))
+    ]
+    assert not over, f"functions over {LONGEST} lines (split them):\n" + "\n".join(over)
+    assert len(MODULES) > 40  # the check reads the package
+
+
+def test_the_length_checker_counts_docstring_and_nested_functions():
+    body = "    x = 1\n" * (LONGEST - 2)
+    assert long_functions(f'def f():\n    """doc"""\n{body}', "m.py") == []  # LONGEST lines, docstring included
+    nested = 'class C:\n    def g(self):\n        """doc"""\n        def h():\n            pass\n'
+    assert long_functions(nested + body.replace("    x", "        x"), "m.py") == ["m.py:2 g (62 lines)"]
+
+
 def _architecture_rows() -> dict[str, set[str]]:
     """docs/architecture.md's stage table: {stage: the files and folders its folder column names}."""
     text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")

@@ -168,22 +168,7 @@ def cmd_eval(options: o.EvalOptions) -> int:
     from verl_p40.evaluation import evaluate
 
     _stop_on_sigterm()
-    report = evaluate.run(
-        model=options.model,
-        compare=options.compare,
-        data=Path(options.data),
-        out=Path(options.out),
-        limit=options.limit,
-        batch_size=options.batch_size,
-        max_new_tokens=options.max_new_tokens,
-        checkpoints=Path(options.checkpoints),
-        logs=Path(options.logs) if options.logs else None,
-        device=options.device,
-        examples=options.examples,
-        engine=options.engine,
-        dtype=options.dtype,
-        decode=options.decode,
-    )
+    report = evaluate.run(options)
     for label, m in report["models"].items():
         print(
             f"{label:>8}: strict {m['accuracy_strict']:.1%}  flexible {m['accuracy_flexible']:.1%}  "
@@ -202,15 +187,7 @@ def cmd_export(options: o.ExportOptions) -> int:
     from verl_p40.models import export
 
     _stop_on_sigterm()
-    kinds = [k.strip() for k in options.gguf.split(",") if k.strip()]
-    for path in export.run(
-        options.model,
-        Path(options.checkpoints),
-        Path(options.out),
-        dtype=options.dtype,
-        gguf_kinds=kinds,
-        lora=options.lora,
-    ):
+    for path in export.run(options):
         size = sum(p.stat().st_size for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file()) / 1e6
         print(f"wrote {path} ({size:.1f} MB)")
     return 0

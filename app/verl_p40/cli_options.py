@@ -1,6 +1,7 @@
 """What every command takes, declared once: one dataclass per command, each field its flag, default, environment
 variable, checks and help (`verl_p40.options`). The commands that plan a run (config, train, cluster, bench, doctor)
-share `RunOptions`."""
+share `RunOptions`; eval's and export's live with the stage that takes them whole (`evaluation/options.py`,
+`models/options.py`), as `RunOptions` lives in the plan."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ from dataclasses import dataclass
 
 from verl_p40 import VERL_VERSION, defaults
 from verl_p40.doctor.runner import SKIP_ENV, names_help
+from verl_p40.evaluation.options import EvalOptions
 from verl_p40.gpu.nvml import parse_gpus
+from verl_p40.models.options import ExportOptions
 from verl_p40.options import FILE, FOLDER, option
 from verl_p40.plan.facts import CARDS
 from verl_p40.plan.run_options import RunOptions
 
-LATEST = "latest"  # a model given as the newest verl checkpoint under --checkpoints
-BEST = "best"  # the saved step of best validation accuracy (verl-p40-run.json), beside latest
+__all__ = ["EvalOptions", "ExportOptions", "RunOptions"]  # declared in their stage, named here with the others
+
 MONITOR_INTERVAL_ENV = "VERL_P40_MONITOR_INTERVAL"
 MONITOR_ALERT_ENV = "VERL_P40_MONITOR_ALERT_MEM_PCT"  # the gpu-monitor service's warning (MONITOR_ALERT_MEM_PCT)
 
@@ -31,17 +34,6 @@ def _skip_check():
         many=True,
         metavar="NAME[,NAME]",
     )
-
-
-def _device(value: str, origin: str) -> None:
-    """eval's --device: one of this machine's, said before any model is read (torch is imported only here)."""
-    from verl_p40.evaluation.generation import check_device
-
-    check_device(value, origin)
-
-
-def _checkpoints():
-    return option(defaults.CHECKPOINTS.value, "for 'latest' and 'best'", env=defaults.CHECKPOINTS.env, path=FOLDER)
 
 
 @dataclass
@@ -192,71 +184,6 @@ class MonitorOptions:
     max_csv_mb: float = option(50.0, "rotate gpu.csv at this size", kind=float, low=0.01)
     plot: str | None = option(None, "only redraw the picture from a gpu.csv", metavar="CSV", path=FILE)
     plot_out: str | None = option(None, "with --plot: where to write the PNG", shown="beside the CSV", path=FILE)
-
-
-@dataclass
-class EvalOptions:
-    model: str | None = option(
-        defaults.MODEL.value,
-        "Hugging Face folder, verl checkpoint .../global_step_N (or its actor folder), latest or best (default: the "
-        "fetched model)",
-        env=defaults.MODEL.env,
-        path=FOLDER,
-        unless=(LATEST, BEST),
-    )
-    compare: str | None = option(
-        None, "a second model, same forms (the trained one)", path=FOLDER, unless=(LATEST, BEST)
-    )
-    data: str = option(
-        os.path.join(defaults.DATA.value, "test.parquet"),
-        "a parquet file of verl's RL schema, or the folder verl-p40 prep wrote (its test.parquet)",
-        env=defaults.DATA.env,
-        below="test.parquet",
-    )
-    out: str = option(_logs("eval"), "output folder", env=defaults.LOGS.env, below="eval", path=FOLDER)
-    limit: int | None = option(None, "only the first N questions", kind=int, low=1)
-    batch_size: int = option(32, "questions generated together", kind=int, low=1)
-    max_new_tokens: int = option(512, "longest answer, in tokens", kind=int, low=1)
-    checkpoints: str = _checkpoints()
-    logs: str = option(defaults.LOGS.value, "trainer logs for curves.png", env=defaults.LOGS.env, path=FOLDER)
-    device: str | None = option(None, "cuda, cuda:1 or cpu", shown="cuda when available", check=_device)
-    examples: int = option(10, "questions shown side by side in report.md", kind=int, low=0)
-    engine: str = option(
-        "auto",
-        "generation engine: auto = vLLM where installed on sm_70+, else HF generate",
-        choices=("auto", "hf", "vllm"),
-    )
-    dtype: str = option(
-        "fp32",
-        "of the weights while generating; bf16 greedy answers do not repeat run to run, so compare models in fp32",
-        choices=("fp32", "bf16", "fp16"),
-    )
-    decode: str = option(
-        "auto",
-        "the hf engine's decoding: auto = the rollout's decoder (a CUDA graph a token on a GPU), off = transformers' "
-        "generate()",
-        choices=("auto", "off"),
-    )
-
-
-@dataclass
-class ExportOptions:
-    model: str = option(
-        BEST,
-        "verl checkpoint .../global_step_N (or its actor folder), best (of validation; the newest when none), "
-        "latest, or a Hugging Face folder",
-        path=FOLDER,
-        unless=(LATEST, BEST),
-    )
-    checkpoints: str = _checkpoints()
-    out: str = option(defaults.EXPORTS.value, "output folder", env=defaults.EXPORTS.env, path=FOLDER)
-    dtype: str = option("fp16", "of the Hugging Face folder", choices=("fp16", "fp32"))
-    lora: str = option(
-        "merged",
-        "a LoRA run: the adapter folded into the weights, or the adapter alone",
-        choices=("merged", "adapter"),
-    )
-    gguf: str = option("", "also write GGUF files for llama.cpp/Ollama", metavar="f16,q8_0")
 
 
 @dataclass

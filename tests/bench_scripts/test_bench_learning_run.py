@@ -10,6 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import learning_run  # noqa: E402
+from lib import learning_heldout, learning_recipe, learning_report  # noqa: E402
 from lib.real_runs import State  # noqa: E402
 
 COMMAND = (
@@ -82,8 +83,8 @@ def test_the_fast_mode_runs_the_same_recipe_unmasked_through_the_cli(tmp_path):
     args = argparse.Namespace(
         mode="fast", test_freq=5, save_freq=10, steps=100, override=[], algorithm=learning_run.RECIPE
     )
-    fast = learning_run.train_command(args, tmp_path)
-    p40 = learning_run.train_command(argparse.Namespace(**{**vars(args), "mode": "p40"}), tmp_path)
+    fast = learning_recipe.train_command(args, tmp_path)
+    p40 = learning_recipe.train_command(argparse.Namespace(**{**vars(args), "mode": "p40"}), tmp_path)
     assert fast[1:4] == ["-m", "verl_p40.cli", "train"] and p40[1:4] == fast[1:4]
     for command in (fast, p40):
         assert command[command.index("--algorithm") + 1] == "grpo-gsm8k"
@@ -92,7 +93,7 @@ def test_the_fast_mode_runs_the_same_recipe_unmasked_through_the_cli(tmp_path):
     assert p40[p40.index("--profile") + 1] == "p40" and p40[p40.index("--gpu-memory-cap-gb") + 1] == "24"
     assert learning_run.MODES["fast"]["mask"] is None and learning_run.MODES["p40"]["mask"] == "6.1"
     args.algorithm = "ppo-gsm8k"  # --algorithm: the recipe to compare with, the rest the same
-    other = learning_run.train_command(args, tmp_path)
+    other = learning_recipe.train_command(args, tmp_path)
     assert other[other.index("--algorithm") + 1] == "ppo-gsm8k" and len(other) == len(fast)
     # the only verl settings are the run's own (validation, saving, length): the sizes are the memory plan's
     assert [w for w in fast if "=" in w] == [
@@ -115,14 +116,14 @@ def test_the_evaluated_checkpoint_is_picked_by_validation_never_by_the_test_spli
     ckpt = tmp_path / "ckpt" / "experiment"
     for step in (5, 10, 15, 18):  # 20 was validated but never saved
         (ckpt / f"global_step_{step}" / "actor").mkdir(parents=True)
-    picked = learning_run.pick_checkpoint("best-validation", log, tmp_path / "ckpt")
+    picked = learning_heldout.pick_checkpoint("best-validation", log, tmp_path / "ckpt")
     assert picked["step"] == 15 and picked["validation_accuracy"] == 0.35
     assert picked["path"].endswith("global_step_15/actor") and set(picked["candidates"]) == {"5", "10", "15"}
-    assert learning_run.pick_checkpoint("latest", log, tmp_path / "ckpt")["step"] == 18
+    assert learning_heldout.pick_checkpoint("latest", log, tmp_path / "ckpt")["step"] == 18
     log.write_text(COMMAND)
-    assert learning_run.pick_checkpoint("best-validation", log, tmp_path / "ckpt")["step"] == 18
+    assert learning_heldout.pick_checkpoint("best-validation", log, tmp_path / "ckpt")["step"] == 18
     with pytest.raises(SystemExit, match="no checkpoint was saved"):
-        learning_run.pick_checkpoint("latest", log, tmp_path / "nothing")
+        learning_heldout.pick_checkpoint("latest", log, tmp_path / "nothing")
 
 
 def test_a_run_without_the_held_out_evaluation_reports_its_validation_curve(tmp_path):
@@ -150,9 +151,9 @@ def test_the_audit_is_one_unvalidated_unsaved_step_of_the_recipe_on_the_p40_path
     args = argparse.Namespace(
         mode="p40", test_freq=5, save_freq=5, steps=100, override=[], algorithm=learning_run.RECIPE
     )
-    command = learning_run.train_command(args, tmp_path, audit=True)
+    command = learning_recipe.train_command(args, tmp_path, audit=True)
     settings = [word for word in command if "=" in word]
-    assert settings[: len(learning_run.AUDIT_SETS)] == learning_run.AUDIT_SETS
+    assert settings[: len(learning_recipe.AUDIT_SETS)] == learning_recipe.AUDIT_SETS
     assert "trainer.total_training_steps=1" in settings and "trainer.val_before_train=false" in settings
     assert not any(s.startswith("trainer.total_training_steps=100") or s == "trainer.test_freq=5" for s in settings)
     assert command[command.index("--algorithm") + 1] == "grpo-gsm8k"
@@ -261,7 +262,7 @@ def test_the_projected_config_repeats_the_runs_own_schedule(tmp_path):
     lengths = {"response_length/max": 400.0, "response_length/mean": 250.0, "prompt_length/max": 150.0}
     steps = [{"step": i, **phases, **lengths} for i in (1, 2)]
     schedule = {"trainer.total_training_steps": "20", "trainer.test_freq": "10", "trainer.save_freq": "10"}
-    projected = learning_run.p40_projection("p40", steps, tmp_path, setting=schedule)
+    projected = learning_report.p40_projection("p40", steps, tmp_path, setting=schedule)
     words = projected["projected_config"].split()
     assert words[:3] == ["verl-p40", "train", "--profile"] and words[3] == "p40"
     assert {f"{key}={value}" for key, value in schedule.items()} <= set(words)

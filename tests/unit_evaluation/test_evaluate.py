@@ -9,6 +9,7 @@ from conftest import cli, make_tiny_qwen
 from model_folders import cut_short, small_model
 from verl_p40 import UserError, reward
 from verl_p40.evaluation import evaluate, generation, stats
+from verl_p40.evaluation.options import EvalOptions
 from verl_p40.models import checkpoints
 
 
@@ -295,12 +296,12 @@ def test_a_device_refused_before_any_model_or_checkpoint_is_read(tmp_path, monke
     looked = []
     monkeypatch.setattr(evaluate, "resolve_model", lambda *a: looked.append(a))
     monkeypatch.setattr(evaluate, "load_questions", lambda *a: looked.append(a))
-    common = dict(compare=None, data=tmp_path / "d.parquet", out=tmp_path / "out", limit=None, batch_size=1,
-                  max_new_tokens=1, checkpoints=tmp_path / "ck", logs=None, examples=0)  # fmt: skip
+    common = dict(model="latest", data=str(tmp_path / "d.parquet"), out=str(tmp_path / "out"), batch_size=1,
+                  max_new_tokens=1, checkpoints=str(tmp_path / "ck"), logs="", examples=0)  # fmt: skip
     with pytest.raises(UserError, match="--device cuda: not a device of this machine"):
-        evaluate.run("latest", device="cuda", **common)
+        evaluate.run(EvalOptions(device="cuda", **common))
     with pytest.raises(UserError, match="--engine vllm needs the vllm package"):
-        evaluate.run("latest", device="cpu", engine="vllm", **common)
+        evaluate.run(EvalOptions(device="cpu", engine="vllm", **common))
     assert looked == [] and list(tmp_path.iterdir()) == []
 
 

@@ -14,6 +14,7 @@ from llama_cpp import Llama
 
 from conftest import make_tiny_qwen
 from verl_p40.models import export
+from verl_p40.models.options import ExportOptions
 
 # chat-formatted prompts with Chinese, digits, runs of spaces and newlines: where a pre-tokenizer differs, ids differ
 CHATS = [
@@ -38,7 +39,7 @@ def exported(tokenizer_dir, tmp_path_factory):
     fp16 Hugging Face folder and both GGUF files."""
     tiny = make_tiny_qwen(tokenizer_dir, tmp_path_factory.mktemp("llamacpp") / "tiny", initializer_range=0.5)
     out = tiny.parent / "exports"
-    export.run(str(tiny), tiny.parent, out, gguf_kinds=["f16", "q8_0"])
+    export.run(ExportOptions(model=str(tiny), checkpoints=str(tiny.parent), out=str(out), gguf="f16,q8_0"))
     return tiny, out
 
 

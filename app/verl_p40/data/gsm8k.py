@@ -314,8 +314,6 @@ def prepare(
     taken out of the train split, when it is above 0; None: `validation_rows`'s default)."""
     from tqdm import tqdm
 
-    if limit is not None and limit < 1:
-        raise UserError("--limit must be a positive number of rows per split")
     out = Path(out_dir)
     if not source.startswith("hf:") and Path(source).is_dir() and out.resolve() == Path(source).resolve():
         raise UserError(f"--out {out} is the --source folder: prep would overwrite its input; choose another --out")

@@ -32,6 +32,7 @@ from verl_p40.evaluation.generation import (
     pick_engine,
     torch_dtype,
 )
+from verl_p40.evaluation.options import EvalOptions
 from verl_p40.gpu.plots import save
 from verl_p40.models.checkpoints import resolve_model
 from verl_p40.outputs import OutputFolder, made
@@ -153,6 +154,45 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", "<br>")
 
 
+def _comparison_lines(records: list[dict], labels: list[str], examples: int, comparison: dict) -> list[str]:
+    """report.md's paired table of two models, and the first `examples` questions their scores differ on."""
+    a, b = labels
+    lines = [
+        "",
+        "Paired on the same questions (sign test over the questions where only one model scores):",
+        "",
+        f"| score | difference ({b} - {a}) | only {b} | only {a} | p (two-sided) |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for kind, title in KINDS.items():
+        c = comparison[kind]
+        lines.append(f"| {title} | {c['difference']:+.1%} | {c[f'{b}_only']} | {c[f'{a}_only']} | {c['p_value']:.3g} |")
+    diff = [
+        r
+        for r in records
+        if r["models"][a]["flexible"] != r["models"][b]["flexible"]
+        or r["models"][a]["strict"] != r["models"][b]["strict"]
+    ]
+    lines += ["", f"The models' strict or flexible scores differ on {len(diff)} questions.", ""]
+    if diff:
+        lines += [
+            f"## The first {min(examples, len(diff))} of them",
+            "",
+            f"| # | question | answer | {a} | {b} |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for r in diff[:examples]:
+            cells = [
+                f"{_md_cell(r['models'][x]['answer'])}<br>**strict {r['models'][x]['strict']:g}, flexible "
+                f"{r['models'][x]['flexible']:g}**"
+                for x in (a, b)
+            ]
+            lines.append(
+                f"| {r['index']} | {_md_cell(r['question'])} | {r['ground_truth']} | {cells[0]} | {cells[1]} |"
+            )
+    return lines
+
+
 def markdown(
     summary: dict,
     records: list[dict],
@@ -175,112 +215,87 @@ def markdown(
             f"{s['format_rate']:.1%} | {s['mean_response_tokens']} | {s['samples_per_s']} |"
         )
     if len(labels) == 2 and comparison:
-        a, b = labels
-        lines += [
-            "",
-            "Paired on the same questions (sign test over the questions where only one model scores):",
-            "",
-            f"| score | difference ({b} - {a}) | only {b} | only {a} | p (two-sided) |",
-            "| --- | --- | --- | --- | --- |",
-        ]
-        for kind, title in KINDS.items():
-            c = comparison[kind]
-            lines.append(
-                f"| {title} | {c['difference']:+.1%} | {c[f'{b}_only']} | {c[f'{a}_only']} | {c['p_value']:.3g} |"
-            )
-        diff = [
-            r
-            for r in records
-            if r["models"][a]["flexible"] != r["models"][b]["flexible"]
-            or r["models"][a]["strict"] != r["models"][b]["strict"]
-        ]
-        lines += ["", f"The models' strict or flexible scores differ on {len(diff)} questions.", ""]
-        if diff:
-            lines += [
-                f"## The first {min(examples, len(diff))} of them",
-                "",
-                f"| # | question | answer | {a} | {b} |",
-                "| --- | --- | --- | --- | --- |",
-            ]
-            for r in diff[:examples]:
-                cells = [
-                    f"{_md_cell(r['models'][x]['answer'])}<br>**strict {r['models'][x]['strict']:g}, flexible "
-                    f"{r['models'][x]['flexible']:g}**"
-                    for x in (a, b)
-                ]
-                lines.append(
-                    f"| {r['index']} | {_md_cell(r['question'])} | {r['ground_truth']} | {cells[0]} | {cells[1]} |"
-                )
+        lines += _comparison_lines(records, labels, examples, comparison)
     if curves:
         lines += ["", "![training curves](curves.png)"]
     return "\n".join(lines) + "\n"
 
 
-def run(
-    model: str,
-    compare: str | None,
-    data: Path,
-    out: Path,
-    limit: int | None,
-    batch_size: int,
-    max_new_tokens: int,
-    checkpoints: Path,
-    logs: Path | None,
-    device: str | None,
-    examples: int,
-    engine: str = "auto",
-    dtype: str = "fp32",
-    decode: str = "auto",
-) -> dict:
+def run(options: EvalOptions) -> dict:
+    """`verl-p40 eval` with its options: the answers of `options.model` (and `options.compare`) on the test file,
+    scored, compared and written as the reports; the report's dict."""
     import torch
 
+    device = options.device
     device = check_device(device) if device else ("cuda" if torch.cuda.is_available() else "cpu")
-    generator = pick_engine(engine, device)  # the device, the engine and the dtype: said before any model is read
-    torch_dtype(dtype, device)
-    data = heldout_file(data)
-    questions = load_questions(data, limit)  # before anything is merged or written: a bad file changes nothing
+    generator = pick_engine(options.engine, device)  # the device, the engine and the dtype: said before any model
+    torch_dtype(options.dtype, device)
+    data = heldout_file(Path(options.data))
+    questions = load_questions(data, options.limit)  # before anything is merged or written: a bad file changes nothing
+    out, logs = Path(options.out), Path(options.logs) if options.logs else None
     folder = OutputFolder(out, "--out", "eval", adopt=lambda name, _: name == answers.ANSWERS)  # its lines vouch
     folder.check([answers.ANSWERS, *REPORTS[: 3 if logs else 2]])
     with folder.writer():  # one eval per folder: a second is refused, never adds to the first's answers
         found = answers.read(out / answers.ANSWERS)
-        specs = {"base": model} if compare is None else {"base": model, "trained": compare}
-        models = {label: resolve_model(spec, checkpoints) for label, spec in specs.items()}
-        settings = answers.settings(models, dtype, max_new_tokens, "vllm" if generator is VllmGenerator else "hf")
+        specs = (
+            {"base": options.model} if options.compare is None else {"base": options.model, "trained": options.compare}
+        )
+        models = {label: resolve_model(spec, Path(options.checkpoints)) for label, spec in specs.items()}
+        engine = "vllm" if generator is VllmGenerator else "hf"
+        settings = answers.settings(models, options.dtype, options.max_new_tokens, engine)
         # the decoder's answers are generate()'s: the same engine for the answers' settings
         if generator is HfGenerator:
-            generator = functools.partial(HfGenerator, decode=decode)
-        problem = answers.mismatch(out / answers.ANSWERS, found, questions, settings)
-        if problem:  # another run's answers (more training since, other --data or settings): kept, never mixed in
-            kept = answers.set_aside(out / answers.ANSWERS)
-            print(f"[eval] {problem}: kept as {kept.name}; evaluating from the start", file=sys.stderr, flush=True)
-            found = {}
-        done = {index: record for index, (_, record) in found.items()}
+            generator = functools.partial(HfGenerator, decode=options.decode)
+        done = _answered(out, found, questions, settings)
         done = generate_answers(
-            models, questions, folder, done, batch_size, device, max_new_tokens, generator, settings
+            models, questions, folder, done, options.batch_size, device, options.max_new_tokens, generator, settings
         )
         wanted = {q.index for q in questions}
         records = [done[i] for i in sorted(done) if i in wanted]
-        labels = list(models)
-        summary = summarise(records, labels)
-        comparison = paired_differences(records, *labels) if len(labels) == 2 else None
-        curves = figure(logs) if logs else None
-        report = {
-            "data": str(data),
-            "questions": len(records),
-            "device": device,
-            "dtype": dtype,
-            "max_new_tokens": max_new_tokens,
-            "engine": settings["engine"],
-            "models": {label: {"path": str(models[label]), **summary[label]} for label in labels},
-            "comparison": comparison,
-            "curves": "curves.png" if curves else None,
-        }
-        text = markdown(
-            summary, records, labels, examples, {k: str(v) for k, v in models.items()}, bool(curves), dtype, comparison
-        )
-        with folder.write(list(REPORTS[: 3 if curves else 2])) as temps:
-            temps[0].write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-            temps[1].write_text(text, encoding="utf-8")
-            if curves:
-                save(curves, temps[2], dpi=100)
-        return report
+        run_facts = {"data": str(data), "device": device, "engine": settings["engine"]}
+        return _write_reports(folder, records, models, options, logs, run_facts)
+
+
+def _answered(out: Path, found: dict, questions: list[Question], settings: dict) -> dict[int, dict]:
+    """The answers (`found` in answers.jsonl) an earlier run of the same questions, models and settings left; another
+    run's are set aside (kept, never mixed in)."""
+    problem = answers.mismatch(out / answers.ANSWERS, found, questions, settings)
+    if problem:  # another run's answers (more training since, other --data or settings)
+        kept = answers.set_aside(out / answers.ANSWERS)
+        print(f"[eval] {problem}: kept as {kept.name}; evaluating from the start", file=sys.stderr, flush=True)
+        return {}
+    return {index: record for index, (_, record) in found.items()}
+
+
+def _write_reports(
+    folder: OutputFolder,
+    records: list[dict],
+    models: dict[str, Path],
+    options: EvalOptions,
+    logs: Path | None,
+    run: dict,
+) -> dict:
+    """report.json, report.md and curves.png (with trainer logs), written together; the report's dict."""
+    labels = list(models)
+    summary = summarise(records, labels)
+    comparison = paired_differences(records, *labels) if len(labels) == 2 else None
+    curves = figure(logs) if logs else None
+    report = {
+        "data": run["data"],
+        "questions": len(records),
+        "device": run["device"],
+        "dtype": options.dtype,
+        "max_new_tokens": options.max_new_tokens,
+        "engine": run["engine"],
+        "models": {label: {"path": str(models[label]), **summary[label]} for label in labels},
+        "comparison": comparison,
+        "curves": "curves.png" if curves else None,
+    }
+    paths = {k: str(v) for k, v in models.items()}
+    text = markdown(summary, records, labels, options.examples, paths, bool(curves), options.dtype, comparison)
+    with folder.write(list(REPORTS[: 3 if curves else 2])) as temps:
+        temps[0].write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        temps[1].write_text(text, encoding="utf-8")
+        if curves:
+            save(curves, temps[2], dpi=100)
+    return report

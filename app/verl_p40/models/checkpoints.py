@@ -21,10 +21,10 @@ from pathlib import Path
 
 from verl_p40 import UserError, state_files
 from verl_p40.atomic import staged
+from verl_p40.models.options import BEST, LATEST
 from verl_p40.patches import p40_best
 from verl_p40.patches import p40_checkpoints as checkpoint_files
 
-LATEST, BEST = "latest", "best"  # a model given as the newest checkpoint, or the best validated one
 TRACKER = checkpoint_files.TRACKER
 
 MERGED = "merged_hf_fp32"

@@ -21,10 +21,8 @@ import shutil
 from pathlib import Path
 
 from verl_p40 import UserError
+from verl_p40.models.options import ExportOptions, gguf_kinds
 from verl_p40.outputs import OutputFolder
-
-GGUF_KINDS = ("f16", "q8_0")
-DTYPES = ("fp16", "fp32")
 
 
 def hf_folder(source: Path, target: Path, dtype: str) -> Path:
@@ -205,23 +203,15 @@ def _gguf_file(source: Path, config: dict, target: Path, kind: str) -> Path:
     return target
 
 
-def run(
-    model: str,
-    checkpoints: Path,
-    out: Path,
-    dtype: str = "fp16",
-    gguf_kinds: list[str] | None = None,
-    lora: str = "merged",
-) -> list[Path]:
-    """Export `model` (a checkpoint, `latest` or an HF folder) into `out`; the paths written."""
-    gguf_kinds = list(dict.fromkeys(gguf_kinds or []))  # `--gguf f16,f16`: one file, written once
-    unknown = [k for k in gguf_kinds if k not in GGUF_KINDS]
-    if unknown:
-        raise UserError(f"--gguf {','.join(unknown)}: not one of {', '.join(GGUF_KINDS)}")
+def run(options: ExportOptions) -> list[Path]:
+    """Export `options.model` (a checkpoint, `latest`, `best` or an HF folder) into `options.out`; the paths
+    written."""
+    out = Path(options.out)
     folder = OutputFolder(out, "--out", "export")
     folder.check()  # a file where the folder belongs, or a read-only disk: said before a checkpoint is merged
     with folder.writer():  # the folder's one writer from here to the last rename: a second export is refused
-        return _export(folder, model, checkpoints, out, dtype, gguf_kinds, lora)
+        kinds = gguf_kinds(options.gguf)  # checked with the option (`--gguf q4_k`)
+        return _export(folder, options.model, Path(options.checkpoints), out, options.dtype, kinds, options.lora)
 
 
 def _export(

@@ -240,8 +240,6 @@ def summarise(steps: list[dict], cfg: Any, shape: projection.Shape, measured_car
 
 def run(options, steps: int, out: Path, skip: dict[str, str], keep: Path | None = None) -> dict:
     """Run `steps` training steps with random weights of `options.model`'s shape; write and return the JSON."""
-    if steps < 2:
-        raise UserError("--steps must be at least 2 (the first step is warm-up and is not timed)")
     folder = check_outputs(out)  # a user's file of its name, a link, a read-only folder: said before the model is made
     work = Path(tempfile.mkdtemp(prefix="verl-p40-bench-"))
     try:  # the random-weight model (2 GB for 0.5B) and the run's checkpoints are the bench's own: never left behind

@@ -50,8 +50,6 @@ class Layout:
 def choose(gpus: list[GPUInfo] | None, spec: str, nodes: int = 1) -> Layout:
     """The layout for `gpus` (None: no driver here) restricted by `spec`, on `nodes` hosts."""
     wanted = parse_gpus(spec)
-    if nodes < 1:
-        raise UserError("--nodes must be at least 1")
     if gpus is None:
         if wanted is not None:
             raise UserError(f"--gpus {spec}: no GPU driver (NVML) here to check it against; leave it at all")
