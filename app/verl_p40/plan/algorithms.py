@@ -18,6 +18,7 @@ from typing import Any
 
 from verl_p40 import UserError
 from verl_p40.plan.profiles import Settings, config_dir, read
+from verl_p40.plan.workload import Workload
 
 DEFAULT = "grpo-gsm8k"
 
@@ -34,7 +35,7 @@ def available() -> list[str]:
 class Algorithm(Settings):
     @property
     def estimator(self) -> str:
-        return str(self.verl.get("algorithm", {}).get("adv_estimator", "gae"))
+        return Workload.of(self.verl).estimator
 
     @property
     def samples_per_prompt(self) -> int:

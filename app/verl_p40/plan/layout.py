@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from verl_p40 import UserError
 from verl_p40.gpu.nvml import GPUInfo, parse_gpus
+from verl_p40.plan.workload import GPUS_KEYS
 
 BATCH_MODES = ("recipe", "per-gpu")
 BATCH_KEYS = ("data.train_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size", "critic.ppo_mini_batch_size")
@@ -87,7 +88,7 @@ def settings(layout: Layout, verl: dict, batch: str = "recipe") -> tuple[dict[st
     from omegaconf import OmegaConf
 
     tree = OmegaConf.create(verl)
-    out: dict[str, int] = {"trainer.n_gpus_per_node": layout.per_node, "trainer.nnodes": layout.nodes}
+    out: dict[str, int] = dict(zip(GPUS_KEYS, (layout.per_node, layout.nodes)))
     notes = [f"layout: {layout.describe()}, {layout.world} in all"]
     if layout.world > 1 and batch == "recipe":
         notes.append(

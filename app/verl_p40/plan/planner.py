@@ -22,6 +22,7 @@ from verl_p40.plan.facts import Facts
 from verl_p40.plan.run_options import RunOptions
 from verl_p40.plan.schedule import parquet_rows
 from verl_p40.plan.verlconfig import compose, to_hydra
+from verl_p40.plan.workload import Workload
 
 
 @dataclass
@@ -79,15 +80,15 @@ def plan(options: RunOptions, facts: Facts | None = None) -> RunPlan:
 
 def run_record(cfg: Any, draft: plan_steps.Draft) -> dict:
     """What checkpoints of this run are made with (models/checkpoints.py writes it beside them)."""
-    model_cfg = cfg.actor_rollout_ref.model
+    model_cfg, run = cfg.actor_rollout_ref.model, Workload.of(cfg)
     return {
         "checkpoints": str(cfg.trainer.default_local_dir),
         "profile": draft.profile.name,
-        "world_size": int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes),
+        "world_size": run.gpus,
         "resume_mode": str(cfg.trainer.resume_mode),
         "algorithm": draft.algorithm.name,
-        "adv_estimator": str(cfg.algorithm.adv_estimator),
-        "samples_per_prompt": int(cfg.actor_rollout_ref.rollout.n),
+        "adv_estimator": run.estimator,
+        "samples_per_prompt": run.samples,
         "model": str(model_cfg.path),
         "lora": (
             {

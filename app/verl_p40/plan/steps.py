@@ -18,7 +18,10 @@ from verl_p40.plan import algorithms, engines
 from verl_p40.plan import layout as layout_mod
 from verl_p40.plan import profiles as profiles_mod
 from verl_p40.plan import schedule as schedule_mod
+from verl_p40.plan.capabilities import MIN_SM, has
+from verl_p40.plan.capabilities import name as sm_name
 from verl_p40.plan.facts import Facts
+from verl_p40.plan.memory import STATES as MEMORY_STATES
 from verl_p40.plan.run_options import RunOptions
 from verl_p40.plan.verlconfig import (
     Override,
@@ -28,6 +31,7 @@ from verl_p40.plan.verlconfig import (
     profile_overrides,
     settings_overrides,
 )
+from verl_p40.plan.workload import OFFLOAD_KEYS, Workload
 
 REWARD_DEFAULTS = {"method": "strict", "format_bonus": 0.0}  # verl's own GSM8K rule
 MODEL_PATH_KEYS = ("actor_rollout_ref.model.path", "critic.model.path", "critic.model.tokenizer_path")
@@ -190,12 +194,7 @@ MEMORY_KEYS = {
     # with "modified by an inplace operation" in the Docker e2e of 2026-12-02)
     "checkpointing": ("actor_rollout_ref.model.enable_gradient_checkpointing",),
 }
-STATE_KEYS = {  # memory.STATES -> the offload key that keeps it off the GPU
-    "actor_optimizer": "actor_rollout_ref.actor.fsdp_config.optimizer_offload",
-    "reference_params": "actor_rollout_ref.ref.fsdp_config.param_offload",
-    "critic_params": "critic.model.fsdp_config.param_offload",
-    "critic_optimizer": "critic.model.fsdp_config.optimizer_offload",
-}
+STATE_KEYS = {state: OFFLOAD_KEYS[state] for state in MEMORY_STATES}  # the offload key that keeps it off the GPU
 STATE_WORDS = {
     "actor_optimizer": "actor Adam states",
     "reference_params": "reference weights",
@@ -217,15 +216,15 @@ def _memory_step(cfg, shape) -> tuple:
     from verl_p40.plan import memory as mem
 
     get = lambda key, default=None: OmegaConf.select(cfg, key, default=default)  # noqa: E731
-    world = int(get("trainer.n_gpus_per_node", 1)) * int(get("trainer.nnodes", 1))
-    n = int(get("actor_rollout_ref.rollout.n", 1))
+    run = Workload.of(cfg)
+    world, n = run.gpus, run.samples
     step = mem.Step(
         sequences=max(1, int(get("data.train_batch_size")) * n // world),
         prompt_width=int(get("data.max_prompt_length")),
         response_width=int(get("data.max_response_length")),
-        critic=get("algorithm.adv_estimator", "gae") == "gae",
-        reference=bool(get("algorithm.use_kl_in_reward", False) or get("actor_rollout_ref.actor.use_kl_loss", False)),
-        lora=int(get("actor_rollout_ref.model.lora_rank", 0) or 0) > 0,
+        critic=run.critic,
+        reference=run.reference,
+        lora=run.lora,
         world=world,
         mini_batch=max(1, int(get("actor_rollout_ref.actor.ppo_mini_batch_size")) * n // world),
     )
@@ -234,7 +233,7 @@ def _memory_step(cfg, shape) -> tuple:
         update_micro=int(get(MEMORY_KEYS["update_micro"][0]) or 1),
         logprob_micro=int(get(MEMORY_KEYS["logprob_micro"][0]) or 1),
         checkpointing=bool(get(MEMORY_KEYS["checkpointing"][0], False)),
-        resident=frozenset(s for s, key in STATE_KEYS.items() if get(key, False) is not True),
+        resident=frozenset(s for s in STATE_KEYS if not run.on_host(s)),
     )
     return step, start
 
@@ -486,12 +485,12 @@ def tf32_on(mode: str, sm: float | None) -> bool:
     """Whether the trainer's workers switch TF32 on: `auto` on sm_80+ (Ampere and newer); never below sm_80, where
     there are no TF32 units (a P40 keeps full fp32). Without a GPU seen here, `auto` leaves it off. The option's
     choices (auto, on, off) are checked where the option is read."""
-    if mode == "on" and sm is not None and sm < 8.0:
+    if mode == "on" and sm is not None and not has("tf32", sm):
         raise UserError(
-            f"--tf32 on: TF32 needs an sm_80+ GPU (Ampere or newer); this one is sm_{sm * 10:.0f}. "
+            f"--tf32 on: TF32 needs an {sm_name(MIN_SM['tf32'])}+ GPU (Ampere or newer); this one is {sm_name(sm)}. "
             "Use --tf32 auto or off"
         )
-    return mode == "on" or (mode == "auto" and sm is not None and sm >= 8.0)
+    return mode == "on" or (mode == "auto" and has("tf32", sm))
 
 
 def worker_hooks(draft: Draft) -> Part:
@@ -506,15 +505,15 @@ def worker_hooks(draft: Draft) -> Part:
     if tf32_on(o.tf32, sm):
         part.env[defaults.TF32_ENV] = "1"
         hooked.append("--tf32")
-        part.notes.append(f"TF32 matmuls on (--tf32 {o.tf32}" + (f", sm_{sm * 10:.0f})" if sm else ")"))
-    elif sm is not None and sm >= 8.0:
+        part.notes.append(f"TF32 matmuls on (--tf32 {o.tf32}" + (f", {sm_name(sm)})" if sm else ")"))
+    elif has("tf32", sm):
         part.notes.append("TF32 matmuls off (--tf32 off)")
     own_hook = "actor_rollout_ref.model.external_lib" in draft.user_sets
-    if sm is not None and sm >= 8.0 and own_hook:
+    if has("cudnn_attention", sm) and own_hook:
         part.notes.append(
             "cuDNN attention left as PyTorch has it: your actor_rollout_ref.model.external_lib takes the hook"
         )
-    elif sm is not None and sm >= 8.0:
+    elif has("cudnn_attention", sm):
         # A precaution: cuDNN's SDPA backward on sm_90 with an attention mask is reported upstream to give NaN
         # gradients in bf16/fp16 (pytorch/pytorch#196678, torch 2.11+); bench/sdpa_nan_check.py did not show it
         # on an H200 (bench/results/precision-2026-12-01/). fp32 never uses it, and FlashAttention or the
