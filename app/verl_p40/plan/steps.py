@@ -499,7 +499,7 @@ def worker_hooks(draft: Draft) -> Part:
     o, sm = draft.options, draft.sm
     part, hooked = Part(), []
     if o.gpu_memory_cap_gb is not None:  # checked where the option is read (run_options)
-        part.env[defaults.GPU_MEMORY_CAP_ENV] = f"{o.gpu_memory_cap_gb:g}"
+        part.env[defaults.WORKER_MEMORY_CAP_ENV] = f"{o.gpu_memory_cap_gb:g}"
         hooked.append("--gpu-memory-cap-gb")
         part.notes.append(f"GPU memory capped at {o.gpu_memory_cap_gb:g} GB per process")
     if tf32_on(o.tf32, sm):
