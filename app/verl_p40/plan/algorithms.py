@@ -101,6 +101,11 @@ def with_batch(profile_verl: dict[str, Any], algorithm: Algorithm, n: int) -> tu
     return settings, replace(algorithm, verl=recipe)
 
 
+def without_batch(algorithm: Algorithm) -> Algorithm:
+    """The algorithm's own settings without its batch (`with_batch` puts that in the profile's place)."""
+    return with_batch({}, algorithm, 1)[1]
+
+
 def batch_per_prompt(profile_verl: dict[str, Any], n: int, origin: str) -> dict[str, int]:
     """The profile's prompts per step and per mini-batch for n samples per prompt (same sequences per step)."""
     batch = int(profile_verl.get("data", {}).get("train_batch_size", 0) or 0)
