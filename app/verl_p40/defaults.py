@@ -49,10 +49,11 @@ CLUSTER_WAIT_S = Default("VERL_P40_CLUSTER_WAIT_S", "900")  # cluster head: how 
 
 # What the trainer's workers apply when verl imports verl_p40.worker_hooks (named here, not imported: importing that
 # module applies the memory cap, TF32 and cuDNN attention settings, which must happen in a worker, never in the CLI)
-GPU_MEMORY_CAP_ENV = "VERL_P40_GPU_MEMORY_CAP_GB"  # `--gpu-memory-cap-gb` (verl_p40.memcap)
-GPU_MEMORY_CAP_MIN_GB = 0.5  # the one rule for --gpu-memory-cap-gb: the option and the worker hook both use it
-WORKER_HOOKS_MODULE = "verl_p40.worker_hooks"  # also applies TF32_ENV (`--tf32`) and NO_CUDNN_ATTENTION_ENV
+GPU_MEMORY_CAP_ENV = "VERL_P40_GPU_MEMORY_CAP_GB"  # the user's `--gpu-memory-cap-gb`, read by the CLI only
+GPU_MEMORY_CAP_MIN_GB = 0.5  # the one rule for --gpu-memory-cap-gb, checked once: where the option is read
+WORKER_HOOKS_MODULE = "verl_p40.worker_hooks"  # applies WORKER_MEMORY_CAP_ENV, TF32_ENV and NO_CUDNN_ATTENTION_ENV
 WORKER_ENV_PREFIX = "VERL_P40_WORKER_"  # what verl_p40.worker_hooks reads in the workers: set by train's plan only
+WORKER_MEMORY_CAP_ENV = "VERL_P40_WORKER_MEMORY_CAP_GB"  # the cap train's plan hands its workers (verl_p40.memcap)
 TF32_ENV = "VERL_P40_WORKER_TF32"  # set by train for its workers; users set --tf32 ($VERL_P40_TF32)
 NO_CUDNN_ATTENTION_ENV = "VERL_P40_WORKER_NO_CUDNN_ATTENTION"  # set by train for its workers on sm_80+
 
@@ -61,4 +62,4 @@ def is_worker_setting(name: str) -> bool:
     """An environment variable verl_p40.worker_hooks applies in the trainer's workers (the memory cap, TF32, cuDNN
     attention): the one rule for what the run's plan alone sets (run/trainer.py) and what travels with verl's job to
     every Ray host (the patch set's worker-settings-reach-every-host edit)."""
-    return name == GPU_MEMORY_CAP_ENV or name.startswith(WORKER_ENV_PREFIX)
+    return name.startswith(WORKER_ENV_PREFIX)

@@ -417,7 +417,7 @@ def test_trainer_entrypoint_dry_run_reads_the_profile_from_the_environment(tiny_
     }
     result = _run_entrypoint("trainer", "--dry-run", "trainer.total_training_steps=3", env=env)
     assert result.returncode == 0, result.stderr
-    assert "verl.trainer.main_ppo" in result.stdout and "VERL_P40_GPU_MEMORY_CAP_GB=24" in result.stdout
+    assert "verl.trainer.main_ppo" in result.stdout and "VERL_P40_WORKER_MEMORY_CAP_GB=24" in result.stdout
     assert f"actor_rollout_ref.model.path={tiny_model}" in result.stdout
     assert "trainer.total_training_steps=3" in result.stdout
     # the default algorithm is the GSM8K recipe

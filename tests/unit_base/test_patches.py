@@ -312,17 +312,19 @@ def test_the_worker_settings_travel_with_the_job_to_every_host(verl_copy, monkey
     the trainer (whose environment they do not inherit) get them too; nothing is added when the run set none."""
     patches.apply(verl_copy)
     constants = _load(verl_copy / "trainer" / "constants_ppo.py", "patched_constants_ppo")
-    monkeypatch.delenv("VERL_P40_GPU_MEMORY_CAP_GB", raising=False)
+    monkeypatch.delenv("VERL_P40_WORKER_MEMORY_CAP_GB", raising=False)
     monkeypatch.delenv("VERL_P40_WORKER_TF32", raising=False)
     monkeypatch.delenv("VERL_P40_WORKER_NO_CUDNN_ATTENTION", raising=False)
-    monkeypatch.setenv("VERL_P40_TF32", "auto")  # the user's choice, read by the CLI, not a worker setting
-    assert not any(k.startswith("VERL_P40") for k in constants.get_ppo_ray_runtime_env()["env_vars"])
+    monkeypatch.setenv("VERL_P40_TF32", "auto")  # the user's choices, read by the CLI, not worker settings
     monkeypatch.setenv("VERL_P40_GPU_MEMORY_CAP_GB", "24")
+    assert not any(k.startswith("VERL_P40") for k in constants.get_ppo_ray_runtime_env()["env_vars"])
+    monkeypatch.setenv("VERL_P40_WORKER_MEMORY_CAP_GB", "24")
     monkeypatch.setenv("VERL_P40_WORKER_TF32", "1")
     monkeypatch.setenv("VERL_P40_WORKER_NO_CUDNN_ATTENTION", "1")
     env = constants.get_ppo_ray_runtime_env()["env_vars"]
-    assert env["VERL_P40_GPU_MEMORY_CAP_GB"] == "24" and env["VERL_P40_WORKER_TF32"] == "1"
+    assert env["VERL_P40_WORKER_MEMORY_CAP_GB"] == "24" and env["VERL_P40_WORKER_TF32"] == "1"
     assert env["VERL_P40_WORKER_NO_CUDNN_ATTENTION"] == "1" and "VERL_P40_TF32" not in env
+    assert "VERL_P40_GPU_MEMORY_CAP_GB" not in env
 
 
 _SAVE_PROBE = r"""

@@ -36,13 +36,26 @@ def test_the_facts_are_the_plans_only_view_of_the_machine():
     assert none.trainer.n_gpus_per_node == 1
 
 
-def test_the_steps_run_in_their_order_and_each_returns_a_part():
-    names = [step.__name__ for step in steps.STEPS]
-    assert names[0] == "hardware" and names[-1] == "user_settings"  # the machine first, the user's settings win
-    draft = steps.new_draft(RunOptions(profile="p40", model="/m", data="/d"), Facts(gpus=None))
-    for step in steps.STEPS:
-        part = step(draft)
-        assert isinstance(part, steps.Part)
+def test_each_step_takes_what_it_needs_and_returns_what_it_decides():
+    """No draft passes between the steps: each returns a frozen result; the batch is decided by one step (the
+    recipe's prompts x n, over the GPUs, in prompts), and the recipe's settings by their own, not the reward's."""
+    import dataclasses
+
+    from verl_p40.plan import layout
+
+    options = RunOptions(profile="p40", model="/m", data="/d", algorithm="grpo-gsm8k")
+    hw = steps.hardware(options, Facts(gpus=None), {})
+    chosen = steps.recipe(options)
+    batch = steps.batch(options, hw, chosen)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        hw.sm = 8.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        batch.notes = []
+    batch_keys = {o.key: int(o.value) for o in batch.overrides}
+    assert batch_keys["data.train_batch_size"] == 32 and batch_keys["actor_rollout_ref.actor.ppo_mini_batch_size"] == 16
+    assert not {o.key for o in steps.profile_settings(hw.profile).overrides} & set(layout.BATCH_KEYS)
+    assert "algorithm.adv_estimator" in {o.key for o in steps.recipe_settings(chosen).overrides}
+    assert not {o.key for o in steps.reward_settings().overrides} & {"algorithm.adv_estimator", "data.train_batch_size"}
 
 
 def test_config_takes_a_card_and_the_cap_that_compose_sets():

@@ -83,10 +83,11 @@ def test_rows_are_counted_from_the_parquet_and_the_manifest_says_when_none_is_fi
 def test_the_recipe_batch_is_split_over_1_to_8_cards_and_per_gpu_multiplies_it(cards):
     gpus = tuple(GPUInfo(i, "Tesla P40", (6, 1), 23.9) for i in range(cards))
     verl = {"data": {"train_batch_size": 256}, "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 128}}}
-    split, notes = layout.settings(layout.Layout(gpus), verl)
-    assert "data.train_batch_size" not in split and split["trainer.n_gpus_per_node"] == cards
+    counts, _ = layout.settings(layout.Layout(gpus))
+    split, notes = layout.batch(layout.Layout(gpus), verl)
+    assert split == {} and counts["trainer.n_gpus_per_node"] == cards
     assert cards == 1 or any("split over" in n for n in notes)
-    scaled, _ = layout.settings(layout.Layout(gpus), verl, "per-gpu")
+    scaled, _ = layout.batch(layout.Layout(gpus), verl, "per-gpu")
     if cards > 1:
         assert scaled["data.train_batch_size"] == 256 * cards
         assert scaled["actor_rollout_ref.actor.ppo_mini_batch_size"] == 128 * cards

@@ -22,7 +22,7 @@ def test_dry_run_prints_verl_main_ppo_with_overrides(tiny_model, prepared):
     assert result.returncode == 0, result.stderr
     words = shlex.split(result.stdout.replace("\\\n", " "))
     assert words[words.index("-m") + 1] == "verl.trainer.main_ppo"
-    assert "VERL_P40_GPU_MEMORY_CAP_GB=24" in words
+    assert "VERL_P40_WORKER_MEMORY_CAP_GB=24" in words  # the workers' name for the cap, apart from the user's
     assert "actor_rollout_ref.model.external_lib=verl_p40.worker_hooks" in words
     assert "+actor_rollout_ref.model.override_config.attn_implementation=sdpa" in words
     assert "actor_rollout_ref.rollout.name=hf" in words and "trainer.total_training_steps=5" in words
@@ -286,10 +286,11 @@ def test_worker_settings_left_in_the_shell_never_reach_the_workers():
         "PATH": "/usr/bin",
         defaults.TF32_ENV: "1",
         defaults.NO_CUDNN_ATTENTION_ENV: "1",
-        defaults.GPU_MEMORY_CAP_ENV: "80",
-        "VERL_P40_TF32": "auto",  # the user's option, read by the CLI itself
+        defaults.WORKER_MEMORY_CAP_ENV: "80",
+        "VERL_P40_TF32": "auto",  # the user's options, read by the CLI itself
+        defaults.GPU_MEMORY_CAP_ENV: "24",
     }
-    assert worker_free(shell) == {"PATH": "/usr/bin", "VERL_P40_TF32": "auto"}
+    assert worker_free(shell) == {"PATH": "/usr/bin", "VERL_P40_TF32": "auto", defaults.GPU_MEMORY_CAP_ENV: "24"}
 
 
 def test_an_own_external_lib_is_told_which_option_to_leave_out(monkeypatch):

@@ -12,9 +12,10 @@ import os
 from verl_p40 import VERL_VERSION, UserError
 from verl_p40.child import last_error_line, run_python
 from verl_p40.doctor.context import CheckFailed, Context
+from verl_p40.plan import capabilities
 
-# The oldest architecture the product supports: torch's sm_60 code runs on a P40's sm_61.
-OLDEST_ARCH = (6, 0)
+# The oldest architecture the product supports (the capability table's): torch's sm_60 code runs on a P40's sm_61.
+OLDEST_ARCH = capabilities.name(capabilities.MIN_SM["supported"])
 # Lowest driver for each CUDA major version under CUDA's minor-version compatibility (NVIDIA's CUDA
 # compatibility guide, "Minor Version Compatibility"): CUDA 11.x runs on >= 450.80.02, 12.x on >= 525.60.13.
 MIN_DRIVER = {11: "450.80.02", 12: "525.60.13"}
@@ -41,11 +42,11 @@ def check_torch_build(ctx: Context) -> str:
     archs = arch_flags()
     if not archs:
         raise CheckFailed(f"torch {torch.__version__} is a CPU-only build", "install a CUDA build of torch")
-    oldest = "sm_%d%d" % OLDEST_ARCH
+    oldest = OLDEST_ARCH
     if oldest not in archs:
         raise CheckFailed(
             f"torch {torch.__version__} has no {oldest} kernels ({' '.join(archs)}): a P40 cannot run it",
-            "install torch 2.6.0+cu118 (its wheels carry sm_60) or another build listing sm_60",
+            f"install torch 2.6.0+cu118 (its wheels carry {oldest}) or another build listing {oldest}",
         )
     return f"torch {torch.__version__}, CUDA {torch.version.cuda}, kernels {' '.join(archs)}"
 
@@ -169,7 +170,7 @@ def check_kernels(ctx: Context) -> str:
         )
         raise CheckFailed(
             f"torch {torch.__version__} has no kernels for {cards}: it has {' '.join(archs)}",
-            "use the verl-p40 image (torch 2.6.0+cu118 carries sm_60 kernels) or a torch build for "
+            f"use the verl-p40 image (torch 2.6.0+cu118 carries {OLDEST_ARCH} kernels) or a torch build for "
             "this card; only skip this check where the reported capability is emulated",
         )
     return f"{' '.join(archs)} cover " + ", ".join(f"GPU {g.index}" for g in ctx.gpus())

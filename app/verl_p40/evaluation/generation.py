@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verl_p40 import UserError
+from verl_p40.plan import capabilities
 
 
 @dataclass
@@ -124,9 +125,13 @@ def torch_dtype(name: str, device: str):
     bf16 differ partly by rounding; bf16 needs a GPU of compute capability 8.0 or newer (or the CPU)."""
     import torch
 
-    if name == "bf16" and device.startswith("cuda") and torch.cuda.get_device_capability(device) < (8, 0):
-        major, minor = torch.cuda.get_device_capability(device)
-        raise UserError(f"--dtype bf16: this GPU is sm_{major}{minor} and has no bf16 (sm_80 and newer); use fp32")
+    if name == "bf16" and device.startswith("cuda"):
+        sm = capabilities.of(*torch.cuda.get_device_capability(device))
+        if not capabilities.has("bf16", sm):
+            raise UserError(
+                f"--dtype bf16: this GPU is {capabilities.name(sm)} and has no bf16 "
+                f"({capabilities.name(capabilities.MIN_SM['bf16'])} and newer); use fp32"
+            )
     return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
 
 
@@ -213,11 +218,16 @@ def pick_engine(engine: str, device: str) -> type:
 
     has_vllm = importlib.util.find_spec("vllm") is not None
     capable = (
-        device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.get_device_capability(device) >= (7, 0)
+        device.startswith("cuda")
+        and torch.cuda.is_available()
+        and capabilities.has("vllm", capabilities.of(*torch.cuda.get_device_capability(device)))
     )
     if engine == "vllm":
         if not (has_vllm and capable):
-            raise UserError("--engine vllm needs the vllm package and a GPU of compute capability 7.0 or newer")
+            raise UserError(
+                "--engine vllm needs the vllm package and a GPU of compute capability "
+                f"{capabilities.MIN_SM['vllm']:.1f} or newer"
+            )
         return VllmGenerator
     if engine == "auto" and has_vllm and capable:
         return VllmGenerator

@@ -28,6 +28,7 @@ from verl_p40.atomic import staged
 from verl_p40.child import last_error_line, run_python
 from verl_p40.outputs import OutputFolder
 from verl_p40.perf import projection
+from verl_p40.plan.workload import Workload
 
 _EARLIER = b'{\n  "verl_p40_bench": '  # how every result bench wrote begins
 
@@ -196,8 +197,7 @@ def summarise(steps: list[dict], cfg: Any, shape: projection.Shape, measured_car
     """Measured medians (warm-up step left out), and the projection for this GPU (its error) and for a P40."""
     phases = projection.median_phases(steps)
     generated = statistics.median(s.get("response_length/max", 0.0) for s in steps)
-    reference = bool(cfg.algorithm.get("use_kl_in_reward") or cfg.actor_rollout_ref.actor.get("use_kl_loss"))
-    tokens = projection.measured_tokens(steps, reference)
+    tokens = projection.measured_tokens(steps, Workload.of(cfg).reference)
     run = projection.run_from_config(cfg, generated, projection.longest_lengths(steps), tokens)
     prompts = int(cfg.data.train_batch_size)
     host = projection.host_overhead_per_token(phases.get("gen", 0.0), shape, run, measured_card)
@@ -328,7 +328,7 @@ def _settings(cfg: Any, shape: projection.Shape, cap_gb: float | None) -> dict:
         "train_batch_size": int(cfg.data.train_batch_size),
         "rollout_n": int(cfg.actor_rollout_ref.rollout.n),
         "rollout": cfg.actor_rollout_ref.rollout.name,
-        "algorithm": cfg.algorithm.adv_estimator,
+        "algorithm": Workload.of(cfg).estimator,
         "max_prompt_length": int(cfg.data.max_prompt_length),
         "max_response_length": int(cfg.data.max_response_length),
         "gpu_memory_cap_gb": cap_gb,

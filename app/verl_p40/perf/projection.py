@@ -27,8 +27,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from verl_p40.data import gsm8k
+from verl_p40.plan import memory
 from verl_p40.plan.budget import ADAM_STATES, FP32
 from verl_p40.plan.memory import Shape  # the model's dimensions, one home for the plan and the projection
+from verl_p40.plan.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -191,13 +193,13 @@ def run_from_config(
     from omegaconf import OmegaConf
 
     get = lambda key, default=None: OmegaConf.select(cfg, key, default=default)  # noqa: E731
-    estimator = get("algorithm.adv_estimator", "gae")
+    workload = Workload.of(cfg)
     full = int(get("data.max_prompt_length")) + int(get("data.max_response_length"))
     trims = bool(get("actor_rollout_ref.model.trim_padding", False)) and not get(
         "actor_rollout_ref.model.use_remove_padding", False
     )
-    gpus = int(get("trainer.n_gpus_per_node", 1)) * int(get("trainer.nnodes", 1))
-    sequences = int(get("data.train_batch_size")) * int(get("actor_rollout_ref.rollout.n", 1)) // gpus
+    gpus = workload.gpus
+    sequences = int(get("data.train_batch_size")) * workload.samples // gpus
 
     def micro(size_key: str, epochs_key: str | None = None) -> int:  # micro-batches per step on each GPU
         passes = int(get(epochs_key, 1)) if epochs_key else 1
@@ -208,15 +210,10 @@ def run_from_config(
         prompt_width=int(get("data.max_prompt_length")),
         response_width=int(get("data.max_response_length")),
         generated=float(generated),
-        critic=estimator == "gae",
-        reference=bool(get("algorithm.use_kl_in_reward", False) or get("actor_rollout_ref.actor.use_kl_loss", False)),
-        lora=int(get("actor_rollout_ref.model.lora_rank", 0) or 0) > 0,
-        offload={
-            "actor_optimizer": bool(get("actor_rollout_ref.actor.fsdp_config.optimizer_offload", False)),
-            "reference_params": bool(get("actor_rollout_ref.ref.fsdp_config.param_offload", False)),
-            "critic_params": bool(get("critic.model.fsdp_config.param_offload", False)),
-            "critic_optimizer": bool(get("critic.model.fsdp_config.optimizer_offload", False)),
-        },
+        critic=workload.critic,
+        reference=workload.reference,
+        lora=workload.lora,
+        offload={state: workload.on_host(state) for state in memory.STATES},
         pass_width=min(float(sum(longest)), full) if trims and longest else None,
         recompute=bool(get("actor_rollout_ref.model.enable_gradient_checkpointing", False)),
         tokens=tokens,

@@ -18,6 +18,7 @@ from typing import Any
 
 from verl_p40 import UserError
 from verl_p40.plan.profiles import Settings, config_dir, read
+from verl_p40.plan.workload import Workload
 
 DEFAULT = "grpo-gsm8k"
 
@@ -34,7 +35,7 @@ def available() -> list[str]:
 class Algorithm(Settings):
     @property
     def estimator(self) -> str:
-        return str(self.verl.get("algorithm", {}).get("adv_estimator", "gae"))
+        return Workload.of(self.verl).estimator
 
     @property
     def samples_per_prompt(self) -> int:
@@ -98,6 +99,11 @@ def with_batch(profile_verl: dict[str, Any], algorithm: Algorithm, n: int) -> tu
             target = target.setdefault(key, {})
         target[path[-1]] = prompts * n
     return settings, replace(algorithm, verl=recipe)
+
+
+def without_batch(algorithm: Algorithm) -> Algorithm:
+    """The algorithm's own settings without its batch (`with_batch` puts that in the profile's place)."""
+    return with_batch({}, algorithm, 1)[1]
 
 
 def batch_per_prompt(profile_verl: dict[str, Any], n: int, origin: str) -> dict[str, int]:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from verl_p40.plan.workload import Workload
+
 FP32 = 4  # bytes per parameter
 ADAM_STATES = 2  # exp_avg and exp_avg_sq, fp32 each
 # Ray, the dataloader workers and the driver process: seen at 3-4 GB resident on the GPU machine.
@@ -56,8 +58,8 @@ def _get(cfg: Any, dotted: str, default: Any = None) -> Any:
 
 def needs(cfg: Any, parameters: int) -> Needs:
     """Disk and host memory for a run of verl config `cfg` (the composed config) on a model of `parameters`."""
-    lora = int(_get(cfg, "actor_rollout_ref.model.lora_rank", 0) or 0) > 0
-    uses_critic = _get(cfg, "algorithm.adv_estimator", "gae") == "gae"
+    run = Workload.of(cfg)
+    lora, uses_critic = run.lora, run.critic
     model_state = parameters * FP32
     optim_state = parameters * FP32 * ADAM_STATES
     actor = model_state + (0 if lora else optim_state)
@@ -79,16 +81,16 @@ def needs(cfg: Any, parameters: int) -> Needs:
     disk = checkpoint * (kept_n + 2) if kept_n else 0
 
     host = HOST_OVERHEAD_BYTES
-    if _get(cfg, "actor_rollout_ref.actor.fsdp_config.param_offload", False):
+    if run.on_host("actor_params"):
         host += model_state
-    if _get(cfg, "actor_rollout_ref.actor.fsdp_config.optimizer_offload", False) and not lora:
+    if run.on_host("actor_optimizer") and not lora:
         host += optim_state
-    if _get(cfg, "actor_rollout_ref.ref.fsdp_config.param_offload", False) and not lora:
+    if run.on_host("reference_params") and not lora:
         host += model_state
     if uses_critic:
-        if _get(cfg, "critic.model.fsdp_config.param_offload", False):
+        if run.on_host("critic_params"):
             host += model_state
-        if _get(cfg, "critic.model.fsdp_config.optimizer_offload", False):
+        if run.on_host("critic_optimizer"):
             host += optim_state
     return Needs(checkpoint, kept_n, disk, host, notes)
 

@@ -14,8 +14,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-VLLM_MIN_SM = 7.0
-TRITON_MIN_SM = 7.0
+from verl_p40.plan.capabilities import MIN_SM, has
+from verl_p40.plan.capabilities import name as sm_name
 
 
 @dataclass(frozen=True)
@@ -45,12 +45,12 @@ def here(sm: float | None) -> Where:
     return Where(sm=sm, vllm=installed("vllm"), triton=installed("triton"))
 
 
-def _why_not(package: str, installed: bool, min_sm: float, sm: float | None, hint: str = "") -> str | None:
-    """Why `package` cannot be used here, or None when it can."""
+def _why_not(package: str, installed: bool, feature: str, sm: float | None, hint: str = "") -> str | None:
+    """Why `package` (the capability table's `feature`) cannot be used here, or None when it can."""
     if not installed:
         return f"{package} is not installed{hint}"
-    if sm is not None and sm < min_sm:
-        return f"{package} needs sm_{min_sm * 10:.0f} or newer, this GPU is sm_{sm * 10:.0f}"
+    if sm is not None and not has(feature, sm):
+        return f"{package} needs {sm_name(MIN_SM[feature])} or newer, this GPU is {sm_name(sm)}"
     return None
 
 
@@ -76,7 +76,7 @@ def complete(verl: dict, where: Where, user_sets: dict[str, str] | None = None) 
         reason = _why_not(
             "vLLM",
             where.vllm,
-            VLLM_MIN_SM,
+            "vllm",
             where.sm,
             " here (the default image has none; the -vllm image variant carries it)",
         )
@@ -87,12 +87,12 @@ def complete(verl: dict, where: Where, user_sets: dict[str, str] | None = None) 
             )
             notes.append(f"rollout: hf ({dtype}) instead of the profile's vllm: {reason}")
         else:
-            notes.append("rollout: vllm (installed, and the GPU is sm_70 or newer)")
+            notes.append(f"rollout: vllm (installed, and the GPU is {sm_name(MIN_SM['vllm'])} or newer)")
     else:
         notes.append(f"rollout: {rollout} (the profile's)")
     if (OmegaConf.select(tree, "actor_rollout_ref.rollout.name") or "vllm") == "hf":
         notes.append(_decoding(OmegaConf.select(tree, "actor_rollout_ref.rollout.p40_decode"), where, user_sets))
-    compile_reason = _why_not("Triton", where.triton, TRITON_MIN_SM, where.sm)
+    compile_reason = _why_not("Triton", where.triton, "triton", where.sm)
     for key in ("actor_rollout_ref.actor.use_torch_compile", "actor_rollout_ref.ref.use_torch_compile"):
         if OmegaConf.select(tree, key) is not False and compile_reason:
             OmegaConf.update(tree, key, False)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from verl_p40 import UserError
 from verl_p40.gpu.nvml import GPUInfo, parse_gpus
+from verl_p40.plan.workload import GPUS_KEYS
 
 BATCH_MODES = ("recipe", "per-gpu")
 BATCH_KEYS = ("data.train_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size", "critic.ppo_mini_batch_size")
@@ -79,25 +80,30 @@ def env(layout: Layout) -> dict[str, str]:
     return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(str(g.index) for g in layout.gpus)}
 
 
-def settings(layout: Layout, verl: dict, batch: str = "recipe") -> tuple[dict[str, int], list[str]]:
-    """{verl key: value} for the layout (GPU and host counts; with `batch` per-gpu, batches scaled by the world size)
-    and notes."""
+def settings(layout: Layout) -> tuple[dict[str, int], list[str]]:
+    """{verl key: value} for the layout (GPU and host counts) and its note."""
+    counts = dict(zip(GPUS_KEYS, (layout.per_node, layout.nodes)))
+    return counts, [f"layout: {layout.describe()}, {layout.world} in all"]
+
+
+def batch(layout: Layout, verl: dict, mode: str = "recipe") -> tuple[dict[str, int], list[str]]:
+    """The batches of `verl` (BATCH_KEYS, in sequences) scaled by the world size with `mode` per-gpu ({} with the
+    recipe's batch, split over the GPUs), and a note on it."""
     from omegaconf import OmegaConf
 
-    tree = OmegaConf.create(verl)
-    out: dict[str, int] = {"trainer.n_gpus_per_node": layout.per_node, "trainer.nnodes": layout.nodes}
-    notes = [f"layout: {layout.describe()}, {layout.world} in all"]
-    if layout.world > 1 and batch == "recipe":
-        notes.append(
+    if layout.world == 1:
+        return {}, []
+    if mode == "recipe":
+        return {}, [
             f"batch: the recipe's, split over {layout.world} GPUs (--batch per-gpu: {layout.world}x the prompts a step)"
-        )
-    elif layout.world > 1:
-        for key in BATCH_KEYS:
-            value = OmegaConf.select(tree, key)
-            if value is not None:
-                out[key] = int(value) * layout.world
-        notes.append(
-            f"batch x{layout.world} (--batch per-gpu: the recipe's work on each GPU): "
-            f"{out.get('data.train_batch_size')} sequences a step"
-        )
-    return out, notes
+        ]
+    tree, out = OmegaConf.create(verl), {}
+    for key in BATCH_KEYS:
+        value = OmegaConf.select(tree, key)
+        if value is not None:
+            out[key] = int(value) * layout.world
+    note = (
+        f"batch x{layout.world} (--batch per-gpu: the recipe's work on each GPU): "
+        f"{out.get('data.train_batch_size')} sequences a step"
+    )
+    return out, [note]

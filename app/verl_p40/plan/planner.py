@@ -3,9 +3,10 @@
 We do not wrap verl's trainer: we compute Hydra overrides and check them against verl's config, composed once per
 plan; `verl_p40.run.trainer` then runs `python -m verl.trainer.main_ppo <overrides>`.
 
-`plan()` runs the ordered steps of `verl_p40.plan.steps` (each returns its overrides, environment and notes), then
-composes verl's config once, checks it against the rules and writes the run record. What it reads from the machine
-comes in as `Facts` (`Facts.here()` by default), so a plan for another card needs no GPU.
+`plan()` runs the ordered steps of `verl_p40.plan.steps`, handing each what it needs (the options, the facts, what an
+earlier step decided) and collecting what each returns (overrides, environment and notes), then composes verl's
+config once, checks it against the rules and writes the run record. What it reads from the machine comes in as
+`Facts` (`Facts.here()` by default), so a plan for another card needs no GPU.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from verl_p40.plan import profiles as profiles_mod
 from verl_p40.plan import steps as plan_steps
 from verl_p40.plan.facts import Facts
 from verl_p40.plan.run_options import RunOptions
-from verl_p40.plan.schedule import parquet_rows
-from verl_p40.plan.verlconfig import compose, to_hydra
+from verl_p40.plan.schedule import Schedule, parquet_rows
+from verl_p40.plan.verlconfig import Override, compose, parse_set, to_hydra
+from verl_p40.plan.workload import Workload
 
 
 @dataclass
@@ -50,44 +52,64 @@ class RunPlan:
 
 
 def plan(options: RunOptions, facts: Facts | None = None) -> RunPlan:
-    """The checked plan of a run of `options` on the machine `facts` describes (this one by default)."""
-    draft = plan_steps.new_draft(options, facts if facts is not None else Facts.here())
-    overrides, env, notes = [], {}, []
-    for step in plan_steps.STEPS:
-        draft.notes_so_far, draft.overrides_so_far = len(notes), overrides
-        part = step(draft)
-        overrides += part.overrides
-        env.update(part.env)
-        notes += part.notes
+    """The checked plan of a run of `options` on the machine `facts` describes (this one by default): the steps of
+    `verl_p40.plan.steps` in their order, each handed what it needs, then verl's config composed once and checked."""
+    facts = facts if facts is not None else Facts.here()
+    user = parse_set(options.sets)
+    user_sets = {o.key.lstrip("+"): o.value for o in user}
+    hw = plan_steps.hardware(options, facts, user_sets)
+    chosen = plan_steps.recipe(options)
+    algorithm = plan_steps.samples(options, chosen)
+    parts = [
+        hw.part,
+        plan_steps.profile_settings(hw.profile),
+        plan_steps.placement(hw.layout),
+        plan_steps.batch(options, hw, chosen),
+        plan_steps.reward_settings(),
+        plan_steps.recipe_settings(chosen),
+        plan_steps.reward_options(options),
+        plan_steps.lora(options),
+        algorithm,
+    ]
+    sized = plan_steps.memory_plan(options, hw, _overrides(parts) + user, user)
+    parts += [sized.part, plan_steps.tensorboard(hw.profile, facts), plan_steps.paths(options, user, hw.layout)]
+    counted = plan_steps.schedule(_overrides(parts) + user, user)
+    parts += [counted.part, plan_steps.worker_hooks(options, hw.sm, user_sets), plan_steps.user_settings(user)]
+    overrides, notes = _overrides(parts), [note for part in parts for note in part.notes]
     hydra_overrides = to_hydra(overrides)
     cfg = compose(hydra_overrides)  # raises a clear UserError on anything verl's config rejects
-    notes[draft.algorithm_note] += f", {cfg.data.train_batch_size} prompts a step"
+    at = notes.index(algorithm.notes[0])  # the algorithm's note, completed with the composed batch
+    notes[at] += f", {cfg.data.train_batch_size} prompts a step"
     from verl_p40.plan import rules
     from verl_p40.plan.verlconfig import base_config
 
     rules.check(cfg, base_config(), {o.key.lstrip("+~"): o.origin for o in overrides})
     return RunPlan(
-        profile=draft.profile,
+        profile=hw.profile,
         notes=notes,
         overrides=hydra_overrides,
-        env=env,
-        record=run_record(cfg, draft),
+        env={key: value for part in parts for key, value in part.env.items()},
+        record=run_record(cfg, hw.profile.name, chosen.algorithm.name, sized.record, counted.schedule),
         composed=cfg,
         validation_questions=parquet_rows(Path(str(cfg.data.val_files))),
     )
 
 
-def run_record(cfg: Any, draft: plan_steps.Draft) -> dict:
+def _overrides(parts: list[plan_steps.Part]) -> list[Override]:
+    return [override for part in parts for override in part.overrides]
+
+
+def run_record(cfg: Any, profile: str, algorithm: str, memory: dict | None, schedule: Schedule | None) -> dict:
     """What checkpoints of this run are made with (models/checkpoints.py writes it beside them)."""
-    model_cfg = cfg.actor_rollout_ref.model
+    model_cfg, run = cfg.actor_rollout_ref.model, Workload.of(cfg)
     return {
         "checkpoints": str(cfg.trainer.default_local_dir),
-        "profile": draft.profile.name,
-        "world_size": int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes),
+        "profile": profile,
+        "world_size": run.gpus,
         "resume_mode": str(cfg.trainer.resume_mode),
-        "algorithm": draft.algorithm.name,
-        "adv_estimator": str(cfg.algorithm.adv_estimator),
-        "samples_per_prompt": int(cfg.actor_rollout_ref.rollout.n),
+        "algorithm": algorithm,
+        "adv_estimator": run.estimator,
+        "samples_per_prompt": run.samples,
         "model": str(model_cfg.path),
         "lora": (
             {
@@ -98,19 +120,19 @@ def run_record(cfg: Any, draft: plan_steps.Draft) -> dict:
             if model_cfg.lora_rank
             else None
         ),
-        "memory": draft.memory,  # the memory plan's prediction; verl logs the measured peak every step
+        "memory": memory,  # the memory plan's prediction; verl logs the measured peak every step
         # prompts a step, steps, passes over the data and its rows (plan/schedule.py), as composed
-        **(draft.schedule.record() if draft.schedule else {}),
+        **(schedule.record() if schedule else {}),
         "prompts_per_step": int(cfg.data.train_batch_size),
-        "steps": _steps(cfg, draft),
+        "steps": _steps(cfg, schedule),
     }
 
 
-def _steps(cfg: Any, draft: plan_steps.Draft) -> int | None:
+def _steps(cfg: Any, schedule: Schedule | None) -> int | None:
     """The step the run ends at: verl's trainer.total_training_steps, else the schedule's count (None: not counted)."""
     if cfg.trainer.total_training_steps is not None:
         return int(cfg.trainer.total_training_steps)
-    return draft.schedule.steps if draft.schedule and draft.schedule.batches else None
+    return schedule.steps if schedule and schedule.batches else None
 
 
 def _plain(value):

@@ -12,6 +12,7 @@ import yaml
 from verl_p40 import UserError, defaults
 from verl_p40.gpu.nvml import GPUInfo
 from verl_p40.options import FOLDER, number_problem, path_problem
+from verl_p40.plan.capabilities import MIN_SM
 
 BASE = "base"
 
@@ -232,7 +233,7 @@ def select(gpus: list[GPUInfo] | tuple[GPUInfo, ...]) -> tuple[Profile, list[str
     matching = [p for p in candidates if p.fits(gpu)]
     if not matching:
         raise UserError(
-            f"no profile fits {gpu.describe()} (compute capability below 6.0 is not supported); "
+            f"no profile fits {gpu.describe()} (compute capability below {MIN_SM['supported']:.1f} is not supported); "
             f"pick one with --profile ({', '.join(available())})"
         )
     width = lambda p: p.match.get("max_compute_capability", 99) - p.match.get("min_compute_capability", 0)  # noqa: E731

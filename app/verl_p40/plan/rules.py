@@ -10,11 +10,12 @@ import math
 from typing import Any
 
 from verl_p40 import VERL_VERSION, UserError, reward
+from verl_p40.plan.workload import ESTIMATOR_KEY, GPUS_KEYS, Workload
 
 # Names verl 0.5.0 accepts (verl/trainer/ppo/core_algos.py AdvantageEstimator; the rollout and strategy switches).
 CHOICES = {
     "actor_rollout_ref.rollout.name": ("hf", "vllm", "sglang"),
-    "algorithm.adv_estimator": (
+    ESTIMATOR_KEY: (
         "gae",
         "grpo",
         "reinforce_plus_plus",
@@ -55,8 +56,7 @@ POSITIVE = (
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
     "critic.ppo_micro_batch_size_per_gpu",
     "critic.ppo_mini_batch_size",
-    "trainer.n_gpus_per_node",
-    "trainer.nnodes",
+    *GPUS_KEYS,
     "actor_rollout_ref.actor.ppo_epochs",
     "trainer.total_epochs",  # 0: verl starts, loads every model, and trains nothing
 )
@@ -154,12 +154,12 @@ def check(cfg: Any, base: Any, origins: dict[str, str]) -> None:
     problems += _reward_problems(cfg, origins)
     if problems:  # the arithmetic below needs sane numbers
         raise UserError("; ".join(problems))
-    batch, n = int(_get(cfg, "data.train_batch_size")), int(_get(cfg, "actor_rollout_ref.rollout.n"))
-    gpus = int(_get(cfg, "trainer.n_gpus_per_node")) * int(_get(cfg, "trainer.nnodes"))
+    run = Workload.of(cfg)
+    batch, n, gpus = int(_get(cfg, "data.train_batch_size")), run.samples, run.gpus
     sequences = batch * n
     layout = f"data.train_batch_size {batch} x rollout.n {n} = {sequences} sequences on {gpus} GPU(s)"
     if sequences % gpus:
-        keys = ["data.train_batch_size", "actor_rollout_ref.rollout.n", "trainer.n_gpus_per_node", "trainer.nnodes"]
+        keys = ["data.train_batch_size", "actor_rollout_ref.rollout.n", *GPUS_KEYS]
         counts = [str(g) for g in range(1, 9) if sequences % g == 0]
         problems.append(
             f"{_all_where(keys, origins)}: {layout}: the sequences must divide evenly over the GPUs; train on "
@@ -167,7 +167,7 @@ def check(cfg: Any, base: Any, origins: dict[str, str]) -> None:
             f"{gpus // math.gcd(gpus, n)}"
         )
     groups = [("actor_rollout_ref.actor", "actor_rollout_ref.actor.use_dynamic_bsz")]
-    if _get(cfg, "algorithm.adv_estimator") == "gae":
+    if run.critic:
         groups.append(("critic", "critic.use_dynamic_bsz"))
     for role, dynamic in groups:
         if _get(cfg, dynamic):
@@ -183,7 +183,7 @@ def check(cfg: Any, base: Any, origins: dict[str, str]) -> None:
             continue
         per_gpu = mini * n // gpus  # what verl's workers compute: mini-batch x n over the data-parallel GPUs
         if per_gpu < 1 or per_gpu % micro:
-            keys = [mini_key, micro_key, "actor_rollout_ref.rollout.n", "trainer.n_gpus_per_node", "trainer.nnodes"]
+            keys = [mini_key, micro_key, "actor_rollout_ref.rollout.n", *GPUS_KEYS]
             problems.append(
                 f"{_all_where(keys, origins)}: {mini_key} {mini} x rollout.n {n} over {gpus} GPU(s) = "
                 f"{per_gpu} sequences per GPU, which {micro_key} {micro} does not divide; "

@@ -1,8 +1,7 @@
-"""The plan's steps, in the order `planner.plan()` runs them. Each takes the draft (the options, the machine's facts,
-and what the steps before it decided) and returns its Part: verl overrides, trainer environment and notes.
-
-A step that decides something later steps need (the layout, the profile, the algorithm) records it on the draft;
-every other step only reads it. The run's own KEY=VALUE settings come last and win (`user_settings`).
+"""The plan's steps, in the order `planner.plan()` runs them. Each is a function of what it needs (the options, the
+machine's facts, what an earlier step decided) and returns what it decides: a Part (verl overrides, trainer
+environment and notes), or a frozen result holding one beside a decision later steps read (the hardware, the recipe,
+the memory plan's record, the schedule). The run's own KEY=VALUE settings come last and win (`user_settings`).
 """
 
 from __future__ import annotations
@@ -18,16 +17,19 @@ from verl_p40.plan import algorithms, engines
 from verl_p40.plan import layout as layout_mod
 from verl_p40.plan import profiles as profiles_mod
 from verl_p40.plan import schedule as schedule_mod
+from verl_p40.plan.capabilities import MIN_SM, has
+from verl_p40.plan.capabilities import name as sm_name
 from verl_p40.plan.facts import Facts
+from verl_p40.plan.memory import STATES as MEMORY_STATES
 from verl_p40.plan.run_options import RunOptions
 from verl_p40.plan.verlconfig import (
     Override,
     check_settings,
     hydra_value,
-    parse_set,
     profile_overrides,
     settings_overrides,
 )
+from verl_p40.plan.workload import OFFLOAD_KEYS, Workload
 
 REWARD_DEFAULTS = {"method": "strict", "format_bonus": 0.0}  # verl's own GSM8K rule
 MODEL_PATH_KEYS = ("actor_rollout_ref.model.path", "critic.model.path", "critic.model.tokenizer_path")
@@ -35,7 +37,7 @@ VALIDATION_EVERY = 10  # steps between validations on val.parquet; trainer.test_
 MINE = "verl-p40 options"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Part:
     """What one step adds to the plan."""
 
@@ -44,27 +46,39 @@ class Part:
     notes: list[str] = field(default_factory=list)
 
 
-@dataclass
-class Draft:
-    """The plan as its steps build it."""
+@dataclass(frozen=True)
+class Hardware:
+    """What the hardware step decides: the GPUs and hosts, the profile completed for them, the weakest GPU's compute
+    capability (None: no GPU seen), and the notes on each choice."""
 
-    options: RunOptions
-    facts: Facts
-    user: list[Override]  # the run's own KEY=VALUE settings, parsed once
-    layout: layout_mod.Layout | None = None
-    profile: profiles_mod.Profile | None = None
-    sm: float | None = None  # the weakest GPU's compute capability (None: no GPU seen)
-    algorithm: algorithms.Algorithm | None = None
-    samples: int = 1  # answers per prompt
-    algorithm_note: int | None = None  # index of the algorithm's note, completed with the composed batch
-    notes_so_far: int = 0
-    overrides_so_far: list[Override] = field(default_factory=list)  # what the steps before this one returned
-    memory: dict | None = None  # the memory plan's card, budget and predicted peaks (the run record keeps it)
-    schedule: schedule_mod.Schedule | None = None  # steps, prompts a step and passes over the data (run record)
+    layout: layout_mod.Layout
+    profile: profiles_mod.Profile
+    sm: float | None
+    part: Part
 
-    @property
-    def user_sets(self) -> dict[str, str]:
-        return {o.key.lstrip("+"): o.value for o in self.user}
+
+@dataclass(frozen=True)
+class Recipe:
+    """The algorithm as its file has it (with its batch, if it sets one), and the answers per prompt."""
+
+    algorithm: algorithms.Algorithm
+    samples: int
+
+
+@dataclass(frozen=True)
+class Sized:
+    """What the memory plan decides, and what the run record keeps of it (None: no card to size for)."""
+
+    part: Part
+    record: dict | None = None
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """The passes over the data the announced steps need (None: not counted), and the step's part."""
+
+    part: Part
+    schedule: schedule_mod.Schedule | None = None
 
 
 def resolve_profile(name: str, gpus: tuple | None) -> tuple[profiles_mod.Profile, list[str], float | None]:
@@ -86,70 +100,96 @@ def resolve_profile(name: str, gpus: tuple | None) -> tuple[profiles_mod.Profile
     return profile, notes, sm
 
 
-def hardware(draft: Draft) -> Part:
+def hardware(options: RunOptions, facts: Facts, user_sets: dict[str, str]) -> Hardware:
     """The layout of the GPUs and hosts, the profile for them, completed for what the machine has installed."""
-    o = draft.options
-    draft.layout = layout_mod.choose(list(draft.facts.gpus) if draft.facts.gpus is not None else None, o.gpus, o.nodes)
-    profile, notes, draft.sm = resolve_profile(o.profile, draft.layout.gpus)
+    layout = layout_mod.choose(list(facts.gpus) if facts.gpus is not None else None, options.gpus, options.nodes)
+    profile, notes, sm = resolve_profile(options.profile, layout.gpus)
     check_settings(profile.verl, str(profile.path))
-    where = engines.Where(sm=draft.sm, vllm=draft.facts.vllm, triton=draft.facts.triton)
-    completed, choices = engines.complete(profile.verl, where, draft.user_sets)
-    draft.profile = dataclasses.replace(profile, verl=completed)
-    return Part(notes=notes + choices)
+    where = engines.Where(sm=sm, vllm=facts.vllm, triton=facts.triton)
+    completed, choices = engines.complete(profile.verl, where, user_sets)
+    return Hardware(layout, dataclasses.replace(profile, verl=completed), sm, Part(notes=notes + choices))
 
 
-def recipe(draft: Draft) -> Part:
-    """The algorithm, and its batch (in prompts) in place of the profile's before the layout scales it."""
-    algorithm = algorithms.load(draft.options.algorithm)
+def recipe(options: RunOptions) -> Recipe:
+    """The algorithm, checked, and its answers per prompt (--samples-per-prompt over the recipe's)."""
+    algorithm = algorithms.load(options.algorithm)
     check_settings(algorithm.verl, str(algorithm.path))
-    draft.samples = draft.options.samples_per_prompt or algorithm.samples_per_prompt
-    verl_settings, draft.algorithm = algorithms.with_batch(draft.profile.verl, algorithm, draft.samples)
-    draft.profile = dataclasses.replace(draft.profile, verl=verl_settings)
-    return Part(overrides=profile_overrides(draft.profile))
+    return Recipe(algorithm, options.samples_per_prompt or algorithm.samples_per_prompt)
 
 
-def placement(draft: Draft) -> Part:
-    """verl settings for the GPUs and hosts: counts, and the batches scaled by the world size with --batch per-gpu
-    (by default the recipe's batch is split over the GPUs; what fits on each GPU once
-    FSDP shards the states W ways is the memory plan's question, `memory_plan`)."""
+def profile_settings(profile: profiles_mod.Profile) -> Part:
+    """The profile's verl settings, but its batch: the batch step decides that."""
+    return Part(overrides=[o for o in profile_overrides(profile) if o.key not in layout_mod.BATCH_KEYS])
+
+
+def placement(layout: layout_mod.Layout) -> Part:
+    """verl's counts of GPUs and hosts (what fits on each GPU once FSDP shards the states W ways is the memory plan's
+    question, `memory_plan`)."""
+    values, notes = layout_mod.settings(layout)
+    origin = f"--gpus/--nodes ({layout.describe()})"
+    return Part(overrides=[Override(key, str(value), origin) for key, value in values.items()], notes=notes)
+
+
+def _samples_origin(options: RunOptions, chosen: Recipe) -> str:
+    n = chosen.samples
+    return f"--algorithm {chosen.algorithm.name}" + (f" --samples-per-prompt {n}" if options.samples_per_prompt else "")
+
+
+def batch(options: RunOptions, hw: Hardware, chosen: Recipe) -> Part:
+    """The batch's arithmetic in one place: the profile's sequences a step and a mini-batch (the recipe's prompts x n
+    in their place), x the GPUs with --batch per-gpu (by default the recipe's batch is split over them), then in
+    prompts: verl counts both in prompts and multiplies them by n. Each value names the last step that changed it."""
     from omegaconf import OmegaConf
 
-    layout, profile = draft.layout, draft.profile
-    values, notes = layout_mod.settings(layout, profile.verl, draft.options.batch)
-    origin = f"--gpus/--nodes ({layout.describe()})"
-    out = [Override(key, str(value), origin) for key, value in values.items()]
-    # the algorithm divides the batch per prompt: it starts from the batch the layout scaled
-    scaled = {o.key: int(o.value) for o in out if o.key in layout_mod.BATCH_KEYS}
-    if scaled:
-        tree = OmegaConf.create(profile.verl)
-        for key, value in scaled.items():
-            OmegaConf.update(tree, key, value)
-        draft.profile = dataclasses.replace(profile, verl=OmegaConf.to_container(tree))
+    n, profile = chosen.samples, hw.profile
+    sequences, _ = algorithms.with_batch(profile.verl, chosen.algorithm, n)
+    tree = OmegaConf.create(sequences)
+    values = {k: (OmegaConf.select(tree, k), str(profile.path)) for k in layout_mod.BATCH_KEYS}
+    scaled, notes = layout_mod.batch(hw.layout, sequences, options.batch)
+    for key, value in scaled.items():
+        OmegaConf.update(tree, key, value)
+        values[key] = (value, f"--gpus/--nodes ({hw.layout.describe()})")
+    origin = _samples_origin(options, chosen)
+    for key, value in algorithms.batch_per_prompt(OmegaConf.to_container(tree), n, origin).items():
+        values[key] = (value, f"{origin} ({n} samples per prompt)")
+    out = [Override(key, str(value), where) for key, (value, where) in values.items() if value is not None]
     return Part(overrides=out, notes=notes)
 
 
-def reward_settings(draft: Draft) -> Part:
-    """verl-p40's GSM8K rule, strict unless the algorithm file (a recipe) or the options say otherwise."""
-    o = draft.options
-    overrides = [
-        Override("custom_reward_function.path", hydra_value(reward.__file__), MINE),
-        Override("custom_reward_function.name", "compute_score", MINE),
-        *settings_overrides({"custom_reward_function": {"reward_kwargs": REWARD_DEFAULTS}}, MINE),
-        *settings_overrides(draft.algorithm.verl, str(draft.algorithm.path)),
-    ]
-    overrides += [
-        Override(f"custom_reward_function.reward_kwargs.{key}", hydra_value(value), f"--{flag}")
-        for key, flag, value in (
-            ("method", "reward-method", o.reward_method),
-            ("format_bonus", "format-bonus", o.format_bonus),
-        )
-        if value is not None
-    ]
-    return Part(overrides=overrides)
+def reward_settings() -> Part:
+    """verl-p40's GSM8K rule, strict unless the recipe (`recipe_settings`) or the options (`reward_options`) say
+    otherwise."""
+    return Part(
+        overrides=[
+            Override("custom_reward_function.path", hydra_value(reward.__file__), MINE),
+            Override("custom_reward_function.name", "compute_score", MINE),
+            *settings_overrides({"custom_reward_function": {"reward_kwargs": REWARD_DEFAULTS}}, MINE),
+        ]
+    )
 
 
-def lora(draft: Draft) -> Part:
-    o = draft.options
+def recipe_settings(chosen: Recipe) -> Part:
+    """The recipe's own verl settings (its batch is the batch step's)."""
+    algorithm = algorithms.without_batch(chosen.algorithm)
+    return Part(overrides=settings_overrides(algorithm.verl, str(algorithm.path)))
+
+
+def reward_options(options: RunOptions) -> Part:
+    """--reward-method and --format-bonus, over the recipe's reward."""
+    return Part(
+        overrides=[
+            Override(f"custom_reward_function.reward_kwargs.{key}", hydra_value(value), f"--{flag}")
+            for key, flag, value in (
+                ("method", "reward-method", options.reward_method),
+                ("format_bonus", "format-bonus", options.format_bonus),
+            )
+            if value is not None
+        ]
+    )
+
+
+def lora(options: RunOptions) -> Part:
+    o = options
     settings = algorithms.lora(o.lora_rank, o.lora_alpha)
     if settings:
         return Part(
@@ -164,21 +204,18 @@ def lora(draft: Draft) -> Part:
     return Part()
 
 
-def samples(draft: Draft) -> Part:
-    """Answers per prompt, the batch in prompts (the profile's sequences kept), and the experiment's name."""
-    o, algorithm, n = draft.options, draft.algorithm, draft.samples
-    origin = f"--algorithm {algorithm.name}" + (f" --samples-per-prompt {n}" if o.samples_per_prompt else "")
-    out = [Override("actor_rollout_ref.rollout.n", str(n), origin)] if o.samples_per_prompt else []
-    per_prompt = algorithms.batch_per_prompt(draft.profile.verl, n, origin)
-    out += [Override(key, str(value), f"{origin} ({n} samples per prompt)") for key, value in per_prompt.items()]
-    name = algorithms.experiment_name(o.model, algorithm.name, o.lora_rank)
+def samples(options: RunOptions, chosen: Recipe) -> Part:
+    """Answers per prompt and the experiment's name; its note (the algorithm's) is completed by the planner with the
+    composed batch (a --set data.train_batch_size wins)."""
+    algorithm, n = chosen.algorithm, chosen.samples
+    origin = _samples_origin(options, chosen)
+    out = [Override("actor_rollout_ref.rollout.n", str(n), origin)] if options.samples_per_prompt else []
+    name = algorithms.experiment_name(options.model, algorithm.name, options.lora_rank)
     out.append(Override("trainer.experiment_name", name, MINE))
     note = f"algorithm: {algorithm.name} ({algorithm.estimator}), {n} sample{'s' * (n > 1)} per prompt"
-    draft.algorithm_note = draft.notes_so_far  # completed with the composed batch (a --set data.train_batch_size wins)
     return Part(overrides=out, notes=[note])
 
 
-# the memory plan's sizes and the verl keys that carry each (Sizes field -> keys)
 MEMORY_KEYS = {
     "generation": ("actor_rollout_ref.rollout.micro_batch_size",),
     "update_micro": ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "critic.ppo_micro_batch_size_per_gpu"),
@@ -190,12 +227,7 @@ MEMORY_KEYS = {
     # with "modified by an inplace operation" in the Docker e2e of 2026-12-02)
     "checkpointing": ("actor_rollout_ref.model.enable_gradient_checkpointing",),
 }
-STATE_KEYS = {  # memory.STATES -> the offload key that keeps it off the GPU
-    "actor_optimizer": "actor_rollout_ref.actor.fsdp_config.optimizer_offload",
-    "reference_params": "actor_rollout_ref.ref.fsdp_config.param_offload",
-    "critic_params": "critic.model.fsdp_config.param_offload",
-    "critic_optimizer": "critic.model.fsdp_config.optimizer_offload",
-}
+STATE_KEYS = {state: OFFLOAD_KEYS[state] for state in MEMORY_STATES}  # the offload key that keeps it off the GPU
 STATE_WORDS = {
     "actor_optimizer": "actor Adam states",
     "reference_params": "reference weights",
@@ -204,11 +236,11 @@ STATE_WORDS = {
 }
 
 
-def _card_gib(draft: Draft) -> float | None:
+def _card_gib(hw: Hardware) -> float | None:
     """The memory of the weakest GPU the run uses; without GPU facts, the card the profile is sized for."""
-    if draft.layout.gpus:
-        return layout_mod.weakest(draft.layout.gpus).memory_total_gib
-    return draft.profile.match.get("memory_gib")
+    if hw.layout.gpus:
+        return layout_mod.weakest(hw.layout.gpus).memory_total_gib
+    return hw.profile.match.get("memory_gib")
 
 
 def _memory_step(cfg, shape) -> tuple:
@@ -217,15 +249,15 @@ def _memory_step(cfg, shape) -> tuple:
     from verl_p40.plan import memory as mem
 
     get = lambda key, default=None: OmegaConf.select(cfg, key, default=default)  # noqa: E731
-    world = int(get("trainer.n_gpus_per_node", 1)) * int(get("trainer.nnodes", 1))
-    n = int(get("actor_rollout_ref.rollout.n", 1))
+    run = Workload.of(cfg)
+    world, n = run.gpus, run.samples
     step = mem.Step(
         sequences=max(1, int(get("data.train_batch_size")) * n // world),
         prompt_width=int(get("data.max_prompt_length")),
         response_width=int(get("data.max_response_length")),
-        critic=get("algorithm.adv_estimator", "gae") == "gae",
-        reference=bool(get("algorithm.use_kl_in_reward", False) or get("actor_rollout_ref.actor.use_kl_loss", False)),
-        lora=int(get("actor_rollout_ref.model.lora_rank", 0) or 0) > 0,
+        critic=run.critic,
+        reference=run.reference,
+        lora=run.lora,
         world=world,
         mini_batch=max(1, int(get("actor_rollout_ref.actor.ppo_mini_batch_size")) * n // world),
     )
@@ -234,50 +266,43 @@ def _memory_step(cfg, shape) -> tuple:
         update_micro=int(get(MEMORY_KEYS["update_micro"][0]) or 1),
         logprob_micro=int(get(MEMORY_KEYS["logprob_micro"][0]) or 1),
         checkpointing=bool(get(MEMORY_KEYS["checkpointing"][0], False)),
-        resident=frozenset(s for s, key in STATE_KEYS.items() if get(key, False) is not True),
+        resident=frozenset(s for s in STATE_KEYS if not run.on_host(s)),
     )
     return step, start
 
 
-def memory_plan(draft: Draft) -> Part:
+def memory_plan(options: RunOptions, hw: Hardware, settings: list[Override], user: list[Override]) -> Sized:
     """Generation chunk, micro-batches, gradient checkpointing and states on the GPU, sized from the card's memory
     (NVML's total, or --gpu-memory-cap-gb) by verl_p40.plan.memory's model. A size the run's own settings give stays
-    theirs. Without a card (no GPU seen, no profile size), the profile's plan is kept."""
+    theirs (`settings`: the steps' overrides so far, then the run's own). Without a card (no GPU seen, no profile size),
+    the profile's plan is kept."""
     from omegaconf.errors import OmegaConfBaseException
 
     from verl_p40.plan import memory as mem
     from verl_p40.plan.verlconfig import preview
 
-    card = _card_gib(draft)
+    card = _card_gib(hw)
     if not card:
-        return Part()
+        return Sized(Part())
     try:
-        shape = mem.Shape.of_folder(Path(draft.options.model).expanduser())
+        shape = mem.Shape.of_folder(Path(options.model).expanduser())
     except (OSError, ValueError, KeyError):
         shape = mem.QWEN_05B  # the model is not here (a config made elsewhere): size it as the product's model
     try:
-        step, start = _memory_step(preview(draft.overrides_so_far + draft.user), shape)
+        step, start = _memory_step(preview(settings), shape)
     except (UserError, ValueError, TypeError, AttributeError, OmegaConfBaseException):
-        return Part()  # a value that is no number (or no override): the plan's checks at its end name it in one line
-    user = draft.user_sets
-    fixed = {name for name, keys in MEMORY_KEYS.items() if any(k in user for k in keys)}
-    fixed |= {state for state, key in STATE_KEYS.items() if key in user}
-    from omegaconf import OmegaConf
-
-    if OmegaConf.select(preview(draft.user), "actor_rollout_ref.actor.strategy") != "fsdp" or (
-        draft.profile.verl.get("actor_rollout_ref", {}).get("actor", {}).get("strategy", "fsdp") != "fsdp"
-    ):
-        fixed.add("checkpointing")  # measured without it on FSDP1 only: FSDP2 keeps the profile's checkpointing
-    usable = mem.usable_bytes(card, draft.options.gpu_memory_cap_gb)
+        return Sized(Part())  # a value that is no number (or no override): the plan's checks at its end name it
+    fixed = _fixed_by(user, hw.profile)
+    usable = mem.usable_bytes(card, options.gpu_memory_cap_gb)
     budget = mem.BUDGET * usable
     # a card as large as the one the profile was measured on runs the profile's own sizes at least
-    sized_for = draft.profile.match.get("memory_gib") or 0.0
-    cap = draft.options.gpu_memory_cap_gb
+    sized_for = hw.profile.match.get("memory_gib") or 0.0
+    cap = options.gpu_memory_cap_gb
     floor = start if min(card * 2**30 / 1e9, cap or float("inf")) >= 0.95 * sized_for * 2**30 / 1e9 else None
     sizes = mem.choose(shape, step, start, budget, fixed, floor)
     peaks = mem.phase_peaks(shape, step, sizes)
     if floor is None and max(peaks.values()) > budget:  # said before Ray starts: memcap would end the run in an OOM
-        raise UserError(_memory_refused(draft, shape, step, start, fixed, card, usable, budget))
+        raise UserError(_memory_refused(options, user, shape, step, start, fixed, card, usable, budget))
     origin = f"memory plan ({usable / 1e9:.1f} GB for the allocator)"
     out = [
         Override(key, hydra_value(getattr(sizes, name)), origin)
@@ -290,8 +315,24 @@ def memory_plan(draft: Draft) -> Part:
         for state, key in STATE_KEYS.items()
         if state not in fixed
     ]
-    note, draft.memory = _memory_said(sizes, step, peaks, usable, budget)
-    return Part(overrides=out, notes=[note])
+    note, record = _memory_said(sizes, step, peaks, usable, budget)
+    return Sized(Part(overrides=out, notes=[note]), record)
+
+
+def _fixed_by(user: list[Override], profile: profiles_mod.Profile) -> set[str]:
+    """The memory plan's sizes and states that the run's own settings give (or the strategy keeps as measured)."""
+    from omegaconf import OmegaConf
+
+    from verl_p40.plan.verlconfig import preview
+
+    sets = {o.key.lstrip("+") for o in user}
+    fixed = {name for name, keys in MEMORY_KEYS.items() if any(k in sets for k in keys)}
+    fixed |= {state for state, key in STATE_KEYS.items() if key in sets}
+    if OmegaConf.select(preview(user), "actor_rollout_ref.actor.strategy") != "fsdp" or (
+        profile.verl.get("actor_rollout_ref", {}).get("actor", {}).get("strategy", "fsdp") != "fsdp"
+    ):
+        fixed.add("checkpointing")  # measured without it on FSDP1 only: FSDP2 keeps the profile's checkpointing
+    return fixed
 
 
 def _memory_said(sizes, step, peaks: dict[str, float], usable: float, budget: float) -> tuple[str, dict]:
@@ -324,7 +365,7 @@ def _memory_said(sizes, step, peaks: dict[str, float], usable: float, budget: fl
     return note, record
 
 
-def _memory_refused(draft: Draft, shape, step, start, fixed: set[str], card: float, usable: float, budget: float):
+def _memory_refused(options: RunOptions, user: list[Override], shape, step, start, fixed, card, usable, budget) -> str:
     """The one line for a card or cap the plan cannot fit, with what would (each checked by the same model): the
     states the profile keeps on the GPU offloaded, the sizes the run's settings fix left to the plan, LoRA, another
     cap or a larger GPU."""
@@ -333,7 +374,8 @@ def _memory_refused(draft: Draft, shape, step, start, fixed: set[str], card: flo
 
     from verl_p40.plan import memory as mem
 
-    cap = draft.options.gpu_memory_cap_gb
+    cap = options.gpu_memory_cap_gb
+    sets = {o.key.lstrip("+") for o in user}
     peak = lambda st, sz: max(mem.phase_peaks(shape, st, sz).items(), key=lambda kv: kv[1])  # noqa: E731
     where = f"--gpu-memory-cap-gb {cap:g}" if cap else f"this GPU's {card:.1f} GiB"
     within = f"the {budget / 1e9:.1f} GB it plans within ({mem.BUDGET:.0%} of {usable / 1e9:.1f} GB for the allocator)"
@@ -351,7 +393,7 @@ def _memory_refused(draft: Draft, shape, step, start, fixed: set[str], card: flo
     ways = []
     if fixed and peak(step, mem.smallest(start, set()))[1] <= budget:
         keys = [k for name in sorted(fixed) for k in (*MEMORY_KEYS.get(name, ()), STATE_KEYS.get(name)) if k]
-        ways.append(f"leave {', '.join(k for k in keys if k in draft.user_sets)} to the memory plan")
+        ways.append(f"leave {', '.join(k for k in keys if k in sets)} to the memory plan")
     if not step.lora and peak(replace(step, lora=True), least)[1] <= budget:
         ways.append("LoRA (--lora-rank 32: no full gradients nor Adam states)")
     need = math.ceil(peak(step, mem.smallest(start, set()))[1] / mem.BUDGET / 1e8) / 10  # GB the allocator needs
@@ -383,11 +425,11 @@ def validation_split(data: Path, notes: list[str]) -> str:
     return "test.parquet"
 
 
-def paths(draft: Draft) -> Part:
+def paths(options: RunOptions, user: list[Override], layout: layout_mod.Layout) -> Part:
     """One model for actor, reference, critic and tokenizer; the data files; the checkpoint folder (with each
     validation's per-question results in its `validation/`); the logs."""
-    o = draft.options
-    for item in draft.user:  # a model path given as a verl key is refused before anything else reads it
+    o = options
+    for item in user:  # a model path given as a verl key is refused before anything else reads it
         if item.key.lstrip("+") in MODEL_PATH_KEYS:
             raise UserError(
                 f"{item.origin}: give the model as --model {item.value} instead: it sets the actor, the reference, the "
@@ -421,7 +463,7 @@ def paths(draft: Draft) -> Part:
         ]
     env = {
         "TENSORBOARD_DIR": str(Path(o.logs).expanduser().absolute() / "tensorboard"),
-        **layout_mod.env(draft.layout),
+        **layout_mod.env(layout),
     }
     # Without expandable segments the caching allocator kept 4 GB reserved-but-unusable at the 24 GB cap and
     # the actor update ran out of memory (bench/results, first p40-profile run).
@@ -433,47 +475,47 @@ def _whole(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def schedule(draft: Draft) -> Part:
+def schedule(settings: list[Override], user: list[Override]) -> Scheduled:
     """The passes over the data verl needs for the announced steps (trainer.total_epochs), counted on the rows verl
-    keeps; a trainer.total_epochs of the user's own that cannot reach them is refused here, before Ray starts."""
+    keeps; a trainer.total_epochs of the user's own that cannot reach them is refused here, before Ray starts.
+    `settings`: the steps' overrides so far, then the run's own (`user`)."""
     from omegaconf import OmegaConf
 
     from verl_p40.plan.verlconfig import preview
 
-    settings = draft.overrides_so_far + draft.user
     try:
         tree = preview(settings)
     except Exception:  # e.g. a whole section set as a value: to_hydra names it with its fix once the steps are done
-        return Part()
+        return Scheduled(Part())
     get = lambda key: OmegaConf.select(tree, key, default=None)  # noqa: E731
     prompts, epochs = _whole(get("data.train_batch_size")), _whole(get("trainer.total_epochs"))
     steps, longest = get("trainer.total_training_steps"), _whole(get("data.max_prompt_length"))
     if not prompts or prompts < 1 or epochs is None or longest is None or (steps is not None and not _whole(steps)):
-        return Part()  # a value verl would refuse: the rules name it once the config is composed
-    user = {o.key.lstrip("+"): o.origin for o in draft.user}
+        return Scheduled(Part())  # a value verl would refuse: the rules name it once the config is composed
+    mine = {o.key.lstrip("+"): o.origin for o in user}
     origins = {o.key.lstrip("+"): o.origin for o in settings}
     tokenizer = get("actor_rollout_ref.model.tokenizer_path") or get("actor_rollout_ref.model.path")
     rows = schedule_mod.train_rows(
         Path(str(get("data.train_files"))), bool(get("data.filter_overlong_prompts")), longest, str(tokenizer)
     )
-    draft.schedule = schedule_mod.plan(
+    counted = schedule_mod.plan(
         rows,
         prompts,
         steps,
         epochs,
-        user.get("trainer.total_epochs"),
+        mine.get("trainer.total_epochs"),
         origins.get("trainer.total_training_steps", "trainer.total_training_steps"),
     )
     out = []
-    if draft.schedule.epochs != epochs:
-        origin = f"{draft.schedule.steps} steps of {prompts} prompts"
-        out.append(Override("trainer.total_epochs", str(draft.schedule.epochs), origin))
-    return Part(overrides=out, notes=[draft.schedule.line()])
+    if counted.epochs != epochs:
+        origin = f"{counted.steps} steps of {prompts} prompts"
+        out.append(Override("trainer.total_epochs", str(counted.epochs), origin))
+    return Scheduled(Part(overrides=out, notes=[counted.line()]), counted)
 
 
-def tensorboard(draft: Draft) -> Part:
-    logger = draft.profile.verl.get("trainer", {}).get("logger", ["console"])
-    if "tensorboard" in logger and not draft.facts.tensorboard:
+def tensorboard(profile: profiles_mod.Profile, facts: Facts) -> Part:
+    logger = profile.verl.get("trainer", {}).get("logger", ["console"])
+    if "tensorboard" in logger and not facts.tensorboard:
         logger = [name for name in logger if name != "tensorboard"]
         return Part(
             overrides=[Override("trainer.logger", hydra_value(logger), MINE)],
@@ -486,35 +528,35 @@ def tf32_on(mode: str, sm: float | None) -> bool:
     """Whether the trainer's workers switch TF32 on: `auto` on sm_80+ (Ampere and newer); never below sm_80, where
     there are no TF32 units (a P40 keeps full fp32). Without a GPU seen here, `auto` leaves it off. The option's
     choices (auto, on, off) are checked where the option is read."""
-    if mode == "on" and sm is not None and sm < 8.0:
+    if mode == "on" and sm is not None and not has("tf32", sm):
         raise UserError(
-            f"--tf32 on: TF32 needs an sm_80+ GPU (Ampere or newer); this one is sm_{sm * 10:.0f}. "
+            f"--tf32 on: TF32 needs an {sm_name(MIN_SM['tf32'])}+ GPU (Ampere or newer); this one is {sm_name(sm)}. "
             "Use --tf32 auto or off"
         )
-    return mode == "on" or (mode == "auto" and sm is not None and sm >= 8.0)
+    return mode == "on" or (mode == "auto" and has("tf32", sm))
 
 
-def worker_hooks(draft: Draft) -> Part:
+def worker_hooks(options: RunOptions, sm: float | None, user_sets: dict[str, str]) -> Part:
     """What every trainer worker sets before it builds a model (verl_p40.worker_hooks, through verl's external_lib): the
     memory cap, TF32, cuDNN attention off."""
-    o, sm = draft.options, draft.sm
+    o = options
     part, hooked = Part(), []
     if o.gpu_memory_cap_gb is not None:  # checked where the option is read (run_options)
-        part.env[defaults.GPU_MEMORY_CAP_ENV] = f"{o.gpu_memory_cap_gb:g}"
+        part.env[defaults.WORKER_MEMORY_CAP_ENV] = f"{o.gpu_memory_cap_gb:g}"
         hooked.append("--gpu-memory-cap-gb")
         part.notes.append(f"GPU memory capped at {o.gpu_memory_cap_gb:g} GB per process")
     if tf32_on(o.tf32, sm):
         part.env[defaults.TF32_ENV] = "1"
         hooked.append("--tf32")
-        part.notes.append(f"TF32 matmuls on (--tf32 {o.tf32}" + (f", sm_{sm * 10:.0f})" if sm else ")"))
-    elif sm is not None and sm >= 8.0:
+        part.notes.append(f"TF32 matmuls on (--tf32 {o.tf32}" + (f", {sm_name(sm)})" if sm else ")"))
+    elif has("tf32", sm):
         part.notes.append("TF32 matmuls off (--tf32 off)")
-    own_hook = "actor_rollout_ref.model.external_lib" in draft.user_sets
-    if sm is not None and sm >= 8.0 and own_hook:
+    own_hook = "actor_rollout_ref.model.external_lib" in user_sets
+    if has("cudnn_attention", sm) and own_hook:
         part.notes.append(
             "cuDNN attention left as PyTorch has it: your actor_rollout_ref.model.external_lib takes the hook"
         )
-    elif sm is not None and sm >= 8.0:
+    elif has("cudnn_attention", sm):
         # A precaution: cuDNN's SDPA backward on sm_90 with an attention mask is reported upstream to give NaN
         # gradients in bf16/fp16 (pytorch/pytorch#196678, torch 2.11+); bench/sdpa_nan_check.py did not show it
         # on an H200 (bench/results/precision-2026-12-01/). fp32 never uses it, and FlashAttention or the
@@ -538,26 +580,6 @@ def worker_hooks(draft: Draft) -> Part:
     return part
 
 
-def user_settings(draft: Draft) -> Part:
+def user_settings(user: list[Override]) -> Part:
     """The run's own KEY=VALUE settings: last, so they win."""
-    return Part(overrides=list(draft.user))
-
-
-STEPS = (
-    hardware,
-    recipe,
-    placement,
-    reward_settings,
-    lora,
-    samples,
-    memory_plan,
-    tensorboard,
-    paths,
-    schedule,
-    worker_hooks,
-    user_settings,
-)
-
-
-def new_draft(options: RunOptions, facts: Facts) -> Draft:
-    return Draft(options=options, facts=facts, user=parse_set(options.sets))
+    return Part(overrides=list(user))

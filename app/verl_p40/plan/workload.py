@@ -1,0 +1,79 @@
+"""What a composed run is, in one place: the models it trains and keeps (critic, reference, LoRA), the GPUs it runs
+on, the states it keeps in host memory, its advantage estimator.
+
+`Workload.of(config)` reads them from verl's config (composed, previewed, or a profile's or recipe's settings as a
+nested dict), the way verl 0.5.0 decides them: a critic with the GAE estimator only, a reference model where the KL
+goes into the reward or the loss. The memory plan, the disk and host-memory budget, the rules, the run record, the
+projection and bench read these facts from here; no other module looks these keys up (tests/test_stages.py checks
+it). The steps that write the keys into a plan's overrides take their names from `OFFLOAD_KEYS` and `GPUS_KEYS`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+ESTIMATOR_KEY = "algorithm.adv_estimator"
+GPUS_KEYS = ("trainer.n_gpus_per_node", "trainer.nnodes")  # verl's GPUs on each host, and its hosts
+KL_KEYS = ("algorithm.use_kl_in_reward", "actor_rollout_ref.actor.use_kl_loss")  # either one needs a reference
+OFFLOAD_KEYS = {  # a state of the run -> the verl key that keeps it in host memory between the phases using it
+    "actor_params": "actor_rollout_ref.actor.fsdp_config.param_offload",
+    "actor_optimizer": "actor_rollout_ref.actor.fsdp_config.optimizer_offload",
+    "reference_params": "actor_rollout_ref.ref.fsdp_config.param_offload",
+    "critic_params": "critic.model.fsdp_config.param_offload",
+    "critic_optimizer": "critic.model.fsdp_config.optimizer_offload",
+}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The facts of one run that several stages read. The numbers are kept as the config holds them and converted
+    where asked for (`gpus`, `samples`, `lora`), so a value verl would refuse is named by the rules, not here."""
+
+    estimator: str  # verl's algorithm.adv_estimator (gae, grpo, ...)
+    reference: bool  # a reference model: KL in the reward or in the actor's loss
+    offloaded: frozenset[str]  # of OFFLOAD_KEYS: the states kept in host memory
+    gpus_per_node: Any
+    nodes: Any
+    samples_per_prompt: Any  # actor_rollout_ref.rollout.n
+    lora_rank: Any
+
+    @classmethod
+    def of(cls, config: Any) -> Workload:
+        """The workload of `config`: an OmegaConf config or a nested dict of verl's keys (verl's defaults where a
+        key is missing)."""
+        from omegaconf import OmegaConf
+
+        tree = config if OmegaConf.is_config(config) else OmegaConf.create(config or {})
+        get = lambda key, default=None: OmegaConf.select(tree, key, default=default)  # noqa: E731
+        return cls(
+            estimator=str(get(ESTIMATOR_KEY, "gae")),
+            reference=bool(get(KL_KEYS[0], False) or get(KL_KEYS[1], False)),
+            offloaded=frozenset(state for state, key in OFFLOAD_KEYS.items() if get(key, False) is True),
+            gpus_per_node=get(GPUS_KEYS[0], 1),
+            nodes=get(GPUS_KEYS[1], 1),
+            samples_per_prompt=get("actor_rollout_ref.rollout.n", 1),
+            lora_rank=get("actor_rollout_ref.model.lora_rank", 0),
+        )
+
+    @property
+    def critic(self) -> bool:
+        """verl 0.5.0 trains a critic for the GAE estimator only."""
+        return self.estimator == "gae"
+
+    @property
+    def gpus(self) -> int:
+        """The GPUs of all hosts (verl's world size)."""
+        return int(self.gpus_per_node) * int(self.nodes)
+
+    @property
+    def samples(self) -> int:
+        return int(self.samples_per_prompt)
+
+    @property
+    def lora(self) -> bool:
+        return int(self.lora_rank or 0) > 0
+
+    def on_host(self, state: str) -> bool:
+        """Whether `state` (a key of OFFLOAD_KEYS) is kept in host memory between the phases that use it."""
+        return state in self.offloaded

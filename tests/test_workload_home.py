@@ -1,0 +1,75 @@
+"""What a composed run is (critic, reference, GPUs, offloaded states, estimator) has one home, plan/workload.py: no
+other module of app/ reads `use_kl_in_reward`, `use_kl_loss`, `n_gpus_per_node`, `adv_estimator` or any `*_offload`
+from a config on its own.
+
+What counts as a read, in each module's syntax tree (ast):
+- an attribute of that name loaded (`cfg.algorithm.adv_estimator`, `fsdp_config.param_offload`);
+- a string constant naming the key (the key itself, or a dotted path ending in it) as an argument of a call to a
+  lookup: `get`, `_get`, `select`, `OmegaConf.select`, `getattr`, `pop` (`cfg.algorithm.get("use_kl_in_reward")`,
+  `OmegaConf.select(cfg, "trainer.n_gpus_per_node")`);
+- such a string as a subscript (`cfg["algorithm"]["adv_estimator"]`).
+A writer is not a read: an `Override("...param_offload", ...)` or a dict of keys to values handed to the overrides
+uses the key as a name to write. What this does not catch: a key put into a variable or a table first and looked up
+through it (`key = "algorithm.adv_estimator"; get(key)`), or a config read by another spelling (`cfg.get(k)` over a
+loop of all keys, as the rules' value checks do through workload's key names). patches/ is text written into verl's
+own files, not code of ours that reads a config, and is left out.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "app" / "verl_p40"
+HOME = PACKAGE / "plan" / "workload.py"
+NAMES = re.compile(r"^(use_kl_in_reward|use_kl_loss|n_gpus_per_node|adv_estimator|\w+_offload)$")
+LOOKUPS = {"get", "_get", "select", "getattr", "pop"}
+
+
+def _names_a_key(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and bool(NAMES.match(node.value.rsplit(".", 1)[-1]))
+    )
+
+
+def _callee(call: ast.Call) -> str:
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def reads(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, what) for every read of a workload key in `tree`, as the module docstring defines a read."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and NAMES.match(node.attr):
+            found.append((node.lineno, f".{node.attr}"))
+        elif isinstance(node, ast.Call) and _callee(node) in LOOKUPS:
+            found += [(a.lineno, f"{_callee(node)}({a.value!r})") for a in node.args if _names_a_key(a)]
+        elif isinstance(node, ast.Subscript) and _names_a_key(node.slice):
+            found.append((node.lineno, f"[{node.slice.value!r}]"))
+    return found
+
+
+def test_the_check_sees_each_kind_of_read():
+    code = (
+        "cfg.algorithm.adv_estimator\n"
+        "OmegaConf.select(cfg, 'actor_rollout_ref.actor.fsdp_config.param_offload', default=False)\n"
+        "cfg.actor_rollout_ref.actor.get('use_kl_loss')\n"
+        "cfg['trainer']['n_gpus_per_node']\n"
+        "Override('critic.model.fsdp_config.optimizer_offload', 'true', 'memory plan')\n"
+        "out = {'trainer.n_gpus_per_node': 2}\n"
+    )
+    assert [line for line, _ in reads(ast.parse(code))] == [1, 2, 3, 4]
+
+
+def test_only_the_workload_reads_what_a_run_is():
+    readers = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path == HOME or "patches" in path.relative_to(PACKAGE).parts:
+            continue
+        for line, what in reads(ast.parse(path.read_text(), str(path))):
+            readers.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {what}")
+    assert not readers, "read these from plan.workload.Workload.of(config) instead:\n" + "\n".join(readers)
