@@ -7,12 +7,15 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from verl_p40 import VERL_VERSION, UserError, __version__
 from verl_p40 import cli_options as o
 from verl_p40.options import add_arguments, named, resolve
 from verl_p40.outputs import Temporaries
+
+if TYPE_CHECKING:
+    from verl_p40.run.sequence import Launch
 
 # ---------------------------------------------------------------------------------------------- prep / fetch-model
 
@@ -85,7 +88,7 @@ def cmd_train(options: o.TrainOptions) -> int:
     return sequence.run(options, Facts.here(), launch, options.logs)
 
 
-def _launch(options: o.TrainOptions) -> Any:
+def _launch(options: o.TrainOptions) -> Launch:
     """How `train` and `cluster head` run the sequence: the doctor's preflight with the user's skips; `--dry-run`
     checks only the files a run needs (no GPU, no Ray), quietly, and stops there."""
     from verl_p40.doctor import runner as doctor
