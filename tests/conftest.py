@@ -63,23 +63,35 @@ def tiny_model(tokenizer_dir, tmp_path_factory) -> Path:
 NVML_STANDINS = REPO / "tests" / "nvml"  # p40/: NVML on a P40 host; no_driver/: NVML where no driver is installed
 
 
-@pytest.fixture
-def no_driver(monkeypatch):
-    """This machine without an NVIDIA driver, whatever it has: the tests about "no GPU" pass on a GPU host too. NVML's
-    Python binding is replaced by tests/nvml/no_driver/pynvml.py (its nvmlInit fails as the real one does without
-    libnvidia-ml) in this process and, through PYTHONPATH, in every `verl-p40` the test starts."""
+def _nvml_standin(monkeypatch, name: str):
+    """NVML's Python binding replaced by tests/nvml/NAME/pynvml.py in this process and, through PYTHONPATH, in every
+    `verl-p40` the test starts; the module, for a test that counts what is read through it."""
     import importlib.util
 
     from verl_p40.gpu import nvml
 
-    shim = NVML_STANDINS / "no_driver"
+    shim = NVML_STANDINS / name
     spec = importlib.util.spec_from_file_location("pynvml", shim / "pynvml.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     monkeypatch.setitem(sys.modules, "pynvml", module)
     monkeypatch.setattr(nvml, "_initialized", False)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(shim), os.environ.get("PYTHONPATH")])))
-    return shim
+    return module
+
+
+@pytest.fixture
+def no_driver(monkeypatch):
+    """This machine without an NVIDIA driver, whatever it has: the tests about "no GPU" pass on a GPU host too (its
+    nvmlInit fails as the real one does without libnvidia-ml)."""
+    _nvml_standin(monkeypatch, "no_driver")
+    return NVML_STANDINS / "no_driver"
+
+
+@pytest.fixture
+def p40_host(monkeypatch):
+    """This machine as a P40 host's NVML reports it (tests/nvml/p40), whatever it has; the stand-in pynvml module."""
+    return _nvml_standin(monkeypatch, "p40")
 
 
 def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -7,12 +7,15 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from verl_p40 import VERL_VERSION, UserError, __version__
 from verl_p40 import cli_options as o
 from verl_p40.options import add_arguments, named, resolve
 from verl_p40.outputs import Temporaries
+
+if TYPE_CHECKING:
+    from verl_p40.run.sequence import Launch
 
 # ---------------------------------------------------------------------------------------------- prep / fetch-model
 
@@ -78,46 +81,49 @@ def cmd_config(options: o.ConfigOptions) -> int:
 
 
 def cmd_train(options: o.TrainOptions) -> int:
+    from verl_p40.plan.facts import Facts
+    from verl_p40.run import sequence
+
+    launch = _launch(options)  # an unknown --skip-check is said before anything is read or planned
+    return sequence.run(options, Facts.here(), launch, options.logs)
+
+
+def _launch(options: o.TrainOptions) -> Launch:
+    """How `train` and `cluster head` run the sequence: the doctor's preflight with the user's skips; `--dry-run`
+    checks only the files a run needs (no GPU, no Ray), quietly, and stops there."""
     from verl_p40.doctor import runner as doctor
-    from verl_p40.models.checkpoints import check_resume, finished_run, write_run_record
-    from verl_p40.plan.planner import plan
-    from verl_p40.run.lock import train_lock
-    from verl_p40.run.trainer import run_trainer
+    from verl_p40.run.sequence import Launch
 
     skip = doctor.skips(options.skip_check)
-    run = plan(options)
-    _print_notes(run.notes)
-    check_resume(run.record)
-    if finished := finished_run(run.record):  # verl would resume it and train one step past its end
-        print(f"[verl-p40] {finished}", file=sys.stderr)
-        return 0
-    if options.dry_run:  # the files a run needs are checked (no GPU, no Ray)
-        file_checks = {name: "--dry-run" for name in doctor.DEFAULT if name not in ("model", "data")}
-        doctor.preflight(run, options, {**file_checks, **skip}, quiet=True)
-        print(run.shell())
-        return 0
-    doctor.preflight(run, options, skip)
-    train_lock(run.record["checkpoints"])  # a second trainer on these checkpoints is refused here, in one line
-    write_run_record(run.record)
-    return run_trainer(run, options.logs)
+    if options.dry_run:
+        skip = {**{name: "--dry-run" for name in doctor.DEFAULT if name not in ("model", "data")}, **skip}
+    return Launch(
+        preflight=lambda run, facts: doctor.preflight(run, facts, options, skip, quiet=options.dry_run),
+        dry_run=options.dry_run,
+    )
 
 
 def cmd_cluster(options: o.ClusterOptions) -> int:
-    from verl_p40.run import cluster
+    from verl_p40.plan.facts import Facts
+    from verl_p40.run import cluster, sequence
 
     if options.role == "join":
-        return cluster.cmd_join(options)
-    return cluster.cmd_head(options, lambda: cmd_train(options))
+        return cluster.cmd_join(options, Facts.here().gpus)
+    launch = _launch(options)
+    facts = Facts.here()  # read once: the head's layout, and the run's plan and preflight
+    return cluster.cmd_head(options, facts.gpus, lambda: sequence.run(options, facts, launch, options.logs))
 
 
 def cmd_bench(options: o.BenchOptions) -> int:
     from verl_p40.doctor import runner as doctor
     from verl_p40.perf import bench as benchmark
+    from verl_p40.plan.facts import Facts
 
     _stop_on_sigterm()  # outside the training itself (which stops gracefully): temporaries and the work folder go
     out = Path(options.out)
     keep = Path(options.keep_model) if options.keep_model else None
-    result = benchmark.run(options, options.steps, out, doctor.skips(options.skip_check), keep=keep)
+    skip = doctor.skips(options.skip_check)
+    result = benchmark.run(options, Facts.here(), options.steps, out, skip, keep=keep)
     for line in benchmark.lines(result):
         print(line)
     print(f"wrote {out}")

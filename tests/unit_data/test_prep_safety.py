@@ -209,3 +209,14 @@ def test_a_validation_slice_as_big_as_train_is_refused(small_source, tmp_path):
         "validation slice; the trainer then does not validate)"
     )
     assert "Traceback" not in result.stderr
+
+
+def test_the_validation_slice_is_decided_once():
+    """prep's slice (`ValSlice.of`): the rows held out, the files written and the request that writes the same files
+    come from one decision, for the conversion and for --skip-existing alike."""
+    default = data.ValSlice.of(None, data.TRAIN_ROWS)
+    assert (default.rows, default.splits, default.same()) == (256, ("train", "val", "test"), {"val_size": 256})
+    small = data.ValSlice.of(None, 40)  # under the 1,024 train rows the default needs: none
+    assert (small.rows, small.splits, small.same()) == (0, ("train", "test"), {"val_size": 0})
+    asked = data.ValSlice.of(8, 40)
+    assert (asked.rows, asked.splits, asked.same()) == (8, ("train", "val", "test"), {})

@@ -15,10 +15,11 @@ from verl_p40.doctor import host_checks
 from verl_p40.doctor import runner as doctor
 from verl_p40.doctor import stack_checks as checks
 from verl_p40.gpu import nvml as gpu
+from verl_p40.plan.facts import Facts
 from verl_p40.plan.run_options import RunOptions
 
 
-def _ctx(tmp_path, **kw) -> doctor.Context:
+def _ctx(tmp_path, facts: Facts | None = None, **kw) -> doctor.Context:
     options = RunOptions(
         profile="p40",
         model=str(tmp_path / "model"),
@@ -28,7 +29,7 @@ def _ctx(tmp_path, **kw) -> doctor.Context:
     )
     for key, value in kw.items():
         setattr(options, key, value)
-    return doctor.Context(options)
+    return doctor.Context(options, facts=facts)
 
 
 def _one(ctx, name, **kw) -> doctor.Result:
@@ -64,14 +65,12 @@ def test_gpu_check_on_a_p40_host_passes(monkeypatch):
 def test_gpu_check_refuses_a_driver_too_old_for_the_torch_build(tmp_path, monkeypatch):
     import torch
 
-    monkeypatch.setattr(gpu, "detect", lambda: [_p40()])
-    monkeypatch.setattr(gpu, "driver_versions", lambda: ("418.67", (10, 1)))
     monkeypatch.setattr(torch.version, "cuda", "11.8")
-    result = _one(_ctx(tmp_path), "gpu")
+    old = Facts(gpus=(_p40(),), driver="418.67", driver_cuda=(10, 1))
+    result = _one(_ctx(tmp_path, old), "gpu")
     assert result.status == "FAIL" and "driver 418.67 (CUDA 10.1)" in result.detail
     assert "needs driver >= 450.80.02" in result.detail and result.fix.startswith("update the NVIDIA driver")
-    monkeypatch.setattr(gpu, "driver_versions", lambda: ("535.183.01", (12, 2)))
-    assert _one(_ctx(tmp_path), "gpu").status == "PASS"
+    assert _one(_ctx(tmp_path, Facts(gpus=(_p40(),), driver="535.183.01", driver_cuda=(12, 2))), "gpu").status == "PASS"
 
 
 @pytest.mark.parametrize(
@@ -85,8 +84,7 @@ def test_gpu_check_refuses_a_driver_too_old_for_the_torch_build(tmp_path, monkey
 )
 def test_kernel_list_against_the_compute_capability(tmp_path, monkeypatch, archs, cc, ok):
     monkeypatch.setattr(checks, "arch_flags", lambda: archs.split())
-    ctx = _ctx(tmp_path)
-    ctx._cache["gpus"] = [_p40(cc=cc)]
+    ctx = _ctx(tmp_path, Facts(gpus=(_p40(cc=cc),)))
     result = _one(ctx, "kernels")
     assert result.status == ("PASS" if ok else "FAIL"), result.line()
     if not ok:
@@ -101,8 +99,7 @@ def test_kernel_and_compute_checks_skip_without_a_gpu(tmp_path):
 
 
 def test_compute_check_reports_the_probe_error(tmp_path, monkeypatch):
-    ctx = _ctx(tmp_path)
-    ctx._cache["gpus"] = [_p40()]
+    ctx = _ctx(tmp_path, Facts(gpus=(_p40(),)))
     answer = SimpleNamespace(
         stdout='{"error": "GPU 0: CUDA error: no kernel image is available for execution"}\n', stderr=""
     )

@@ -375,7 +375,7 @@ def test_train_plans_once_and_its_preflight_checks_that_plan(tiny_model, prepare
 
     composed = _count_compose(monkeypatch)
     started = []
-    monkeypatch.setattr(trainer, "run_trainer", lambda run, logs: started.append(run) or 0)
+    monkeypatch.setattr(trainer, "run_trainer", lambda run, logs, locks: started.append(run) or 0)
     code = cli.main(
         [
             "train",
@@ -402,41 +402,14 @@ def test_train_plans_once_and_its_preflight_checks_that_plan(tiny_model, prepare
 def test_bench_plans_once_too(tiny_model, prepared, tmp_path, monkeypatch, capsys):
     """`bench` hands its plan to the preflight and reads the result's settings from the same plan: one composition.
     The GPU parts (random weights, calibration, the trainer) are stand-ins here; what is counted is the planning."""
-    import shutil
-    from pathlib import Path
+    from bench_standins import stand_in
 
     from verl_p40 import cli
     from verl_p40.perf import bench
-    from verl_p40.run import trainer
 
     composed = _count_compose(monkeypatch)
-    monkeypatch.setattr(bench, "make_random_model", lambda source, out: shutil.copytree(tiny_model, out))
-    card = {"name": "stand-in", "gemm_tflops": 10.0, "memory_gbs": 300.0, "pcie_gbs": 10.0, "source": "test"}
-    monkeypatch.setattr(bench, "_calibration", lambda model: card)
-
-    def fake_trainer(run, logs):
-        line = "step:{} - timing_s/step:2.0 - timing_s/gen:1.0 - response_length/max:16.0 - response_length/mean:8.0"
-        Path(logs).mkdir(parents=True, exist_ok=True)
-        (Path(logs) / "train-1.log").write_text("\n".join(line.format(i) for i in (1, 2)) + "\n")
-        return 0
-
-    monkeypatch.setattr(trainer, "run_trainer", fake_trainer)
-
-    class NoSampler:  # the GPU monitor needs NVML
-        def __init__(self, folder):
-            pass
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def peaks(self):
-            return {"nvml_peak_process_gb": 0.0}
-
-    monkeypatch.setattr(bench, "Sampler", NoSampler)
-    monkeypatch.setattr(bench, "environment", lambda: {"gpus": ["GPU 0: stand-in"]})  # NVML and torch versions
+    stand_in(monkeypatch, tiny_model)
+    monkeypatch.setattr(bench, "environment", lambda facts: {"gpus": ["GPU 0: stand-in"]})  # torch versions
     out = tmp_path / "bench.json"
     code = cli.main(
         [
@@ -489,12 +462,14 @@ def test_the_checkpoints_lock_lives_as_long_as_the_trainer_process(tmp_path):
     )
     runner = (
         "import sys\n"
+        "from verl_p40.run.lock import train_lock\n"
         "from verl_p40.run.trainer import run_trainer\n"
         "class Plan:\n"
         f"    env, overrides, validation_questions = {{'PIDFILE': {str(tmp_path / 'pid')!r}}}, [], None\n"
         f"    record = {{'checkpoints': {str(experiment)!r}}}\n"
         f"    def command(self): return [sys.executable, '-c', {trainer!r}]\n"
-        f"sys.exit(run_trainer(Plan(), {str(tmp_path / 'logs')!r}))\n"
+        f"held = train_lock({str(experiment)!r})\n"  # as the run sequence takes it, once, before the trainer
+        f"sys.exit(run_trainer(Plan(), {str(tmp_path / 'logs')!r}, (held,)))\n"
     )
     cli = subprocess.Popen([sys.executable, "-c", runner], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     child = None

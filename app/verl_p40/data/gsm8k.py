@@ -242,13 +242,31 @@ TRAIN_ROWS = 7473
 EPOCH_ROWS = TRAIN_ROWS - DEFAULT_VAL_ROWS
 
 
-def validation_rows(asked: int | None, train_rows: int) -> int:
-    """Train rows prep holds out as val.parquet: `--val-size` where given; by default DEFAULT_VAL_ROWS (the trainer
-    then validates and keeps its best step) where the train split has DEFAULT_VAL_FROM rows (GSM8K's 7,473 has),
-    else none (a trial's `--limit` or a small set's rows all train)."""
-    if asked is not None:
-        return asked
-    return DEFAULT_VAL_ROWS if train_rows >= DEFAULT_VAL_FROM else 0
+@dataclass(frozen=True)
+class ValSlice:
+    """Prep's validation slice, decided once (`of`) from `--val-size` and the train split's rows, then handed on: the
+    rows held out as val.parquet, the files prep writes, and which earlier request wrote the same files."""
+
+    asked: int | None  # --val-size (VAL_SIZE); None: the default
+    rows: int  # train rows held out as val.parquet (0: none)
+
+    @classmethod
+    def of(cls, asked: int | None, train_rows: int) -> ValSlice:
+        """`--val-size` where given; by default DEFAULT_VAL_ROWS (the trainer then validates and keeps its best step)
+        where the train split has DEFAULT_VAL_FROM rows (GSM8K's 7,473 has), else none (a trial's `--limit` or a small
+        set's rows all train)."""
+        if asked is not None:
+            return cls(asked, asked)
+        return cls(None, DEFAULT_VAL_ROWS if train_rows >= DEFAULT_VAL_FROM else 0)
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return written_splits(self.rows)
+
+    def same(self) -> dict[str, int]:
+        """The request that writes the same files: the default's size asked for by number (an earlier compose's
+        VAL_SIZE=256)."""
+        return {"val_size": self.rows} if self.asked is None else {}
 
 
 def written_splits(val_size: int) -> tuple[str, ...]:
@@ -310,8 +328,8 @@ def prepare(
     progress: bool | None = None,
     val_size: int | None = None,
 ) -> tuple[dict[str, SplitResult], dict[str, Path]]:
-    """Convert every split of `source` and write the parquet files into `out_dir` (with val.parquet, `val_size` rows
-    taken out of the train split, when it is above 0; None: `validation_rows`'s default)."""
+    """Convert every split of `source` and write the parquet files into `out_dir` (with val.parquet: the `ValSlice`
+    of `val_size`, `--val-size`, and the train split's rows)."""
     from tqdm import tqdm
 
     out = Path(out_dir)
@@ -327,21 +345,21 @@ def prepare(
         results[split] = convert_split(rows, split, instruction, limit, skip_invalid)
         if not results[split].rows:
             raise UserError(f"{source}: split {split!r} has no valid rows")
-    asked, val_size = val_size, validation_rows(val_size, len(results["train"].rows))
-    if val_size:
-        results["train"], results["val"] = carve_validation(results["train"], val_size)
-    elif asked is None:
+    val = ValSlice.of(val_size, len(results["train"].rows))
+    if val.rows:
+        results["train"], results["val"] = carve_validation(results["train"], val.rows)
+    elif val.asked is None:
         print(
             f"no val.parquet: the train split's {len(results['train'].rows)} rows are under the "
             f"{DEFAULT_VAL_FROM} that the default's {DEFAULT_VAL_ROWS} are held out of (--val-size N: N)"
         )
-    splits = written_splits(val_size)
+    splits = val.splits
     names = [f"{split}.parquet" for split in splits] + [MANIFEST]
     results = {split: results[split] for split in splits}
     with folder.write(names) as temps:  # the manifest is renamed into place last, once every parquet file is
         for split, temp in zip(splits, temps):
             write_table(results[split], temp)
         temps[-1].write_text(manifest_text(wanted, results, dict(zip(splits, temps))), encoding="utf-8")
-    if not val_size and folder.remove("val.parquet"):  # an earlier prep's slice: its rows are back in train.parquet
+    if not val.rows and folder.remove("val.parquet"):  # an earlier prep's slice: its rows are back in train.parquet
         print(f"removed {out / 'val.parquet'} (an earlier prep's validation slice; this one has none)")
     return results, {split: out / f"{split}.parquet" for split in splits}

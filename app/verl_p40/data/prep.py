@@ -31,13 +31,11 @@ def _prep(args, folder: OutputFolder) -> int:
         OutputFolder(summary_json.parent, "--summary-json", "prep").check([summary_json.name])
     if args.skip_existing:
         wanted = request(args.source, args.limit, args.skip_invalid, args.instruction, args.val_size)
-        # the default's slice, as the train rows the manifest lists decide it (prep would convert the same rows)
-        size = gsm8k.validation_rows(args.val_size, manifest_train_rows(out))
-        splits = gsm8k.written_splits(size)
-        # made asking for the default's size by number: the same files
-        problems = manifest_problems(out, wanted, splits, {"val_size": size} if args.val_size is None else None)
+        # the slice as the train rows the manifest lists decide it (prep would convert the same rows)
+        val = gsm8k.ValSlice.of(args.val_size, manifest_train_rows(out))
+        problems = manifest_problems(out, wanted, val.splits, val.same())
         if not problems:
-            written = " and ".join(f"{split}.parquet" for split in splits)
+            written = " and ".join(f"{split}.parquet" for split in val.splits)
             print(f"{args.out}: {written} are what this prep would write (--skip-existing)")
             return 0
         if any((out / f"{s}.parquet").exists() for s in gsm8k.SPLITS):

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from verl_p40 import UserError
-from verl_p40.gpu.nvml import detect
+from verl_p40.gpu.nvml import GPUInfo
+from verl_p40.plan.facts import Facts
 from verl_p40.plan.planner import RunPlan, plan
 from verl_p40.plan.run_options import RunOptions
 
@@ -23,31 +24,34 @@ class CheckSkipped(Exception):
 
 @dataclass
 class Context:
-    """What the checks look at: the run's options, its plan and the GPUs. `train` and `bench` hand in the plan they
-    made (a run is planned once); `verl-p40 doctor` lets the first check that needs it make it. A plan that fails
-    skips only the checks that need it: the others still run and report."""
+    """What the checks look at: the run's options, its plan and the machine (`Facts`: GPUs, driver). `train` and
+    `bench` hand in the plan they made and the Facts they made it for (a run is planned once, the hardware read once);
+    `verl-p40 doctor` lets the first check that needs them make them. A plan that fails skips only the checks that
+    need it: the others still run and report."""
 
     options: RunOptions
     run: RunPlan | None = None
+    facts: Facts | None = None
     _cache: dict = field(default_factory=dict)
+
+    def machine(self) -> Facts:
+        """This machine's Facts: the ones handed in, else read once here."""
+        if self.facts is None:
+            self.facts = Facts.here()
+        return self.facts
 
     def plan(self) -> RunPlan:
         if self.run is None and "plan" not in self._cache:
             try:
-                self.run = plan(self.options)
+                self.run = plan(self.options, self.machine())
             except UserError as exc:
                 self._cache["plan"] = exc
         if self.run is None:
             raise CheckSkipped(f"needs the run's config, which failed: {self._cache['plan']}")
         return self.run
 
-    def gpus(self):
-        if "gpus" not in self._cache:
-            try:
-                self._cache["gpus"] = detect()
-            except UserError as exc:
-                self._cache["gpus"] = exc
-        result = self._cache["gpus"]
-        if isinstance(result, UserError):
+    def gpus(self) -> tuple[GPUInfo, ...]:
+        gpus = self.machine().gpus
+        if gpus is None:
             raise CheckSkipped("needs a GPU (see the gpu check)")
-        return result
+        return gpus

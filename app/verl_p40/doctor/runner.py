@@ -27,6 +27,7 @@ from verl_p40.doctor.stack_checks import (
     check_verl,
     check_vllm,
 )
+from verl_p40.plan.facts import Facts
 from verl_p40.plan.planner import RunPlan
 from verl_p40.plan.run_options import RunOptions
 
@@ -130,10 +131,10 @@ def names_help() -> str:
     return "; ".join(f"{c.name}: {c.about}" for c in CHECKS)
 
 
-def preflight(run: RunPlan, options: RunOptions, skip: dict[str, str], quiet: bool = False) -> None:
-    """`verl-p40 doctor` before Ray starts, on the plan the run was given: what must be true before spending a minute
-    on Ray start-up."""
-    results = run_checks(Context(options, run), skip=skip)
+def preflight(run: RunPlan, facts: Facts, options: RunOptions, skip: dict[str, str], quiet: bool = False) -> None:
+    """`verl-p40 doctor` before Ray starts, on the plan the run was given and the machine it was planned for: what
+    must be true before spending a minute on Ray start-up."""
+    results = run_checks(Context(options, run, facts), skip=skip)
     if not quiet:
         print(report(results), file=sys.stderr, flush=True)
     failed = [r for r in results if r.status == FAIL]

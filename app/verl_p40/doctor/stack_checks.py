@@ -111,24 +111,24 @@ def _version_tuple(text: str) -> tuple[int, ...]:
 
 
 def check_gpu(ctx: Context) -> str:
-    from verl_p40.gpu.nvml import NoGPU, detect, driver_versions
-
     if not _has_nvml_binding():  # not the driver's fault: the driver may well be there
         raise CheckFailed(
             "the nvidia-ml-py package (NVML's Python binding) is not installed, so no GPU can be read",
             "pip install nvidia-ml-py==12.575.51 (the version the image pins, docker/requirements.txt)",
         )
-    try:
-        gpus = detect()
-        driver, driver_cuda = driver_versions()
-    except NoGPU as exc:
+    facts = ctx.machine()
+    if facts.gpus is None:
         raise CheckFailed(
-            str(exc),
+            facts.no_gpu or "no NVIDIA GPU visible through NVML",
             "install the NVIDIA driver; in Docker, run with the GPU reservation (compose) or "
             "--gpus all, which needs the NVIDIA Container Toolkit",
-        ) from None
+        )
     torch = _torch()
-    detail = f"driver {driver} (CUDA {driver_cuda[0]}.{driver_cuda[1]}), " + "; ".join(g.describe() for g in gpus)
+    gpus = "; ".join(g.describe() for g in facts.gpus)
+    if facts.driver is None or facts.driver_cuda is None:
+        return f"driver version not reported by NVML, {gpus}"
+    driver, driver_cuda = facts.driver, facts.driver_cuda
+    detail = f"driver {driver} (CUDA {driver_cuda[0]}.{driver_cuda[1]}), {gpus}"
     if torch.version.cuda:
         major = int(torch.version.cuda.split(".")[0])
         needed = MIN_DRIVER.get(major)

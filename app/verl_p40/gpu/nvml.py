@@ -114,9 +114,32 @@ def detect() -> list[GPUInfo]:
     return gpus
 
 
-def detect_gpus() -> list[GPUInfo] | None:
-    """Every GPU NVML reports, or None where there is no driver (a config made on another machine)."""
+@dataclass(frozen=True)
+class Machine:
+    """What NVML says about this machine, read once (`read`): the GPUs and the driver, or why no GPU is visible. As in
+    gpustat, a field the driver does not report is None rather than an error."""
+
+    gpus: tuple[GPUInfo, ...] | None  # None: no driver, or no GPU (`no_gpu` says which)
+    driver: str | None = None
+    driver_cuda: tuple[int, int] | None = None  # the newest CUDA the driver supports
+    no_gpu: str | None = None  # NoGPU's line where `gpus` is None
+
+
+def read() -> Machine:
+    """This machine's GPUs and driver, through the one NVML initialisation of the process."""
     try:
-        return detect()
-    except UserError:
-        return None
+        gpus = tuple(detect())
+    except NoGPU as exc:
+        return Machine(None, no_gpu=str(exc))
+    try:
+        driver, cuda = driver_versions()
+    except _nvml_errors():  # not supported by this driver: said as unknown, never a traceback
+        driver, cuda = None, None
+    return Machine(gpus, driver, cuda)
+
+
+def _nvml_errors() -> tuple[type[BaseException], ...]:
+    """NVML's own error (a field the driver does not support), as an `except` clause takes it."""
+    import pynvml
+
+    return (pynvml.NVMLError,)

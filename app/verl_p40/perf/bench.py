@@ -28,6 +28,7 @@ from verl_p40.atomic import staged
 from verl_p40.child import last_error_line, run_python
 from verl_p40.outputs import OutputFolder
 from verl_p40.perf import projection
+from verl_p40.plan.facts import Facts
 from verl_p40.plan.workload import Workload
 
 _EARLIER = b'{\n  "verl_p40_bench": '  # how every result bench wrote begins
@@ -140,10 +141,10 @@ class Sampler:
         }
 
 
-def environment() -> dict:
+def environment(facts: Facts) -> dict:
+    """The machine the result was measured on: the GPUs and driver as the command read them (`Facts`), and the
+    versions of what ran."""
     from importlib.metadata import PackageNotFoundError, version
-
-    from verl_p40.gpu.nvml import detect, driver_versions
 
     def ver(name: str) -> str | None:
         try:
@@ -153,11 +154,11 @@ def environment() -> dict:
 
     import torch
 
-    driver, cuda = driver_versions()
+    cuda = facts.driver_cuda
     return {
-        "gpus": [g.describe() for g in detect()],
-        "driver": driver,
-        "driver_cuda": f"{cuda[0]}.{cuda[1]}",
+        "gpus": [g.describe() for g in facts.gpus or ()],
+        "driver": facts.driver,
+        "driver_cuda": f"{cuda[0]}.{cuda[1]}" if cuda else None,
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
         "verl": ver("verl"),
@@ -238,63 +239,87 @@ def summarise(steps: list[dict], cfg: Any, shape: projection.Shape, measured_car
     }
 
 
-def run(options, steps: int, out: Path, skip: dict[str, str], keep: Path | None = None) -> dict:
-    """Run `steps` training steps with random weights of `options.model`'s shape; write and return the JSON."""
+def run(options, facts: Facts, steps: int, out: Path, skip: dict[str, str], keep: Path | None = None) -> dict:
+    """Run `steps` training steps with random weights of `options.model`'s shape on the machine `facts` describes;
+    write and return the JSON."""
     folder = check_outputs(out)  # a user's file of its name, a link, a read-only folder: said before the model is made
     work = Path(tempfile.mkdtemp(prefix="verl-p40-bench-"))
     try:  # the random-weight model (2 GB for 0.5B) and the run's checkpoints are the bench's own: never left behind
-        return _run(options, steps, out, skip, keep, work, folder)
+        return _run(options, _Bench(facts, steps, out, skip, keep, work), folder)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _run(
-    options, steps: int, out: Path, skip: dict[str, str], keep: Path | None, work: Path, folder: OutputFolder
-) -> dict:
-    from verl_p40.doctor.runner import preflight
-    from verl_p40.plan.planner import plan
-    from verl_p40.run.trainer import run_trainer
+@dataclasses.dataclass(frozen=True)
+class _Bench:
+    facts: Facts
+    steps: int
+    out: Path
+    skip: dict[str, str]
+    keep: Path | None
+    work: Path
+
+
+def _run(options, bench: _Bench, folder: OutputFolder) -> dict:
+    from verl_p40.run import sequence
     from verl_p40.run.trainer_log import read_steps
 
-    reuse = keep is not None and kept_model(keep)
-    model = _bench_model(Path(options.model).expanduser(), keep if reuse else work / "model", reuse)
+    reuse = bench.keep is not None and kept_model(bench.keep)
+    model = _bench_model(Path(options.model).expanduser(), bench.keep if reuse else bench.work / "model", reuse)
     shape = projection.Shape.from_config(json.loads((model / "config.json").read_text()))
-    _bench_options(options, model, work, steps)
-    run_plan = plan(options)
-    for note in run_plan.notes:
-        print(f"[verl-p40] {note}", flush=True)
-    preflight(run_plan, options, {"disk": "bench (it keeps no checkpoint)", **skip})
+    _bench_options(options, model, bench.work, bench.steps)
+    ready = sequence.prepare(options, bench.facts, _launch(options, bench.skip))
     print("[bench] measuring this GPU's constants", flush=True)
     card = projection.Card(**_calibration(model))
-    logs = logs_folder(out)
+    logs = logs_folder(bench.out)
     started = time.time()
     with Sampler(logs / "gpu") as sampler:
-        code = run_trainer(run_plan, str(logs))
+        code = ready.train(str(logs))
     wall = time.time() - started
     log = sorted(logs.glob("train-*.log"))[-1]
     measured = read_steps(log)
-    if code != 0 or len(measured) < steps:
-        raise UserError(f"the trainer stopped after {len(measured)} of {steps} steps (exit code {code}); see {log}")
-    cfg = run_plan.config()
-    result = {
+    if code != 0 or len(measured) < bench.steps:
+        raise UserError(
+            f"the trainer stopped after {len(measured)} of {bench.steps} steps (exit code {code}); see {log}"
+        )
+    result = (
+        _result(ready.plan, bench.facts, options, shape)
+        | {
+            "wall_s": round(wall, 1),
+            **summarise(measured, ready.plan.config(), shape, card),
+            "memory": sampler.peaks(),
+            "predicted": ready.plan.record.get("memory"),  # the memory plan's peaks, whole and by phase
+            "steps": measured,
+            "command": shlex.join(["verl-p40", *sys.argv[1:]]),
+            "trainer_log": str(log),
+        }
+    )
+    if bench.keep is not None and not reuse:  # only from a bench that measured: a refused or failed one leaves none
+        keep_model(model, bench.keep)
+    save(folder, bench.out, result)
+    return result
+
+
+def _launch(options, skip: dict[str, str]):
+    """Bench's way through the run sequence: the preflight without the disk check (it keeps no checkpoint), and no
+    run record (no checkpoint to describe, in a work folder removed at the end)."""
+    from verl_p40.doctor.runner import preflight
+    from verl_p40.run.sequence import Launch
+
+    checks = {"disk": "bench (it keeps no checkpoint)", **skip}
+    return Launch(preflight=lambda run, facts: preflight(run, facts, options, checks), record=False)
+
+
+def _result(run_plan, facts: Facts, options, shape: projection.Shape) -> dict:
+    """The result's head: what was measured where, with which plan."""
+    return {
         "verl_p40_bench": 1,
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "environment": environment(),
+        "environment": environment(facts),
         "profile": run_plan.profile.name,
         "notes": run_plan.notes,
-        "settings": _settings(cfg, shape, options.gpu_memory_cap_gb),
-        "wall_s": round(wall, 1),
-        **summarise(measured, cfg, shape, card),
-        "memory": sampler.peaks(),
-        "predicted": run_plan.record.get("memory"),  # the memory plan's peaks, whole and by phase
-        "steps": measured,
-        "command": shlex.join(["verl-p40", *sys.argv[1:]]),
-        "trainer_log": str(log),
+        "settings": _settings(run_plan.config(), shape, options.gpu_memory_cap_gb),
     }
-    if keep is not None and not reuse:  # only from a bench that measured: a refused or failed one leaves no folder
-        keep_model(model, keep)
-    save(folder, out, result)
-    return result
 
 
 def _bench_model(source: Path, model: Path, reuse: bool) -> Path:

@@ -1,8 +1,10 @@
 """What a plan reads from the machine it plans for, as one input: the GPUs and the packages the trainer can import.
 
-`Facts.here()` reads this machine (NVML for the GPUs, a fresh interpreter for vLLM and Triton). A plan for a card you
-do not have takes `Facts.of_card(NAME)` (`verl-p40 config --card NAME`, the projection, tests): nothing is read from
-this machine's hardware then, so no monkeypatch is needed to plan for a P40 on a laptop.
+`Facts.here()` reads this machine (NVML for the GPUs and the driver, a fresh interpreter for vLLM and Triton), once per
+command: `train`, `bench`, `doctor` and `cluster` hand the same Facts to the plan, the doctor's checks, the cluster's
+layout and bench's result. A plan for a card you do not have takes `Facts.of_card(NAME)` (`verl-p40 config --card
+NAME`, the projection, tests): nothing is read from this machine's hardware then, so no monkeypatch is needed to plan
+for a P40 on a laptop.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ import importlib.util
 from dataclasses import dataclass
 
 from verl_p40 import UserError
-from verl_p40.gpu.nvml import GPUInfo, detect_gpus
+from verl_p40.gpu import nvml
+from verl_p40.gpu.nvml import GPUInfo
 
 # Cards people train on, as NVML reports them (name, compute capability, memory in GiB). A plan for one of these
 # needs none of it present. Memory: what NVML's total says on such a card (a 24 GB P40 reports 23.9 GiB).
@@ -33,23 +36,30 @@ CARDS: dict[str, tuple[str, tuple[int, int], float]] = {
 @dataclass(frozen=True)
 class Facts:
     """The machine a plan is for: its GPUs (None: no driver seen, e.g. a config made on another machine), whether
-    vLLM and Triton import there, and whether TensorBoard is installed."""
+    vLLM and Triton import there, and whether TensorBoard is installed; read here, also its driver (None: not reported,
+    or a named card) and why no GPU is visible."""
 
     gpus: tuple[GPUInfo, ...] | None
     vllm: bool = False
     triton: bool = False
     tensorboard: bool = False
+    driver: str | None = None
+    driver_cuda: tuple[int, int] | None = None  # the newest CUDA the driver supports
+    no_gpu: str | None = None  # NVML's reason where `gpus` is None (the doctor's gpu check says it)
 
     @classmethod
     def here(cls) -> Facts:
         from verl_p40.plan.engines import installed
 
-        gpus = detect_gpus()
+        machine = nvml.read()
         return cls(
-            gpus=tuple(gpus) if gpus is not None else None,
+            gpus=machine.gpus,
             vllm=installed("vllm"),
             triton=installed("triton"),
             tensorboard=importlib.util.find_spec("tensorboard") is not None,
+            driver=machine.driver,
+            driver_cuda=machine.driver_cuda,
+            no_gpu=machine.no_gpu,
         )
 
     @classmethod

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from verl_p40 import UserError
-from verl_p40.gpu.nvml import detect_gpus
+from verl_p40.gpu.nvml import GPUInfo
 from verl_p40.plan import layout as layout_mod
 
 
@@ -50,8 +50,9 @@ def ray_start(extra: list[str], gpus: int, ip: str | None, base: int) -> list[st
     return command + (["--node-ip-address", ip] if ip else [])
 
 
-def _layout(options) -> layout_mod.Layout:
-    return layout_mod.choose(detect_gpus(), options.gpus, options.nodes)
+def _layout(options, gpus: tuple[GPUInfo, ...] | None) -> layout_mod.Layout:
+    """This host's share of the cluster, from the GPUs the command read (`Facts`), as the plan chooses it."""
+    return layout_mod.choose(list(gpus) if gpus is not None else None, options.gpus, options.nodes)
 
 
 def _run(command: list[str], env: dict[str, str]) -> None:
@@ -124,9 +125,10 @@ def node_problems(address: str, paths: dict[str, str], marker: str) -> list[str]
         ray.shutdown()
 
 
-def cmd_head(options, train) -> int:
-    """`options`: verl_p40.cli_options.ClusterOptions; `train` runs the trainer against the cluster."""
-    layout = _layout(options)
+def cmd_head(options, gpus: tuple[GPUInfo, ...] | None, train) -> int:
+    """`options`: verl_p40.cli_options.ClusterOptions; `gpus`: this host's (`Facts`); `train` runs the run sequence
+    against the cluster."""
+    layout = _layout(options, gpus)
     port, ip = str(options.port), options.node_ip or None
     address = f"{ip or '127.0.0.1'}:{port}"
     env = layout_mod.env(layout)  # Ray's workers here see the chosen GPUs only
@@ -143,10 +145,10 @@ def cmd_head(options, train) -> int:
         subprocess.run([*ray_command(), "stop"], capture_output=True)
 
 
-def cmd_join(options) -> int:
+def cmd_join(options, gpus: tuple[GPUInfo, ...] | None) -> int:
     if not options.address:
         raise UserError("--address HEAD:PORT (RAY_HEAD) is needed: where `verl-p40 cluster head` runs")
-    layout = _layout(options)
+    layout = _layout(options, gpus)
     env = layout_mod.env(layout)
     command = ray_start(
         ["--address", options.address, "--block"], layout.per_node, options.node_ip or None, options.port

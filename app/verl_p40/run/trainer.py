@@ -16,7 +16,7 @@ from verl_p40 import defaults
 from verl_p40.models.checkpoints import resume_line
 from verl_p40.plan.planner import RunPlan
 from verl_p40.plan.verlconfig import hydra_value
-from verl_p40.run import lock, status
+from verl_p40.run import status
 from verl_p40.run.console import Console
 from verl_p40.run.failures import Diagnosis
 from verl_p40.run.progress import Progress, Schedule
@@ -30,17 +30,18 @@ def worker_free(environ: os._Environ | dict) -> dict[str, str]:
     return {k: v for k, v in environ.items() if not defaults.is_worker_setting(k)}
 
 
-def run_trainer(run: RunPlan, logs: str) -> int:
+def run_trainer(run: RunPlan, logs: str, locks: tuple[int, ...] = ()) -> int:
     """Run verl's trainer, copy its output into logs/train-<time>.log, and stop it gracefully: the first SIGTERM or
     SIGINT asks the training loop (patched: trainer.stop_file) to save the step in progress and end; a second one
-    stops the trainer at once."""
+    stops the trainer at once. `locks`: the checkpoints folder's lock (`run/sequence.py` takes it), which the trainer
+    inherits and keeps while it lives."""
     files = _RunFiles.under(logs)
     print(
         f"[verl-p40] logging to {files.log} (verl's config and model dumps go there only); a line a step here, and "
         f"in {status.path_in(logs)} (verl-p40 status)",
         flush=True,
     )
-    locks = _lock_and_say_where(getattr(run, "record", {}))  # a stand-in plan may have none
+    _say_where(getattr(run, "record", {}))  # a stand-in plan may have none
     watcher = _Watcher(logs, files.log, schedule_of(run), ValidationWatch(run.validation_questions))
     # line-buffered: whoever follows the log (tail -f, a bench that stops the run at a step) sees each line as
     # verl prints it, not 8 KB later
@@ -83,15 +84,11 @@ class _RunFiles:
         return files
 
 
-def _lock_and_say_where(record: dict) -> tuple[int, ...]:
-    """The checkpoints folder's lock (the trainer keeps it while it lives), and one line saying where the run starts."""
+def _say_where(record: dict) -> None:
+    """One line saying where the run starts: its newest complete checkpoint, or the start."""
     experiment = record.get("checkpoints")
-    if not experiment:
-        return ()
-    locks = (lock.train_lock(experiment),)
-    if record.get("resume_mode", "auto") != "disable":
+    if experiment and record.get("resume_mode", "auto") != "disable":
         _say(resume_line(Path(experiment)))
-    return locks
 
 
 def _start(run: RunPlan, files: _RunFiles, locks: tuple[int, ...]) -> subprocess.Popen:
