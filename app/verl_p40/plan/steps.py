@@ -81,21 +81,22 @@ class Scheduled:
     schedule: schedule_mod.Schedule | None = None
 
 
-def resolve_profile(name: str, gpus: tuple | None) -> tuple[profiles_mod.Profile, list[str], float | None]:
+def resolve_profile(
+    name: str, gpus: tuple | None, no_gpu: str | None = None
+) -> tuple[profiles_mod.Profile, list[str], float | None]:
     """The profile for the run's GPUs (the weakest of them, for auto), notes on the choice, and the weakest GPU's
-    compute capability (None without a driver)."""
+    compute capability (None without a driver). `no_gpu`: NVML's reason when the machine showed none (Facts.no_gpu,
+    read once with the rest of the machine)."""
     sm = layout_mod.weakest(gpus).sm if gpus else None
     if name != "auto":
         return profiles_mod.load(name), [f"profile: {name} (chosen by name)"], sm
     if not gpus:
-        from verl_p40.gpu.nvml import detect
+        from verl_p40.gpu.nvml import NO_GPU_EXIT
 
-        try:
-            detect()  # the driver's own reason, with its exit code
-            reason, code = "no GPU", 3
-        except UserError as exc:
-            reason, code = str(exc), exc.exit_code
-        raise UserError(f"--profile auto: {reason}; pass --profile NAME ({', '.join(profiles_mod.available())})", code)
+        raise UserError(
+            f"--profile auto: {no_gpu or 'no GPU'}; pass --profile NAME ({', '.join(profiles_mod.available())})",
+            NO_GPU_EXIT,
+        )
     profile, notes = profiles_mod.select(gpus)
     return profile, notes, sm
 
@@ -103,7 +104,7 @@ def resolve_profile(name: str, gpus: tuple | None) -> tuple[profiles_mod.Profile
 def hardware(options: RunOptions, facts: Facts, user_sets: dict[str, str]) -> Hardware:
     """The layout of the GPUs and hosts, the profile for them, completed for what the machine has installed."""
     layout = layout_mod.choose(list(facts.gpus) if facts.gpus is not None else None, options.gpus, options.nodes)
-    profile, notes, sm = resolve_profile(options.profile, layout.gpus)
+    profile, notes, sm = resolve_profile(options.profile, layout.gpus, facts.no_gpu)
     check_settings(profile.verl, str(profile.path))
     where = engines.Where(sm=sm, vllm=facts.vllm, triton=facts.triton)
     completed, choices = engines.complete(profile.verl, where, user_sets)
