@@ -213,7 +213,8 @@ def update_tokens(sizes: Sizes, step: Step, fits) -> int:
 def choose(shape: Shape, step: Step, start: Sizes, budget: float, fixed: set[str], floor: Sizes | None = None) -> Sizes:
     """The sizes for `budget` bytes, greedily in the order that buys the most speed per byte: generation in as few
     chunks as fit, the actor update without gradient checkpointing (a quarter fewer FLOPs) at the largest
-    micro-batch that allows, states on the GPU, then larger log-prob micro-batches. `start` is the profile's plan
+    micro-batch that allows, states on the GPU, larger log-prob micro-batches, then the token budget of a
+    length-grouped update in what is left. `start` is the profile's plan
     (its values where `fixed` names them: the user set them); a size that does not fit shrinks until it does, but
     never below `floor` (the profile's own sizes, measured to fit a card of this size)."""
     from dataclasses import replace
@@ -253,8 +254,6 @@ def choose(shape: Shape, step: Step, start: Sizes, budget: float, fixed: set[str
     elif "checkpointing" not in fixed and sizes.update_micro >= 2:
         if fits(replace(sizes, checkpointing=False), UPDATES):
             sizes = replace(sizes, checkpointing=False)
-    if "update_tokens" not in fixed:
-        sizes = replace(sizes, update_tokens=update_tokens(sizes, step, fits) if step.regrouped else 0)
     for state in STATES:
         if state not in fixed and state not in sizes.resident:
             trial = replace(sizes, resident=sizes.resident | {state})
@@ -265,4 +264,6 @@ def choose(shape: Shape, step: Step, start: Sizes, budget: float, fixed: set[str
             if fits(replace(sizes, logprob_micro=micro), PASSES):
                 sizes = replace(sizes, logprob_micro=micro)
                 break
+    if "update_tokens" not in fixed:  # last: the memory the other choices leave, so they stay as without it
+        sizes = replace(sizes, update_tokens=update_tokens(sizes, step, fits) if step.regrouped else 0)
     return sizes
