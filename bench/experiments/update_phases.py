@@ -76,26 +76,6 @@ def _bench_row(path: Path, code: int) -> dict:
     }
 
 
-def timed(fn, device: str, reps: int) -> float:
-    """Median seconds of `fn` over `reps` runs after one warm-up."""
-    import statistics
-    import time
-
-    import torch
-
-    fn()
-    times = []
-    for _ in range(reps):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def model_and_batch(args, checkpointing: bool):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -126,6 +106,8 @@ def loss_of(model, batch):
 
 def pass_times(args, checkpointing: bool) -> dict:
     """Forward (with gradients) and backward seconds of one micro-batch."""
+    from lib.timing import timed
+
     model, config, batch = model_and_batch(args, checkpointing)
     holder = {}
 
@@ -146,6 +128,8 @@ def pass_times(args, checkpointing: bool) -> dict:
 def optimizer_times(args, model) -> dict:
     """AdamW steps as verl builds it (torch's default: foreach on CUDA) and fused; offloaded states' round trip."""
     import torch
+
+    from lib.timing import timed
 
     for p in model.parameters():
         p.grad = torch.randn_like(p)
