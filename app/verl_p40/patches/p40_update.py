@@ -8,7 +8,7 @@ therefore weighs 1 / (GA * N_m) in the gradient, N_m being m's response tokens: 
 changes N_m, and with it the gradient.
 
 `regroup` keeps verl's assignment to compute each token's weight, then orders the rows by length and cuts them into
-micro-batches of at most `budget` rows x columns (the trimmed width: p40_trim.py), each carrying
+micro-batches of at most `budget` rows x columns (the trimmed width: p40_trim.py; as many on every rank), each carrying
 - `p40_token_weight`: the response mask times c / N_m (c, the mean of N_m, keeps the weights near 1), used in place
   of the response mask. Every aggregation of the update is a masked mean, so micro-batch k computes
   sum_k(w * x) / Q_k, Q_k = sum_k(w);
@@ -56,6 +56,25 @@ def token_groups(attention_mask: torch.Tensor, response_length: int, budget: int
     return groups
 
 
+def as_many_as_every_rank(groups: list[list[int]]) -> list[list[int]]:
+    """The groups, the largest split in two until there are as many as on the rank with the most: FSDP gathers the
+    weights in every micro-batch's forward and backward, so every rank must run the same number (verl's dynamic
+    batches agree on theirs the same way, seqlen_balancing's all-reduce of the count)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return groups
+    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    most = torch.tensor([len(groups)], device=device)
+    dist.all_reduce(most, op=dist.ReduceOp.MAX)
+    groups = list(groups)
+    while len(groups) < int(most):  # each rank holds as many rows, so a group of 2 rows or more is left to split
+        largest = max(range(len(groups)), key=lambda i: len(groups[i]))
+        rows = groups.pop(largest)
+        groups[largest:largest] = [rows[: len(rows) // 2], rows[len(rows) // 2 :]]
+    return groups
+
+
 def regroup(mini_batch, micro_batches: list, micro_rows: int, accumulation: int, budget: int) -> list:
     """verl's micro_batches unchanged when budget is 0; else the rows of mini_batch (a DataProto) length-grouped
     within budget tokens, with the weights that keep verl's gradient (the module's docstring)."""
@@ -63,7 +82,7 @@ def regroup(mini_batch, micro_batches: list, micro_rows: int, accumulation: int,
         return micro_batches
     batch = mini_batch.batch
     weights, divisor = today_weights(batch["response_mask"], micro_rows, accumulation)
-    groups = token_groups(batch["attention_mask"], batch["response_mask"].shape[-1], budget)
+    groups = as_many_as_every_rank(token_groups(batch["attention_mask"], batch["response_mask"].shape[-1], budget))
     out = []
     for rows in groups:
         part = mini_batch.select_idxs(torch.tensor(rows))
