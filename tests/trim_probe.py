@@ -103,6 +103,8 @@ def run(config, trim: bool) -> dict:
         critic_cfg.model.trim_padding = trim
         critic_cfg.ppo_mini_batch_size = ROWS
         critic_cfg.ppo_micro_batch_size_per_gpu = 4
+        # verl's own update micro-batches (the plan's length-grouped ones are update_probe.py's subject)
+        actor_cfg.p40_update_tokens = critic_cfg.p40_update_tokens = 0
     torch.manual_seed(0)
     actor_model, critic_model = Qwen2ForCausalLM(model_shape()), Qwen2ForTokenClassification(model_shape())
     widths = {"actor": Widths(actor_model), "critic": Widths(critic_model)}
