@@ -127,3 +127,30 @@ def patched_verl(verl_source, tmp_path_factory) -> Path:
     result = cli("patch-verl", str(root / "verl"))
     assert result.returncode == 0, result.stderr
     return root
+
+
+def run_verl_probe(script: str, patched_verl: Path, folder: Path, *args: str) -> dict:
+    """Run tests/SCRIPT CONFIG_YAML ARGS on the patched verl with the CPU shims (one gloo process group of one, on a
+    free port) and return the JSON of its last line; CONFIG_YAML is `verl-p40 config --profile p40 --algorithm ppo`
+    (the critic's passes too)."""
+    import json
+    import socket
+
+    config = cli("config", "--profile", "p40", "--algorithm", "ppo")
+    assert config.returncode == 0, config.stderr
+    (folder / "config.yaml").write_text(config.stdout)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tests = Path(__file__).resolve().parent
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{tests / 'cpu_shims'}{os.pathsep}{patched_verl}",
+        "VERL_P40_CPU_SHIMS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TRIM_PROBE_PORT": str(port),
+    }
+    command = [sys.executable, str(tests / script), str(folder / "config.yaml"), *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])

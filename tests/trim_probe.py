@@ -74,6 +74,22 @@ class Widths:
         )
 
 
+def model_shape() -> Qwen2Config:
+    """The tiny Qwen2 both models take (the critic as a token classifier without dropout, as verl's)."""
+    return Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        initializer_range=0.5,
+        attn_implementation="sdpa",
+        num_labels=1,
+        classifier_dropout=0.0,
+    )
+
+
 def run(config, trim: bool) -> dict:
     actor_cfg = config.actor_rollout_ref.actor.copy()
     critic_cfg = config.critic.copy()
@@ -87,20 +103,10 @@ def run(config, trim: bool) -> dict:
         critic_cfg.model.trim_padding = trim
         critic_cfg.ppo_mini_batch_size = ROWS
         critic_cfg.ppo_micro_batch_size_per_gpu = 4
+        # verl's own update micro-batches (the plan's length-grouped ones are update_probe.py's subject)
+        actor_cfg.p40_update_tokens = critic_cfg.p40_update_tokens = 0
     torch.manual_seed(0)
-    shape = Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        initializer_range=0.5,
-        attn_implementation="sdpa",
-        num_labels=1,
-        classifier_dropout=0.0,
-    )  # verl's critic: no dropout
-    actor_model, critic_model = Qwen2ForCausalLM(shape), Qwen2ForTokenClassification(shape)
+    actor_model, critic_model = Qwen2ForCausalLM(model_shape()), Qwen2ForTokenClassification(model_shape())
     widths = {"actor": Widths(actor_model), "critic": Widths(critic_model)}
     # lr 0: the update runs as verl runs it and leaves the weights, so the gradients of its step can be compared
     actor_optim, critic_optim = Recorded(actor_model), Recorded(critic_model)

@@ -19,29 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "app"))
-
-
-def timed(fn, device: str, reps: int) -> float:
-    """Median milliseconds of `fn` over `reps` runs after one warm-up."""
-    import torch
-
-    fn()
-    times = []
-    for _ in range(reps):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for lib/
 
 
 def main() -> None:
@@ -58,6 +40,7 @@ def main() -> None:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from lib.timing import timed
     from verl_p40.perf.projection import _forward_flops
     from verl_p40.plan.memory import Shape
 
@@ -106,7 +89,7 @@ def main() -> None:
                 flops = _forward_flops(shape, rows * width, width, lm_head=True)
                 row = {"rows": rows, "width": width, "tokens": rows * width, "forward_gflop": round(flops / 1e9, 1)}
                 for name, fn, scale in (("forward", forward, 1), ("update", update, 3)):
-                    ms = timed(fn, device, args.reps)
+                    ms = 1000 * timed(fn, device, args.reps)
                     row[f"{name}_ms"] = round(ms, 2)
                     row[f"{name}_tflops"] = round(scale * flops / (ms / 1000) / 1e12, 2)
                 results.append(row)

@@ -2,50 +2,20 @@
 log-probs, entropies, values and update gradients of the full-width passes (fp32, CPU)."""
 
 import importlib.util
-import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import cli
+from conftest import cli, run_verl_probe
 
 TESTS = Path(__file__).resolve().parents[1]
 TOLERANCE = 1e-5  # fp32: the trimmed and full passes differ only in the shapes of the same matrix products
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def probe(patched_verl, tmp_path_factory) -> dict:
-    folder = tmp_path_factory.mktemp("trim")
-    config = cli("config", "--profile", "p40", "--algorithm", "ppo")  # the critic's passes too
-    assert config.returncode == 0, config.stderr
-    (folder / "config.yaml").write_text(config.stdout)
-    env = {
-        **os.environ,
-        "PYTHONPATH": f"{TESTS / 'cpu_shims'}{os.pathsep}{patched_verl}",
-        "VERL_P40_CPU_SHIMS": "1",
-        "HF_HUB_OFFLINE": "1",
-        "TRIM_PROBE_PORT": str(_free_port()),
-    }
-    result = subprocess.run(
-        [sys.executable, str(TESTS / "trim_probe.py"), str(folder / "config.yaml")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return run_verl_probe("trim_probe.py", patched_verl, tmp_path_factory.mktemp("trim"))
 
 
 def test_trimmed_passes_equal_the_full_width_ones(probe):

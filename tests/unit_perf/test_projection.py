@@ -114,6 +114,11 @@ def test_bench_summary_from_recorded_steps(shape):
     here, p40 = summary["projection"]["this_gpu"], summary["projection"]["p40"]
     assert here["error_pct_vs_measured"] == round(100 * (here["step"] - 20.0) / 20.0, 1)
     assert p40["step"] > here["step"] and p40["hours_per_gsm8k_epoch"] == projection.epoch_hours(p40["step"], 64)
+    # each phase's error beside the step's, and the P40 step corrected by it
+    assert here["error_pct_by_phase"]["update_actor"] == round(100 * (here["update_actor"] - 4.2) / 4.2, 1)
+    assert here["error_pct_by_phase"]["step"] == here["error_pct_vs_measured"]
+    corrected = round(p40["step"] / (1 + here["error_pct_vs_measured"] / 100), 1)
+    assert p40["error_band"] == {"low_s": corrected, "high_s": corrected, "errors_pct": [here["error_pct_vs_measured"]]}
     assert "Tesla P4" in p40["card"]["source"]
     # the p40 profile trims padding: its passes are projected at the steps' longest prompt + response (median of
     # 151, 152, 153 and 154 -> 152.5, plus 256), beside the same run at verl's full width
@@ -258,3 +263,14 @@ def test_logged_tokens_price_each_phase_at_what_its_passes_ran_on(shape):
     for phase, cost in projection.phases(shape, half).items():
         full = projection.phases(shape, bound)[phase]
         assert 0.45 * full["flops"] < cost["flops"] < 0.5 * full["flops"], phase  # attention shrinks twice
+
+
+def test_the_p40_figure_moves_as_the_calibrations_erred():
+    """bench/results/bench-2026-12-04: the projection was 17.4 % under the masked H200 and 104.8 % over the
+    unmasked one; a P40 step of 110.8 s projected is 134.1 s if it errs as the first, 54.1 s as the second."""
+    band = projection.error_band(110.772, [104.8, -17.4])
+    assert band == {"low_s": 54.1, "high_s": 134.1, "errors_pct": [-17.4, 104.8]}
+    measured = {"gen": 9.034, "old_log_prob": 4.603, "update_actor": 17.779, "step": 36.051, "reward": 0.18}
+    projected = {"gen": 9.034, "old_log_prob": 4.108, "update_actor": 12.329, "step": 29.79}
+    errors = projection.phase_errors(measured, projected)
+    assert errors == {"gen": 0.0, "old_log_prob": -10.8, "update_actor": -30.7, "step": -17.4}

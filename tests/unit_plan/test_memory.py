@@ -1,6 +1,8 @@
 """The memory plan (verl_p40.plan.memory and the plan's memory step): its model reproduces the peaks it was calibrated
 on, and the sizes it picks fit each card, grow with the card, and leave the run's own settings alone."""
 
+from dataclasses import replace
+
 import pytest
 
 from verl_p40.plan import memory
@@ -79,3 +81,34 @@ def test_the_update_micro_batch_divides_the_mini_batch():
             cfg.actor_rollout_ref.actor.ppo_mini_batch_size % cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu
             == 0
         )
+
+
+@pytest.mark.parametrize(
+    "card,cap,algorithm", [("p40", 24, "grpo-gsm8k"), ("p40", 24, "ppo-gsm8k"), ("h200", 16, "grpo-gsm8k")]
+)
+def test_the_regrouped_update_is_budgeted_in_tokens_within_the_cap(card, cap, algorithm):
+    """The length-grouped update (patches/p40_update.py) gets a token budget no smaller than the sequences it would
+    have run at full width, whose predicted peak, the generation of the validation included, stays in the budget."""
+    run, mem = _sizes(card, cap=cap, algorithm=algorithm)
+    cfg = run.config()
+    width = cfg.data.max_prompt_length + cfg.data.max_response_length
+    tokens = mem["sizes"]["update_tokens"]
+    assert tokens >= mem["sizes"]["update_micro"] * width  # never less than verl's micro-batch at full width
+    assert cfg.actor_rollout_ref.actor.p40_update_tokens == tokens
+    if algorithm == "ppo-gsm8k":
+        assert cfg.critic.p40_update_tokens == tokens
+    assert mem["predicted_peak_gb"] <= mem["budget_gb"] <= 0.8 * cap + 1e-9
+    assert any(f"length-grouped within {tokens} tokens" in n for n in run.notes)
+
+
+def test_a_token_budget_counts_rows_times_columns_whatever_the_rows():
+    base = memory.Sizes(64, 2, 8, False, frozenset())
+    same = memory.phase_peaks(memory.QWEN_05B, RECIPE, replace(base, update_tokens=2 * RECIPE.width))
+    assert same == memory.phase_peaks(memory.QWEN_05B, RECIPE, base)  # 2 full-width rows: the same memory
+    more = memory.phase_peaks(memory.QWEN_05B, RECIPE, replace(base, update_tokens=4 * RECIPE.width))
+    assert more["update_actor"] > same["update_actor"] and more["generation"] == same["generation"]
+
+
+def test_the_run_can_keep_verls_update_micro_batches():
+    run, mem = _sizes("p40", cap=24, sets=["actor_rollout_ref.actor.p40_update_tokens=0"])
+    assert run.config().actor_rollout_ref.actor.p40_update_tokens == 0 and mem["sizes"]["update_tokens"] == 0

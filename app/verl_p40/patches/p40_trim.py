@@ -10,8 +10,9 @@ model sees and where it sees them are unchanged; dropped columns are ones every 
 
 `length_grouped` orders a forward-only pass (old log-probs, reference, values) by length before it is cut into
 micro-batches, so that rows of similar length share one and trimming cuts more; the results are put back in the
-original order through verl's own `restore_dynamic_batch`. Update passes keep verl's micro-batches: verl 0.5.0
-averages the loss per micro-batch, so regrouping rows would change the weights of the gradient.
+original order through verl's own `restore_dynamic_batch`. Update passes keep verl's micro-batches unless
+`p40_update_tokens` is set: verl 0.5.0 averages the loss per micro-batch, so the regrouped update
+(p40_update.py) carries each token's weight from verl's own micro-batches.
 """
 
 import torch

@@ -18,8 +18,12 @@ _P40_CHECKPOINTS = (Path(__file__).parent / "p40_checkpoints.py").read_text(enco
 _P40_BEST = (Path(__file__).parent / "p40_best.py").read_text(encoding="utf-8")
 _P40_DECODE = (Path(__file__).parent / "p40_decode.py").read_text(encoding="utf-8")
 _P40_PHASE_PEAKS = (Path(__file__).parent / "p40_phase_peaks.py").read_text(encoding="utf-8")
+_P40_UPDATE = (Path(__file__).parent / "p40_update.py").read_text(encoding="utf-8")
 _SEQLEN_IMPORT = "from verl.utils.seqlen_balancing import prepare_dynamic_batch, restore_dynamic_batch\n"
-_TRIM_IMPORT = _SEQLEN_IMPORT + "from verl.utils.p40_trim import forward_trimmed, length_grouped\n"
+_TRIM_IMPORT = _SEQLEN_IMPORT + (
+    "from verl.utils.p40_trim import forward_trimmed, length_grouped\n"
+    "from verl.utils.p40_update import add_metrics, flush_metrics, regroup\n"
+)
 _MODEL_CALL_ARGS = """                    input_ids=input_ids,
                     attention_mask=attention_mask,
                     position_ids=position_ids,
@@ -46,6 +50,62 @@ _FLASH_IMPORT_NEW = """if is_cuda_available:
     except ImportError:  # verl-p40: no flash-attn below sm_80 (Tesla P40); the same helpers in pure torch
         from verl.utils.bert_padding_torch import index_first_axis, pad_input, rearrange, unpad_input
 """
+
+_UPDATE_WHY = (
+    "verl averages the loss per micro-batch (token-mean): regrouping rows by length would change each token's "
+    "weight; with p40_update_tokens set (and trim_padding on, token-mean), the update runs length-grouped "
+    "micro-batches within that many rows x columns, every token weighted as in verl's own micro-batches"
+)
+
+
+def _update_edits(role: str) -> list[Edit]:
+    """The regrouped update's edits to the actor's update_policy or the critic's update_critic (p40_update.py)."""
+    file = "workers/actor/dp_actor.py" if role == "actor" else "workers/critic/dp_critic.py"
+    loss = "policy_loss" if role == "actor" else "vf_loss"
+    method = "    def update_" + ("policy" if role == "actor" else "critic") + "(self, data: DataProto):\n"
+    split = "                    micro_batches = mini_batch.split(self.config.ppo_micro_batch_size_per_gpu)\n"
+    scaled = f"                        loss = {loss} / self.gradient_accumulation\n"
+    step = "                grad_norm = self._optimizer_step()\n"
+    changes = {  # name: (old, new)
+        "setting": (
+            method,
+            method + "        # verl-p40: rows x columns an update micro-batch may hold, length-grouped; 0: verl's\n"
+            '        self.p40_update_tokens = int(self.config.get("p40_update_tokens", 0) or 0) if (\n'
+            '            self.trim_padding and self.config.get("loss_agg_mode", "token-mean") == "token-mean"\n'
+            "        ) else 0\n",
+        ),
+        "regroup": (
+            split,
+            split + "                    micro_batches = regroup(  # verl-p40: verl's micro_batches when off\n"
+            "                        mini_batch, micro_batches, self.config.ppo_micro_batch_size_per_gpu,\n"
+            "                        self.gradient_accumulation, self.p40_update_tokens,\n"
+            "                    )\n",
+        ),
+        "token-weights": (
+            '                    response_mask = model_inputs["response_mask"]\n',
+            "                    response_mask = model_inputs.get(  # verl-p40: weights of verl's micro-batches\n"
+            '                        "p40_token_weight", model_inputs["response_mask"]\n'
+            "                    )\n",
+        ),
+        "loss-fraction": (
+            scaled,
+            scaled + '                    if "p40_loss_fraction" in model_inputs:  # verl-p40: not 1 / GA\n'
+            f'                        loss = {loss} * model_inputs["p40_loss_fraction"][0]\n',
+        ),
+        "metrics": (
+            "                    append_to_dict(metrics, micro_batch_metrics)\n",
+            "                    add_metrics(metrics, micro_batch_metrics, model_inputs)  # verl-p40: weighted\n",
+        ),
+        "metrics-flush": (
+            step,
+            "                flush_metrics(metrics)  # verl-p40: a regrouped mini-batch's\n" + step,
+        ),
+    }
+    return [
+        Edit(name=f"{role}-update-{name}", file=file, old=old, new=new, why=_UPDATE_WHY)
+        for name, (old, new) in changes.items()
+    ]
+
 
 EDITS: list[Edit] = [
     Edit(
@@ -442,6 +502,15 @@ EDITS: list[Edit] = [
         new=_SPLIT_NEW + "        values_lst = []\n",
         why="the value pass is forward-only: length-ordered micro-batches, order restored exactly",
     ),
+    Edit(
+        name="p40-update",
+        file="utils/p40_update.py",
+        old=None,
+        new=_P40_UPDATE,
+        why="helpers for the update edits: length-grouped update micro-batches within a token budget, each token "
+        "weighted as in verl's own micro-batches, and the metrics weighted the same way",
+    ),
+    *[edit for role in ("actor", "critic") for edit in _update_edits(role)],
     Edit(
         name="actor-trim-config",
         file="workers/fsdp_workers.py",

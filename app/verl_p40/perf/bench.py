@@ -218,10 +218,17 @@ def summarise(steps: list[dict], cfg: Any, shape: projection.Shape, measured_car
         "torch_phase_peaks_gb": phase_peaks_gb(steps),
         "generated_tokens_per_step": generated,
         "projection": {
-            "this_gpu": {**here, "error_pct_vs_measured": error, "card": projection.card_dict(measured_card)},
+            "this_gpu": {
+                **here,
+                "error_pct_vs_measured": error,
+                "error_pct_by_phase": projection.phase_errors(phases, here),
+                "card": projection.card_dict(measured_card),
+            },
             "p40": {
                 **p40,
                 "hours_per_gsm8k_epoch": projection.epoch_hours(p40["step"], prompts),
+                # the step corrected by this GPU's error; bench/projection_band.py spreads several calibrations
+                "error_band": projection.error_band(p40["step"], [error]) if error is not None else None,
                 "card": projection.card_dict(projection.P40),
             },
             "pass_width": run.width,
@@ -369,10 +376,18 @@ def lines(result: dict) -> list[str]:
         f"torch {result['torch_max_allocated_gb']} GB",
         f"projection for this GPU: {p['this_gpu']['step']} s/step "
         f"({p['this_gpu']['error_pct_vs_measured']:+}% vs measured)",
-        f"projection for a Tesla P40: {p['p40']['step']} s/step, {p['p40']['hours_per_gsm8k_epoch']} h per GSM8K epoch",
+        f"projection for a Tesla P40: {p['p40']['step']} s/step, {p['p40']['hours_per_gsm8k_epoch']} h per GSM8K epoch"
+        + band_words(p["p40"].get("error_band")),
     ] + phase_lines(
         result.get("torch_phase_peaks_gb") or {}, (result.get("predicted") or {}).get("predicted_phase_peaks_gb") or {}
     )
+
+
+def band_words(band: dict | None) -> str:
+    """', X s if a P40 errs as this GPU's calibration did' (nothing without a measured step)."""
+    if not band:
+        return ""
+    return f"; {band['low_s']} s corrected by this GPU's calibration error ({band['errors_pct'][0]:+}%)"
 
 
 def phase_lines(measured: dict[str, float], predicted: dict[str, float]) -> list[str]:

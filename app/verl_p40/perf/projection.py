@@ -303,3 +303,19 @@ def calibrate(shape: Shape, tokens: int = 2304) -> Card:
     pcie = host.numel() * 4 / timed(lambda: host.to(device), 3) / 1e9
     name = torch.cuda.get_device_name(device)
     return Card(f"{name} (measured)", round(gemm, 2), round(copy, 1), round(pcie, 1), "calibrate() on this GPU")
+
+
+def phase_errors(measured: dict[str, float], projected: dict[str, float]) -> dict[str, float]:
+    """Percent error of the projection against the measured time, for the step and each phase both have (+: the model
+    is slower than the GPU was). Generation's host overhead is calibrated on the measured phase, so its error is 0 by
+    construction on the machine that ran it."""
+    shared = [k for k in projected if k in measured and measured[k]]
+    return {k: round(100 * (projected[k] - measured[k]) / measured[k], 1) for k in shared}
+
+
+def error_band(p40_step: float, errors_pct: list[float]) -> dict[str, float]:
+    """The P40 step corrected by each calibration's step error (step / (1 + error)): the lowest and highest of those.
+    A model that was e % slow on a calibration GPU is taken as e % slow on the P40 too: the band says how far the
+    figure moves if the P40 errs as the calibrations did, not a bound."""
+    corrected = [p40_step / (1 + e / 100) for e in errors_pct]
+    return {"low_s": round(min(corrected), 1), "high_s": round(max(corrected), 1), "errors_pct": sorted(errors_pct)}

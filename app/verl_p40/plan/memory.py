@@ -6,7 +6,8 @@ prompt plus the longest answer, `data.max_prompt_length + data.max_response_leng
 - states: the actor's weights (4 bytes a parameter), its gradients (4) and Adam states (8) during its update, the
   reference's weights (4) and the critic's (16 in all with its update); offloaded states are on the GPU only in the
   phase that uses them (verl loads an offloaded optimizer for the whole update). FSDP shards every state W ways.
-- a micro-batch's logits (micro x width x vocab x 4 bytes): UPDATE_LOGIT_COPIES of them in an actor update (the
+- a micro-batch's logits (micro x width x vocab x 4 bytes; in a length-grouped update, its token budget
+  `update_tokens` x vocab x 4: rows x columns, whatever the rows): UPDATE_LOGIT_COPIES of them in an actor update (the
   logits, their log-softmax, the gradient, the saved tensors of the loss), LOGPROB_LOGIT_COPIES in a log-prob pass
   (the logits and the entropy's softmax);
 - activations kept for the backward: one hidden state a layer with gradient checkpointing, every saved tensor of a
@@ -35,6 +36,7 @@ CONTEXT_BYTES = 1.0e9  # the CUDA context and NCCL buffers, outside the allocato
 BUDGET = 0.8  # of what the allocator may use: fragmentation, and the model's error on other shapes
 MAX_UPDATE_MICRO = 16  # sequences a micro-batch: past these an H200 is no faster (bench fast mode: 16 and 32)
 MAX_LOGPROB_MICRO = 32
+TOKEN_STEP = 256  # the grain of a regrouped update's token budget
 
 
 def activation_values(hidden: int, intermediate: int, kv_dim: int) -> int:
@@ -87,6 +89,12 @@ class Sizes:
     logprob_micro: int
     checkpointing: bool  # gradient checkpointing of the actor (and critic)
     resident: frozenset[str]  # of STATES: kept on the GPU between the phases that use them
+    # rows x columns of a length-grouped update micro-batch (patches/p40_update.py); 0: update_micro full-width rows
+    update_tokens: int = 0
+
+    def update_cells(self, width: int) -> int:
+        """Rows x columns an update micro-batch holds at most."""
+        return self.update_tokens or self.update_micro * width
 
 
 @dataclass(frozen=True)
@@ -101,6 +109,7 @@ class Step:
     lora: bool
     world: int = 1
     mini_batch: int = 0  # sequences of an update's mini-batch on this GPU (its micro-batch must divide it)
+    regrouped: bool = False  # the update may run length-grouped micro-batches within a token budget (trimming on)
 
     @property
     def width(self) -> int:
@@ -130,12 +139,12 @@ def phase_peaks(shape: Shape, step: Step, sizes: Sizes) -> dict[str, float]:
     kept = states["actor_weights"] + sum(states[s] for s in sizes.resident)
     with_ = lambda *names: kept + sum(states[n] for n in names if n not in sizes.resident)  # noqa: E731
     logits = lambda micro: micro * step.width * shape.vocab * FP32  # noqa: E731
+    update_cells = sizes.update_cells(step.width)
     # what a backward without checkpointing keeps beyond what the calibrated copies already hold (the runs that
     # calibrated them checkpointed: one hidden state a layer, and one layer's tensors while it is recomputed)
     every = activation_values(shape.hidden, shape.intermediate, shape.kv_dim) * shape.layers
     checkpointed = shape.layers * shape.hidden + activation_values(shape.hidden, shape.intermediate, shape.kv_dim)
     per_token = 0 if sizes.checkpointing else (every - checkpointed) * FP32
-    activations = lambda micro: micro * step.width * per_token  # noqa: E731
     chunk = sizes.generation
     kv_cache = chunk * step.width * shape.layers * 2 * shape.kv_dim * FP32
     prefill = chunk * step.prompt_width * (3 * shape.intermediate + 4 * shape.hidden) * FP32
@@ -144,8 +153,8 @@ def phase_peaks(shape: Shape, step: Step, sizes: Sizes) -> dict[str, float]:
         "generation": kept + kv_cache + prefill + 3 * chunk * shape.vocab * FP32 + FIXED_BYTES + unsharded,
         "old_log_prob": kept + LOGPROB_LOGIT_COPIES * logits(sizes.logprob_micro) + FIXED_BYTES,
         "update_actor": with_("actor_grads", "actor_optimizer")
-        + UPDATE_LOGIT_COPIES * logits(sizes.update_micro)
-        + activations(sizes.update_micro)
+        + UPDATE_LOGIT_COPIES * update_cells * shape.vocab * FP32
+        + update_cells * per_token
         + FIXED_BYTES,
     }
     if step.reference:
@@ -153,7 +162,7 @@ def phase_peaks(shape: Shape, step: Step, sizes: Sizes) -> dict[str, float]:
     if step.critic:  # a value head: no vocabulary-wide logits
         transient = sizes.logprob_micro * step.width * (2 * shape.hidden + 3 * shape.intermediate) * FP32  # no grad
         peaks["values"] = with_("critic_params") + transient + FIXED_BYTES
-        kept_for_backward = checkpointed * FP32 * sizes.update_micro * step.width  # the critic keeps checkpointing
+        kept_for_backward = checkpointed * FP32 * update_cells  # the critic keeps checkpointing
         peaks["update_critic"] = with_("critic_params", "critic_optimizer") + kept_for_backward + FIXED_BYTES
     return peaks
 
@@ -174,6 +183,7 @@ def smallest(start: Sizes, fixed: set[str]) -> Sizes:
         logprob_micro=start.logprob_micro if "logprob_micro" in fixed else 1,
         checkpointing=start.checkpointing if "checkpointing" in fixed else True,
         resident=frozenset(s for s in start.resident if s in fixed),
+        update_tokens=start.update_tokens if "update_tokens" in fixed else 0,
     )
 
 
@@ -187,10 +197,24 @@ def _powers(low: int, high: int) -> list[int]:
     return sorted(out, reverse=True)
 
 
+def update_tokens(sizes: Sizes, step: Step, fits) -> int:
+    """The largest token budget of a length-grouped update micro-batch that fits the update phases (multiples of
+    TOKEN_STEP, up to MAX_UPDATE_MICRO rows at full width), and never less than the chosen sequences at full width,
+    which hold the same memory as verl's own micro-batch."""
+    from dataclasses import replace
+
+    least = sizes.update_micro * step.width
+    for tokens in range(MAX_UPDATE_MICRO * step.width // TOKEN_STEP * TOKEN_STEP, least, -TOKEN_STEP):
+        if fits(replace(sizes, update_tokens=tokens), UPDATES):
+            return tokens
+    return least
+
+
 def choose(shape: Shape, step: Step, start: Sizes, budget: float, fixed: set[str], floor: Sizes | None = None) -> Sizes:
     """The sizes for `budget` bytes, greedily in the order that buys the most speed per byte: generation in as few
     chunks as fit, the actor update without gradient checkpointing (a quarter fewer FLOPs) at the largest
-    micro-batch that allows, states on the GPU, then larger log-prob micro-batches. `start` is the profile's plan
+    micro-batch that allows, states on the GPU, larger log-prob micro-batches, then the token budget of a
+    length-grouped update in what is left. `start` is the profile's plan
     (its values where `fixed` names them: the user set them); a size that does not fit shrinks until it does, but
     never below `floor` (the profile's own sizes, measured to fit a card of this size)."""
     from dataclasses import replace
@@ -199,7 +223,8 @@ def choose(shape: Shape, step: Step, start: Sizes, budget: float, fixed: set[str
         """No larger than the measured plan in what these phases hold: they fit as that plan's did."""
         if floor is None or not s.resident <= floor.resident:
             return False
-        update = s.update_micro <= floor.update_micro and (s.checkpointing or not floor.checkpointing)
+        cells = s.update_cells(step.width) <= floor.update_cells(step.width)
+        update = s.update_micro <= floor.update_micro and cells and (s.checkpointing or not floor.checkpointing)
         checks = {"generation": s.generation <= floor.generation, "update": update}
         checks["pass"] = s.logprob_micro <= floor.logprob_micro
         kind = lambda p: "generation" if p == "generation" else "update" if p in UPDATES else "pass"  # noqa: E731
@@ -239,4 +264,6 @@ def choose(shape: Shape, step: Step, start: Sizes, budget: float, fixed: set[str
             if fits(replace(sizes, logprob_micro=micro), PASSES):
                 sizes = replace(sizes, logprob_micro=micro)
                 break
+    if "update_tokens" not in fixed:  # last: the memory the other choices leave, so they stay as without it
+        sizes = replace(sizes, update_tokens=update_tokens(sizes, step, fits) if step.regrouped else 0)
     return sizes

@@ -220,6 +220,8 @@ def samples(options: RunOptions, chosen: Recipe) -> Part:
 MEMORY_KEYS = {
     "generation": ("actor_rollout_ref.rollout.micro_batch_size",),
     "update_micro": ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "critic.ppo_micro_batch_size_per_gpu"),
+    # rows x columns of a length-grouped update micro-batch (patches/p40_update.py; 0: verl's micro-batches)
+    "update_tokens": ("actor_rollout_ref.actor.p40_update_tokens", "critic.p40_update_tokens"),
     "logprob_micro": (
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
@@ -261,6 +263,9 @@ def _memory_step(cfg, shape) -> tuple:
         lora=run.lora,
         world=world,
         mini_batch=max(1, int(get("actor_rollout_ref.actor.ppo_mini_batch_size")) * n // world),
+        regrouped=bool(get("actor_rollout_ref.model.trim_padding", False))
+        and get("actor_rollout_ref.actor.loss_agg_mode", "token-mean") == "token-mean"
+        and not get("actor_rollout_ref.actor.use_dynamic_bsz", False),
     )
     start = mem.Sizes(
         generation=int(get(MEMORY_KEYS["generation"][0]) or step.sequences),
@@ -268,6 +273,7 @@ def _memory_step(cfg, shape) -> tuple:
         logprob_micro=int(get(MEMORY_KEYS["logprob_micro"][0]) or 1),
         checkpointing=bool(get(MEMORY_KEYS["checkpointing"][0], False)),
         resident=frozenset(s for s in STATE_KEYS if not run.on_host(s)),
+        update_tokens=int(get(MEMORY_KEYS["update_tokens"][0]) or 0),
     )
     return step, start
 
@@ -343,9 +349,10 @@ def _memory_said(sizes, step, peaks: dict[str, float], usable: float, budget: fl
     top = max(peaks, key=peaks.get)
     kept = [STATE_WORDS[s] for s in mem.STATES if s in sizes.resident and _state_used(s, step)]
     ckpt = "with" if sizes.checkpointing else "without"
+    regrouped = f" (length-grouped within {sizes.update_tokens} tokens)" if sizes.update_tokens else ""
     note = (
         f"memory plan for {usable / 1e9:.1f} GB: generation {sizes.generation} sequences at once, update micro-batch "
-        f"{sizes.update_micro} {ckpt} gradient checkpointing, log-prob micro-batch {sizes.logprob_micro}; "
+        f"{sizes.update_micro} {ckpt} gradient checkpointing{regrouped}, log-prob micro-batch {sizes.logprob_micro}; "
         f"on the GPU: {', '.join(kept) if kept else 'weights only (the rest offloaded)'}; predicted peak "
         f"{peaks[top] / 1e9:.1f} GB ({top}), "
         + (f"within {budget / 1e9:.1f} GB" if peaks[top] <= budget else "the profile's measured sizes")
@@ -358,6 +365,7 @@ def _memory_said(sizes, step, peaks: dict[str, float], usable: float, budget: fl
         "sizes": {
             "generation": sizes.generation,
             "update_micro": sizes.update_micro,
+            "update_tokens": sizes.update_tokens,
             "logprob_micro": sizes.logprob_micro,
             "gradient_checkpointing": sizes.checkpointing,
             "on_gpu": sorted(sizes.resident),

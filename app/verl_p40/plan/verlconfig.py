@@ -23,6 +23,7 @@ EXTENSION_KEYS = (
     "*.fsdp_config.mixed_precision.*",
     "*.model.override_config.*",
     "*.model.trim_padding",  # verl-p40's own (patches/p40_trim.py)
+    "*.p40_update_tokens",  # verl-p40's own (patches/p40_update.py)
     "actor_rollout_ref.rollout.micro_batch_size",
     "actor_rollout_ref.rollout.p40_decode",  # verl-p40's own (patches/p40_decode.py)
     "custom_reward_function.reward_kwargs.*",

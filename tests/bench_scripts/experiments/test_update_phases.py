@@ -1,0 +1,42 @@
+"""The GPU experiment of the update's phases and the regrouped update's before/after (bench/experiments/
+update_phases.py): its phases part runs here on a CPU (--cpu: two layers, a small vocabulary), and its before/after
+pair plans the P40 path with verl's micro-batches and with the length-grouped ones."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO / "bench" / "experiments"))
+
+import update_phases  # noqa: E402
+
+from verl_p40.plan.facts import Facts  # noqa: E402
+from verl_p40.plan.planner import plan  # noqa: E402
+from verl_p40.plan.run_options import RunOptions  # noqa: E402
+
+
+def test_the_phases_are_timed_on_a_cpu(tokenizer_dir, tmp_path):
+    command = [sys.executable, str(REPO / "bench" / "experiments" / "update_phases.py"), "phases", "--cpu"]
+    command += ["--config", str(tokenizer_dir), "--reps", "1", "--out", str(tmp_path / "out")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((tmp_path / "out" / "update-phases.json").read_text())
+    measured = report["measured"]
+    for phase in ("forward_s", "backward_s", "adamw_foreach_s", "offload_round_trip_s"):
+        assert measured[phase] > 0, phase
+    assert "recomputation_s" in measured and measured["state_bytes"] > 0
+    assert report["micro_batch"] == {"rows": 3, "width": 64, "tokens": 192} and report["projection_prices"] is None
+
+
+def test_before_runs_verls_micro_batches_and_after_the_length_grouped_ones():
+    def planned(sets):
+        options = RunOptions(profile="p40", algorithm="grpo-gsm8k", gpu_memory_cap_gb=24, sets=sets)
+        return plan(options, Facts.of_card("p40")).config()
+
+    sets = [update_phases.VERLS[i + 1] for i in range(0, len(update_phases.VERLS), 2)]
+    before, after = planned(sets), planned([])
+    assert before.actor_rollout_ref.actor.p40_update_tokens == 0 and before.critic.p40_update_tokens == 0
+    assert after.actor_rollout_ref.actor.p40_update_tokens > 0
+    assert "--gpu-memory-cap-gb" in update_phases.P40_PATH and "kernels" in update_phases.P40_PATH
