@@ -17,25 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 ORDER = ("off", "graph", "eager")  # generate() first: every other decoder is compared with its answers
-
-
-def prompts(tokenizer, data: str, questions: int, width: int):
-    """The first `questions` prompts of a prepared split, as verl's dataset hands them to the rollout: the chat
-    template with the generation prompt, left-padded to data.max_prompt_length, positions from the mask."""
-    import pandas as pd
-
-    rows = pd.read_parquet(data).head(questions)
-    texts = [tokenizer.apply_chat_template(list(p), add_generation_prompt=True, tokenize=False) for p in rows.prompt]
-    batch = tokenizer(texts, return_tensors="pt", padding="max_length", max_length=width, padding_side="left")
-    positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
-    return batch.input_ids, batch.attention_mask, positions
 
 
 def compare(reference, other, tokenizer) -> dict:
@@ -69,33 +56,22 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
-    import torch.distributed as dist
     from omegaconf import OmegaConf
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
     from verl import DataProto
     from verl.workers.rollout.hf_rollout import HFRollout
 
-    from verl_p40 import memcap
+    from lib.rollout_actor import load, prompts, save
     from verl_p40.perf import projection
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("MASTER_PORT", "29561"))
-    device = torch.device("cpu" if args.cpu else "cuda", 0)
-    dist.init_process_group("gloo" if args.cpu else "nccl", rank=0, world_size=1)
-    sync = (lambda: None) if args.cpu else torch.cuda.synchronize
-    if args.cpu and not hasattr(torch.cpu, "empty_cache"):  # verl empties the device's cache after generating
-        torch.cpu.empty_cache = lambda: None
-    if not args.cpu:
-        torch.cuda.set_device(0)
-    capped = memcap.apply()
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForCausalLM.from_pretrained(args.model, torch_dtype=torch.float32, attn_implementation="sdpa")
-    policy = lambda module, recurse, nonwrapped_numel: transformer_auto_wrap_policy(  # noqa: E731
-        module, recurse, nonwrapped_numel, transformer_layer_cls={Qwen2DecoderLayer}
+    loaded = load(args.model, args.cpu, "29561")
+    tokenizer, model, actor, device, sync, capped = (
+        loaded.tokenizer,
+        loaded.model,
+        loaded.module,
+        loaded.device,
+        loaded.sync,
+        loaded.capped,
     )
-    actor = model if args.cpu else FSDP(model.to(device), auto_wrap_policy=policy, device_id=0, use_orig_params=False)
     input_ids, attention_mask, positions = prompts(tokenizer, args.data, args.questions, args.prompt_width)
     batch = DataProto.from_dict(
         tensors={"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": positions},
@@ -155,10 +131,7 @@ def main() -> None:
             first = compare(answers["off"][:64], responses[:64], tokenizer)
             result["runs"][mode]["first_64"] = {k: first[k] for k in ("identical", "compared")}
         print(json.dumps({mode: result["runs"][mode]}), flush=True)
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "decode-check.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
-    dist.destroy_process_group()
+    save(result, args.out, "decode-check.json")
 
 
 if __name__ == "__main__":

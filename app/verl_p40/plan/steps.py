@@ -14,7 +14,7 @@ from pathlib import Path
 
 from verl_p40 import UserError, defaults, reward
 from verl_p40.patches import p40_best
-from verl_p40.plan import algorithms, engines
+from verl_p40.plan import algorithms, engines, log_probs
 from verl_p40.plan import layout as layout_mod
 from verl_p40.plan import profiles as profiles_mod
 from verl_p40.plan import schedule as schedule_mod
@@ -538,6 +538,25 @@ def worker_hooks(draft: Draft) -> Part:
     return part
 
 
+def old_log_probs(draft: Draft) -> Part:
+    """The PPO ratio's old log-probs from the rollout where they are the pass's own (plan/log_probs.py), verl's
+    old_log_prob pass elsewhere; the run's own p40_log_probs=pass (or rollout) wins."""
+    from omegaconf import OmegaConf
+
+    from verl_p40.plan.verlconfig import preview
+
+    try:
+        tree = preview(draft.overrides_so_far + draft.user)
+    except Exception:  # a value that is no value: to_hydra names it with its fix once the steps are done
+        return Part()
+    value, note = log_probs.decide(
+        lambda key: OmegaConf.select(tree, key, default=None), draft.user_sets.get(log_probs.KEY)
+    )
+    return Part(
+        overrides=[Override(log_probs.KEY, value, "the old log-probs' source (plan/log_probs.py)")], notes=[note]
+    )
+
+
 def user_settings(draft: Draft) -> Part:
     """The run's own KEY=VALUE settings: last, so they win."""
     return Part(overrides=list(draft.user))
@@ -555,6 +574,7 @@ STEPS = (
     paths,
     schedule,
     worker_hooks,
+    old_log_probs,
     user_settings,
 )
 
