@@ -9,6 +9,7 @@ import pytest
 from conftest import cli
 
 KEY = "actor_rollout_ref.rollout.p40_log_probs"
+HF = "actor_rollout_ref.rollout.name=hf"  # where vLLM is installed, the ampere profile's vLLM rollout would run
 SKIPPED = (
     "old log-probs and actor/entropy: the rollout's own (fp32, the actor's weights, at its temperature): verl's "
     f"old_log_prob pass skipped (off: --set {KEY}=pass)"
@@ -40,12 +41,19 @@ def _chosen(stdout: str) -> str:
             "with runs in its own precision)",
         ),
         (
+            ("--card", "h200", "--profile", "ampere", "--set", HF),  # the HF rollout in fp32, TF32 on
+            "pass",
+            "old log-probs: verl's old_log_prob pass (TF32 matmuls (--tf32): the rollout and the pass round at TF32's "
+            "precision, each in its own order)",
+        ),
+        (("--card", "h200", "--profile", "ampere", "--tf32", "off", "--set", HF), "rollout", SKIPPED),
+        (
             ("--profile", "p40", "--set", f"{KEY}=pass"),
             "pass",
             f"old log-probs: verl's old_log_prob pass ({KEY}=pass, your setting)",
         ),
     ],
-    ids=["grpo", "ppo-critic", "lora", "half-precision", "turned-off"],
+    ids=["grpo", "ppo-critic", "lora", "half-precision", "tf32", "fp32-h200", "turned-off"],
 )
 def test_the_plan_says_where_the_old_log_probs_come_from(args, source, note):
     result = cli("config", *args)

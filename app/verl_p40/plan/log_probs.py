@@ -10,8 +10,9 @@ the HF rollout does (patches/p40_decode.py: they differ from the pass's only in 
 tests/unit_base/test_rollout_log_probs.py); these do not, and keep the pass:
 - verl's vLLM rollout: its own copy of the weights and its own kernels (verl itself only compares them:
   training/rollout_probs_diff_*);
-- a half-precision rollout or actor (rollout.dtype, the actor's mixed_precision.param_dtype): the rollout's values
-  are rounded differently from the fp32 pass the update's ratio is compared with;
+- a half-precision rollout or actor (rollout.dtype, the actor's mixed_precision.param_dtype), or TF32 matmuls
+  (--tf32, on by default on sm_80+): the two sources round at that precision, each in its own order, far above fp32's
+  rounding;
 - a LoRA actor, or p40_decode=off: generate() decodes, and returns no log-probs.
 `actor_rollout_ref.rollout.p40_log_probs`: auto (this choice), rollout, or pass (verl's own pass, always).
 """
@@ -25,8 +26,9 @@ CHOICES = ("auto", "rollout", "pass")
 FP32 = ("float32", "fp32")
 
 
-def not_exact(get) -> str | None:
-    """Why the rollout's log-probs are not the pass's for the settings `get(key)` reads, or None where they are."""
+def not_exact(get, tf32: bool) -> str | None:
+    """Why the rollout's log-probs are not the pass's for the settings `get(key)` reads and the workers' TF32, or None
+    where they are."""
     name = str(get("actor_rollout_ref.rollout.name") or "vllm")
     if name != "hf":
         return f"the {name} rollout samples with its own copy of the weights and kernels"
@@ -40,12 +42,15 @@ def not_exact(get) -> str | None:
     param = str(get("actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype") or "bf16")
     if param not in FP32:
         return f"the actor computes in {param} (fsdp_config.mixed_precision.param_dtype), the rollout in fp32"
+    if tf32:
+        return "TF32 matmuls (--tf32): the rollout and the pass round at TF32's precision, each in its own order"
     return None
 
 
-def decide(get, user_value: str | None) -> tuple[str, str]:
-    """(rollout or pass, the plan's note). `user_value`: the run's own setting of KEY, if any."""
-    why = not_exact(get)
+def decide(get, tf32: bool, user_value: str | None) -> tuple[str, str]:
+    """(rollout or pass, the plan's note). `tf32`: the workers' TF32 (steps.tf32_on); `user_value`: the run's own
+    setting of KEY, if any."""
+    why = not_exact(get, tf32)
     off = f"off: --set {KEY}=pass"
     if user_value == "rollout" and why:
         raise UserError(f"--set {KEY}=rollout: {why}; use {KEY}=auto or pass")

@@ -549,9 +549,9 @@ def old_log_probs(draft: Draft) -> Part:
         tree = preview(draft.overrides_so_far + draft.user)
     except Exception:  # a value that is no value: to_hydra names it with its fix once the steps are done
         return Part()
-    value, note = log_probs.decide(
-        lambda key: OmegaConf.select(tree, key, default=None), draft.user_sets.get(log_probs.KEY)
-    )
+    get = lambda key: OmegaConf.select(tree, key, default=None)  # noqa: E731
+    tf32 = tf32_on(draft.options.tf32, draft.sm)
+    value, note = log_probs.decide(get, tf32, draft.user_sets.get(log_probs.KEY))
     return Part(
         overrides=[Override(log_probs.KEY, value, "the old log-probs' source (plan/log_probs.py)")], notes=[note]
     )
