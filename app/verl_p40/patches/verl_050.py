@@ -271,11 +271,13 @@ EDITS: list[Edit] = [
         "                        from verl.utils.p40_old_log_probs import from_rollout\n"
         "\n"
         "                        old_log_prob = from_rollout(batch, self.config)\n"
+        '                        metrics["perf/p40_old_log_prob_pass"] = float(old_log_prob is None)\n'
         "                        if old_log_prob is None:\n"
         "                            old_log_prob = self.actor_rollout_wg.compute_log_prob(batch)\n",
         why="verl's old_log_prob pass runs the actor over every sampled sequence again for numbers the HF rollout "
         "with verl-p40's decoder already computed with the same fp32 weights (~17.7 s of a 110.8 s P40 step "
-        "projected, issue 60); actor/entropy is aggregated from the rollout's entropies as from the pass's",
+        "projected, issue 60); actor/entropy is aggregated from the rollout's entropies as from the pass's; "
+        "perf/p40_old_log_prob_pass says every step whether the pass ran (the P40 projection prices it only then)",
     ),
     Edit(
         name="no-triton-cross-entropy-below-sm70",
