@@ -95,7 +95,7 @@ def actor_pass(config, module, out, temperature: float, sync):
     return log_probs, entropy, time.perf_counter() - started
 
 
-def main() -> None:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="verl-p40 config's output (the composed verl config)")
     parser.add_argument("--model", required=True)
@@ -109,8 +109,25 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--cpu", action="store_true", help="a plain model on the CPU: FSDP1 refuses a CPU")
     parser.add_argument("--fp64", action="store_true", help="also the pass in fp64: each fp32 source's own rounding")
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+def against_fp64(config, loaded, out, mask, log_probs, entropy, temperature: float) -> dict:
+    """The largest distance of each fp32 source from the same pass on a float64 copy of the weights (what exact
+    arithmetic gives, near enough): each one's own rounding."""
+    import copy
+
+    exact = actor_pass(config, copy.deepcopy(loaded.model).double().to(loaded.device), out, temperature, loaded.sync)
+    on = mask.bool()
+    far = lambda a, b: float((a.double() - b).abs()[on].max())  # noqa: E731
+    return {
+        "log_probs": {"rollout": far(out.batch["rollout_log_probs"], exact[0]), "pass": far(log_probs, exact[0])},
+        "entropy": {"rollout": far(out.batch["rollout_entropys"], exact[1]), "pass": far(entropy, exact[1])},
+    }
+
+
+def main() -> None:
+    args = _arguments()
     import torch
     from omegaconf import OmegaConf
     from verl import DataProto
@@ -118,32 +135,21 @@ def main() -> None:
     from lib.rollout_actor import load, prompts, save
 
     loaded = load(args.model, args.cpu, "29571")
-    tokenizer, model, actor, device, sync = loaded.tokenizer, loaded.model, loaded.module, loaded.device, loaded.sync
-    capped = loaded.capped
+    tokenizer, actor, sync = loaded.tokenizer, loaded.module, loaded.sync
     config = OmegaConf.load(args.config)
     width = int(config.data.max_prompt_length)
     input_ids, attention_mask, positions = prompts(tokenizer, args.data, args.questions, width)
     batch = DataProto.from_dict(
         tensors={"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": positions},
         meta_info={"eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id},
-    ).to(device)
+    ).to(loaded.device)
     plain, plain_s = sample(actor, batch, rollout_config(config, args, "pass"), args.seed, sync)
     out, out_s = sample(actor, batch, rollout_config(config, args, "rollout"), args.seed, sync)
     log_probs, entropy, pass_s = actor_pass(config, actor, out, args.temperature, sync)
     mask = out.batch["attention_mask"][:, width:]
-    exact = None
-    if args.fp64:  # the same pass on a float64 copy of the weights: what exact arithmetic gives, near enough
-        import copy
-
-        exact = actor_pass(config, copy.deepcopy(model).double().to(device), out.to(device), args.temperature, sync)
     result = {
-        "model": args.model,
-        "questions": args.questions,
-        "new_tokens": args.new_tokens,
+        **loaded.describe(args.questions, args.new_tokens),
         "sampling": {"temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k, "seed": args.seed},
-        "device": "cpu" if args.cpu else torch.cuda.get_device_name(0),  # under the mask: Tesla P40
-        "memory_cap_fraction": capped,
-        "torch": torch.__version__,
         "same_tokens_with_and_without_log_probs": bool(torch.equal(plain.batch["responses"], out.batch["responses"])),
         "seconds": {"rollout_without": round(plain_s, 3), "rollout_with": round(out_s, 3), "pass": round(pass_s, 3)},
         "mean_answer_tokens": round(float(mask.sum(-1).float().mean()), 1),
@@ -154,13 +160,8 @@ def main() -> None:
             str(config.actor_rollout_ref.actor.loss_agg_mode),
         ),
     }
-    if exact is not None:  # the largest distance of each fp32 source from the fp64 pass: its own rounding
-        on = mask.bool()
-        far = lambda a, b: float((a.double() - b).abs()[on].max())  # noqa: E731
-        result["against_fp64"] = {
-            "log_probs": {"rollout": far(out.batch["rollout_log_probs"], exact[0]), "pass": far(log_probs, exact[0])},
-            "entropy": {"rollout": far(out.batch["rollout_entropys"], exact[1]), "pass": far(entropy, exact[1])},
-        }
+    if args.fp64:
+        result["against_fp64"] = against_fp64(config, loaded, out, mask, log_probs, entropy, args.temperature)
     print(json.dumps(result), flush=True)
     save(result, args.out, "rollout-log-probs.json")
 

@@ -29,6 +29,21 @@ class Actor:
     device: Any
     sync: Callable[[], None]
     capped: float | None  # the memory cap's fraction of the GPU (memcap.apply), None without one
+    path: str = ""
+
+    def describe(self, questions: int, new_tokens: int) -> dict:
+        """The head of a check's JSON: the model, the prompts, the device (under the mask: Tesla P40), torch."""
+        import torch
+
+        cuda = self.device.type == "cuda"
+        return {
+            "model": self.path,
+            "questions": questions,
+            "new_tokens": new_tokens,
+            "device": torch.cuda.get_device_name(0) if cuda else "cpu",
+            "memory_cap_fraction": self.capped,
+            "torch": torch.__version__,
+        }
 
 
 def load(path: str, cpu: bool, port: str) -> Actor:
@@ -57,7 +72,7 @@ def load(path: str, cpu: bool, port: str) -> Actor:
     )
     module = model if cpu else FSDP(model.to(device), auto_wrap_policy=policy, device_id=0, use_orig_params=False)
     sync = (lambda: None) if cpu else torch.cuda.synchronize
-    return Actor(tokenizer, model, module, device, sync, capped)
+    return Actor(tokenizer, model, module, device, sync, capped, path)
 
 
 def save(result: dict, out: str, name: str) -> None:
