@@ -22,8 +22,8 @@ git rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null || true
 
 if [ "$PHASE" = agreement ]; then
   python3 bench/learning_run.py prepare --tokenizer "$GPU_DATA/qwen2.5-0.5b-instruct" --gsm8k "$GPU_DATA/gsm8k"
-  verl_p40 config --profile p40 --model /tmp/learn/qwen-real --data /tmp/learn/gsm8k --gpu-memory-cap-gb 24 \
-    > /tmp/p40.yaml 2> "$OUT/config-notes.txt"
+  "${MASKED[@]}" python3 -m verl_p40.cli config --profile p40 --model /tmp/learn/qwen-real --data /tmp/learn/gsm8k \
+    --gpu-memory-cap-gb 24 > /tmp/p40.yaml 2> "$OUT/config-notes.txt"
   "${MASKED[@]}" VERL_P40_GPU_MEMORY_CAP_GB=24 python3 bench/experiments/rollout_log_probs.py --config /tmp/p40.yaml \
     --model /tmp/learn/qwen-real --data /tmp/learn/gsm8k/test.parquet --questions 256 --new-tokens 512 \
     --out "$OUT/agreement" 2>&1 | tail -n 40 | tee "$OUT/agreement.log"
