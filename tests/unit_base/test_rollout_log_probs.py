@@ -133,3 +133,22 @@ def test_the_trainer_takes_them_only_where_the_plan_says_and_the_rollout_gave_th
     assert taken.meta_info == {"temperature": 0.7}
     assert set(given.batch.keys()) == {"responses"}
     assert "verl's old_log_prob pass skipped" in capsys.readouterr().out
+
+
+def test_a_step_whose_pieces_did_not_all_return_log_probs_keeps_none():
+    """The decoder failing after a first piece (generate() for the rest): verl's concat needs equal keys; the pieces
+    lose their log-probs and the trainer runs its pass. Pieces that all have them keep them."""
+    from verl import DataProto
+
+    from verl_p40.patches import p40_decode
+
+    def piece(with_values: bool) -> DataProto:
+        tensors = {"responses": torch.ones(2, 3, dtype=torch.long)}
+        if with_values:
+            tensors |= {"rollout_log_probs": -torch.rand(2, 3), "rollout_entropys": torch.rand(2, 3)}
+        return DataProto.from_dict(tensors=tensors)
+
+    mixed = DataProto.concat(p40_decode.all_or_none([piece(True), piece(False)]))
+    assert set(mixed.batch.keys()) == {"responses"} and len(mixed) == 4
+    whole = DataProto.concat(p40_decode.all_or_none([piece(True), piece(True)]))
+    assert set(whole.batch.keys()) == {"responses", "rollout_log_probs", "rollout_entropys"}

@@ -406,3 +406,17 @@ def add_log_probs(batch, output, response_length: int) -> None:
         padded = values.new_zeros(rows, response_length)
         padded[:, : min(width, response_length)] = values[:, :response_length]
         batch[key] = padded
+
+
+def all_or_none(parts: list) -> list:
+    """The rollout's pieces (DataProto) with their log-probs only where every piece has them: the decoder can fail
+    after a first piece and leave the rest to generate() (which returns none), and verl's concat needs equal keys;
+    the trainer then runs its pass for the whole batch."""
+    keys = ("rollout_log_probs", "rollout_entropys")
+    if all(key in part.batch.keys() for part in parts for key in keys):
+        return parts
+    for part in parts:
+        for key in keys:
+            if key in part.batch.keys():
+                part.batch.pop(key)
+    return parts

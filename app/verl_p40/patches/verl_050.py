@@ -256,6 +256,17 @@ EDITS: list[Edit] = [
         "rollout's temperature, so the trainer need not run the actor again for them",
     ),
     Edit(
+        name="hf-rollout-log-probs-all-or-none",
+        file="workers/rollout/hf_rollout.py",
+        old="        output = DataProto.concat(output)\n",
+        new="        from verl.utils.p40_decode import all_or_none  # verl-p40: log-probs from every piece, or none\n"
+        "\n"
+        "        output = DataProto.concat(all_or_none(output))\n",
+        why="a decoder that fails after the step's first piece leaves the rest to generate(), which returns no "
+        "log-probs; verl's concat of pieces with other keys would stop the run, so the step keeps none and the "
+        "trainer runs its old_log_prob pass",
+    ),
+    Edit(
         name="p40-old-log-probs",
         file="utils/p40_old_log_probs.py",
         old=None,
