@@ -1,7 +1,7 @@
 """A tiny Qwen2 for tests that run the real code paths fast: imported by conftest.py, and run as a script inside the
 image by docker/e2e/run.sh (no pytest there), so that the model folder is written by the image's own transformers.
 
-    python tests/tiny_model.py TOKENIZER_DIR OUT_DIR
+    python tests/tiny_model.py TOKENIZER_DIR OUT_DIR [INITIALIZER_RANGE]
 """
 
 from __future__ import annotations
@@ -38,4 +38,5 @@ def make_tiny_qwen(tokenizer_dir: Path, folder: Path, seed: int = 0, initializer
 
 
 if __name__ == "__main__":
-    print(make_tiny_qwen(Path(sys.argv[1]), Path(sys.argv[2])))
+    scale = float(sys.argv[3]) if len(sys.argv) > 3 else 0.02
+    print(make_tiny_qwen(Path(sys.argv[1]), Path(sys.argv[2]), initializer_range=scale))

@@ -17,25 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 ORDER = ("off", "graph", "eager")  # generate() first: every other decoder is compared with its answers
-
-
-def prompts(tokenizer, data: str, questions: int, width: int):
-    """The first `questions` prompts of a prepared split, as verl's dataset hands them to the rollout: the chat
-    template with the generation prompt, left-padded to data.max_prompt_length, positions from the mask."""
-    import pandas as pd
-
-    rows = pd.read_parquet(data).head(questions)
-    texts = [tokenizer.apply_chat_template(list(p), add_generation_prompt=True, tokenize=False) for p in rows.prompt]
-    batch = tokenizer(texts, return_tensors="pt", padding="max_length", max_length=width, padding_side="left")
-    positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
-    return batch.input_ids, batch.attention_mask, positions
 
 
 def compare(reference, other, tokenizer) -> dict:
@@ -56,7 +43,7 @@ def compare(reference, other, tokenizer) -> dict:
     return out
 
 
-def main() -> None:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True)
     parser.add_argument("--data", required=True, help="a prepared split (verl-p40 prep's test.parquet)")
@@ -66,99 +53,83 @@ def main() -> None:
     parser.add_argument("--modes", default="off,graph")
     parser.add_argument("--out", required=True)
     parser.add_argument("--cpu", action="store_true", help="a CPU check of this script: no FSDP1 (it refuses a CPU)")
-    args = parser.parse_args()
+    return parser.parse_args()
 
-    import torch
-    import torch.distributed as dist
+
+def _greedy(args: argparse.Namespace, mode: str):
+    """verl's HF rollout config for greedy answers decoded by `mode` (p40_decode)."""
     from omegaconf import OmegaConf
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
-    from verl import DataProto
+
+    return OmegaConf.create(
+        {
+            "micro_batch_size": args.questions,
+            "response_length": args.new_tokens,
+            "do_sample": False,
+            "n": 1,
+            "dtype": "float32",
+            "temperature": 1.0,
+            "top_p": 1.0,
+            "top_k": -1,
+            "val_kwargs": {"top_k": -1, "top_p": 1.0, "temperature": 0.0, "n": 1},
+            "p40_decode": mode,
+        }
+    )
+
+
+def _decode(loaded, batch, args: argparse.Namespace, mode: str):
+    """(the answers, the run's times and tokens) of verl's HF rollout decoding `batch` with `mode`."""
+    import torch
     from verl.workers.rollout.hf_rollout import HFRollout
 
-    from verl_p40 import memcap
     from verl_p40.perf import projection
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("MASTER_PORT", "29561"))
-    device = torch.device("cpu" if args.cpu else "cuda", 0)
-    dist.init_process_group("gloo" if args.cpu else "nccl", rank=0, world_size=1)
-    sync = (lambda: None) if args.cpu else torch.cuda.synchronize
-    if args.cpu and not hasattr(torch.cpu, "empty_cache"):  # verl empties the device's cache after generating
-        torch.cpu.empty_cache = lambda: None
+    loaded.sync()
     if not args.cpu:
-        torch.cuda.set_device(0)
-    capped = memcap.apply()
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForCausalLM.from_pretrained(args.model, torch_dtype=torch.float32, attn_implementation="sdpa")
-    policy = lambda module, recurse, nonwrapped_numel: transformer_auto_wrap_policy(  # noqa: E731
-        module, recurse, nonwrapped_numel, transformer_layer_cls={Qwen2DecoderLayer}
-    )
-    actor = model if args.cpu else FSDP(model.to(device), auto_wrap_policy=policy, device_id=0, use_orig_params=False)
+        torch.cuda.reset_peak_memory_stats()
+    started = time.perf_counter()
+    out = HFRollout(loaded.module, _greedy(args, mode)).generate_sequences(batch)
+    loaded.sync()
+    seconds = time.perf_counter() - started
+    lengths = (out.batch["attention_mask"][:, args.prompt_width :].sum(-1)).float()
+    steps = float(lengths.max())
+    shape = projection.Shape.from_config(loaded.model.config.to_dict())
+    run = projection.Run(args.questions, args.prompt_width, args.new_tokens, steps, False, False, False, {})
+    _, p40_step = projection.generation_gpu_seconds(shape, run, projection.P40)
+    return out.batch["responses"].cpu(), {
+        "seconds": round(seconds, 2),
+        "generated_tokens": int(lengths.sum()),
+        "tokens_per_s": round(float(lengths.sum()) / seconds, 1),
+        "decoding_steps": int(steps),
+        "ms_per_decoding_step": round(1000 * seconds / steps, 2),
+        "p40_gpu_ms_per_decoding_step": round(1000 * p40_step, 2),
+        "torch_max_allocated_gb": None if args.cpu else round(torch.cuda.max_memory_allocated() / 1e9, 2),
+        "mean_answer_tokens": round(float(lengths.mean()), 1),
+    }
+
+
+def main() -> None:
+    args = _arguments()
+    from verl import DataProto
+
+    from lib.rollout_actor import load, prompts, save
+
+    loaded = load(args.model, args.cpu, "29561")
+    tokenizer = loaded.tokenizer
     input_ids, attention_mask, positions = prompts(tokenizer, args.data, args.questions, args.prompt_width)
     batch = DataProto.from_dict(
         tensors={"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": positions},
         meta_info={"eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id, "do_sample": False},
-    ).to(device)
-    shape = projection.Shape.from_config(model.config.to_dict())
-    result = {
-        "model": args.model,
-        "questions": args.questions,
-        "new_tokens": args.new_tokens,
-        "device": "cpu" if args.cpu else torch.cuda.get_device_name(0),  # under the mask: Tesla P40
-        "memory_cap_fraction": capped,
-        "torch": torch.__version__,
-        "runs": {},
-    }
+    ).to(loaded.device)
+    result = {**loaded.describe(args.questions, args.new_tokens), "runs": {}}
     answers = {}
     for mode in [m for m in ORDER if m in args.modes.split(",")]:
-        config = OmegaConf.create(
-            {
-                "micro_batch_size": args.questions,
-                "response_length": args.new_tokens,
-                "do_sample": False,
-                "n": 1,
-                "dtype": "float32",
-                "temperature": 1.0,
-                "top_p": 1.0,
-                "top_k": -1,
-                "val_kwargs": {"top_k": -1, "top_p": 1.0, "temperature": 0.0, "n": 1},
-                "p40_decode": mode,
-            }
-        )
-        sync()
-        if not args.cpu:
-            torch.cuda.reset_peak_memory_stats()
-        started = time.perf_counter()
-        out = HFRollout(actor, config).generate_sequences(batch)
-        sync()
-        seconds = time.perf_counter() - started
-        responses = out.batch["responses"].cpu()
-        lengths = (out.batch["attention_mask"][:, args.prompt_width :].sum(-1)).float()
-        steps = float(lengths.max())
-        run = projection.Run(args.questions, args.prompt_width, args.new_tokens, steps, False, False, False, {})
-        _, p40_step = projection.generation_gpu_seconds(shape, run, projection.P40)
-        answers[mode] = responses
-        result["runs"][mode] = {
-            "seconds": round(seconds, 2),
-            "generated_tokens": int(lengths.sum()),
-            "tokens_per_s": round(float(lengths.sum()) / seconds, 1),
-            "decoding_steps": int(steps),
-            "ms_per_decoding_step": round(1000 * seconds / steps, 2),
-            "p40_gpu_ms_per_decoding_step": round(1000 * p40_step, 2),
-            "torch_max_allocated_gb": None if args.cpu else round(torch.cuda.max_memory_allocated() / 1e9, 2),
-            "mean_answer_tokens": round(float(lengths.mean()), 1),
-        }
+        answers[mode], result["runs"][mode] = _decode(loaded, batch, args, mode)
         if mode != "off" and "off" in answers:
-            result["runs"][mode]["against_generate"] = compare(answers["off"], responses, tokenizer)
-            first = compare(answers["off"][:64], responses[:64], tokenizer)
+            result["runs"][mode]["against_generate"] = compare(answers["off"], answers[mode], tokenizer)
+            first = compare(answers["off"][:64], answers[mode][:64], tokenizer)
             result["runs"][mode]["first_64"] = {k: first[k] for k in ("identical", "compared")}
         print(json.dumps({mode: result["runs"][mode]}), flush=True)
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "decode-check.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
-    dist.destroy_process_group()
+    save(result, args.out, "decode-check.json")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ PROFILE_SIZES = [
     "actor_rollout_ref.model.enable_gradient_checkpointing=true",
     "critic.model.enable_gradient_checkpointing=true",
     "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
+    "actor_rollout_ref.rollout.p40_log_probs=pass",  # verl's old_log_prob pass, priced: the phases' yardstick below
     "actor_rollout_ref.ref.fsdp_config.param_offload=true",
     "critic.model.fsdp_config.param_offload=true",
     "critic.model.fsdp_config.optimizer_offload=true",
@@ -274,3 +275,28 @@ def test_the_p40_figure_moves_as_the_calibrations_erred():
     projected = {"gen": 9.034, "old_log_prob": 4.108, "update_actor": 12.329, "step": 29.79}
     errors = projection.phase_errors(measured, projected)
     assert errors == {"gen": 0.0, "old_log_prob": -10.8, "update_actor": -30.7, "step": -17.4}
+
+
+def test_old_log_probs_from_the_rollout_price_no_pass_and_their_decoding_reads(shape):
+    """p40_log_probs=rollout (the p40 plan's default): no old_log_prob phase; each decoding step reads the logits a
+    few more times for the log-probs; the logged actor forwards are the reference's alone."""
+    passed, taken = _run(), _run("p40", "actor_rollout_ref.rollout.p40_log_probs=rollout")
+    assert not passed.log_probs_in_rollout and taken.log_probs_in_rollout
+    assert "old_log_prob" in projection.phases(shape, passed) and "old_log_prob" not in projection.phases(shape, taken)
+    before, after = (
+        projection.project(shape, passed, projection.P40, 0.0),
+        projection.project(shape, taken, projection.P40, 0.0),
+    )
+    extra = projection.LOG_PROB_PASSES * passed.sequences * shape.vocab * 4 / (projection.P40.memory_gbs * 1e9)
+    assert after["gen"] == pytest.approx(before["gen"] + passed.generated * extra, abs=2e-3)  # rounded to ms
+    assert after["step"] == pytest.approx(
+        before["step"] - before["old_log_prob"] + passed.generated * extra, abs=2e-3
+    )  # rounded to ms
+    logged = {"step": 1, "perf/p40_tokens/actor_forward": 64 * 300.0, "perf/p40_tokens/actor_update": 1.0}
+    skipped = {**logged, projection.OLD_LOG_PROB_PASS: 0.0}  # the patch set logs whether the pass ran
+    tokens = projection.measured_tokens([skipped], reference=True)
+    assert tokens["ref"] == 64 * 300.0 and "old_log_prob" not in tokens
+    assert projection.old_log_prob_pass([skipped]) is False and projection.old_log_prob_pass([logged]) is None
+    ran = projection.measured_tokens([{**logged, projection.OLD_LOG_PROB_PASS: 1.0}], reference=True)
+    assert ran["ref"] == ran["old_log_prob"] == 32 * 300.0  # two passes over the same rows, logged together
+    assert projection.measured_tokens([logged], reference=True) == ran  # a log without the metric: the pass ran

@@ -256,13 +256,24 @@ def test_two_grpo_steps_with_two_samples_per_prompt(cluster, run_dirs, tmp_path)
     answered twice (2 x 4 prompts = 8 responses a step; without the rollout patch verl asks for 2 x 2 each and stops
     on 'Two tensor dict must have identical batch size')."""
     dirs = {**run_dirs, "checkpoints": tmp_path / "ckpt"}
-    result = _train(cluster, dirs, tmp_path / "logs", 2, "--algorithm", "grpo", "--samples-per-prompt", "2")
+    validated = ["trainer.test_freq=2"]
+    result = _train(cluster, dirs, tmp_path / "logs", 2, "--algorithm", "grpo", "--samples-per-prompt", "2", *validated)
     log = _trainer_log(result, tmp_path / "logs")
     assert "algorithm: grpo (grpo), 2 samples per prompt" in result.stderr
     steps = read_steps(log)
     assert [int(s["step"]) for s in steps] == [1, 2]
     last = steps[-1]
     assert "actor/kl_loss" in last and "timing_s/update_critic" not in last and "timing_s/values" not in last
+    # the old log-probs and actor/entropy are the rollout's own (plan/log_probs.py): verl's pass did not run
+    assert "verl's old_log_prob pass skipped" in result.stderr
+    assert "old log-probs: the rollout's own (fp32, the actor's weights): verl's old_log_prob pass skipped" in (
+        log.read_text()
+    )
+    assert all(s["actor/entropy"] > 0 and "training/rollout_probs_diff_max" not in s for s in steps)
+    assert all(s["perf/p40_old_log_prob_pass"] == 0.0 for s in steps)
+    from verl_p40.run.trainer_log import VALIDATION_KEY
+
+    assert VALIDATION_KEY in last  # and the run's validation is produced
     # verl's balance step logs the tokens of each sequence: 8 sequences of prompt + response a step
     assert last["global_seqlen/mean"] > 0
     experiment = dirs["checkpoints"] / "model-gsm8k-grpo"

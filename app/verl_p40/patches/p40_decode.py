@@ -202,39 +202,39 @@ class _Step:
         return self.out
 
 
-@torch.no_grad()
-def decode(model, input_ids, attention_mask, generation_config, processors, stopping, graph: bool) -> torch.Tensor:
-    """generate()'s greedy or sampled tokens for `input_ids` (left-padded), with `model` a plain copy (_plain_copy).
-    Returns the prompts and the new tokens, (batch, prompt + generated) as generate() does."""
+def _prompt_cache(model, input_ids, attention_mask, positions, total: int):
+    """The prompt as generate()'s first step runs it (its cache, its mask), then its keys and values in a static cache
+    of `total` columns; made after the prompt's pass, so the prompt's intermediates (3 x rows x prompt x the MLP's
+    width) never sit beside the whole answer's cache. Returns (the last column's logits, the static cache)."""
     from transformers import DynamicCache, StaticCache
 
     batch, width = input_ids.shape
-    device, total = input_ids.device, generation_config.max_length
-    if graph and torch.is_autocast_enabled(device.type):  # its cache of cast weights must not be in a graph
-        graph = False
-        _say_once(f"autocast ({torch.get_autocast_dtype(device.type)}) is on: no CUDA graph")
-    positions = attention_mask.long().cumsum(-1) - 1  # as generate() derives them from the mask
-    positions.masked_fill_(attention_mask == 0, 1)
-    # the prompt as generate()'s first step runs it (its cache, its mask); the static cache is made after it, so the
-    # prompt's intermediates (3 x rows x prompt x the MLP's width) never sit beside the whole answer's cache
     prompt = DynamicCache()
     logits = model(
         input_ids=input_ids,
         attention_mask=attention_mask,
         position_ids=positions,
         past_key_values=prompt,
-        cache_position=torch.arange(width, device=device),
+        cache_position=torch.arange(width, device=input_ids.device),
         use_cache=True,
         logits_to_keep=1,
     ).logits[:, -1]
     dtype = prompt[0][0].dtype
-    cache = StaticCache(config=model.config, max_batch_size=batch, max_cache_len=total, device=device, dtype=dtype)
+    cache = StaticCache(
+        config=model.config, max_batch_size=batch, max_cache_len=total, device=input_ids.device, dtype=dtype
+    )
     for layer in range(len(cache.key_cache)):
         keys, values = prompt[layer]
         cache.key_cache[layer][:, :, :width].copy_(keys)
         cache.value_cache[layer][:, :, :width].copy_(values)
-    del prompt, keys, values
-    # the inputs of one token's step: the token, its position, its cache column, and the columns it may attend to
+    return logits, cache
+
+
+def _token_step(model, cache, attention_mask, positions, total: int, graph: bool):
+    """(one token's step, its inputs: the token, its position and its cache column, written in place between steps).
+    Each step attends to the prompt's columns that are not padding and to the answer's columns so far."""
+    batch, width = attention_mask.shape
+    device = attention_mask.device
     token = torch.zeros(batch, 1, dtype=torch.long, device=device)
     position = positions[:, -1:].clone()
     column = torch.full((1,), width - 1, dtype=torch.long, device=device)
@@ -254,35 +254,70 @@ def decode(model, input_ids, attention_mask, generation_config, processors, stop
             logits_to_keep=1,
         ).logits[:, -1]
 
-    step = _Step(forward, graph)
+    return _Step(forward, graph), token, position, column
+
+
+def token_log_probs(
+    logits: torch.Tensor, tokens: torch.Tensor, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log-prob of `tokens`, entropy) under the whole distribution of logits / temperature, in fp32, as verl's actor
+    computes its old log-probs (dp_actor: logits.div_(temperature), logprobs_from_logits, entropy_from_logits): no
+    top-k/top-p filtering, which verl's pass does not apply either."""
+    scaled = logits.float() / temperature
+    total = torch.logsumexp(scaled, dim=-1)
+    picked = scaled.gather(-1, tokens[:, None]).squeeze(-1) - total
+    entropy = total - (torch.softmax(scaled, dim=-1) * scaled).sum(-1)
+    return picked, entropy
+
+
+@torch.no_grad()
+def decode(model, input_ids, attention_mask, generation_config, processors, stopping, graph: bool, temperature=None):
+    """generate()'s greedy or sampled tokens for `input_ids` (left-padded), with `model` a plain copy (_plain_copy).
+    `.sequences`: the prompts and the new tokens, (batch, prompt + generated) as generate() returns them; with a
+    `temperature`, also `.log_probs` and `.entropy` of each new token (token_log_probs; 0 after a row's end)."""
+    batch, width = input_ids.shape
+    device, total = input_ids.device, generation_config.max_length
+    if graph and torch.is_autocast_enabled(device.type):  # its cache of cast weights must not be in a graph
+        graph = False
+        _say_once(f"autocast ({torch.get_autocast_dtype(device.type)}) is on: no CUDA graph")
+    positions = attention_mask.long().cumsum(-1) - 1  # as generate() derives them from the mask
+    positions.masked_fill_(attention_mask == 0, 1)
+    logits, cache = _prompt_cache(model, input_ids, attention_mask, positions, total)
+    step, token, position, column = _token_step(model, cache, attention_mask, positions, total, graph)
     pad = generation_config._pad_token_tensor
-    sample = generation_config.do_sample
-    ends = any(hasattr(criterion, "eos_token_id") for criterion in stopping)
+    sample, ends = generation_config.do_sample, any(hasattr(criterion, "eos_token_id") for criterion in stopping)
     sequences = torch.full((batch, total), 0 if pad is None else int(pad), dtype=torch.long, device=device)
     sequences[:, :width] = input_ids
     unfinished = torch.ones(batch, dtype=torch.long, device=device)
-    length = width
+    length, picked, entropies = width, [], []
     while True:
         scores = processors(sequences[:, :length], logits.to(copy=True, dtype=torch.float32))
-        if sample:
-            tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
-        else:
-            tokens = torch.argmax(scores, dim=-1)
+        tokens = torch.multinomial(torch.softmax(scores, -1), 1).squeeze(1) if sample else torch.argmax(scores, -1)
         if ends:
             tokens = tokens * unfinished + pad * (1 - unfinished)
+        if temperature is not None:  # a row's tokens after its end are padding: 0, and masked out by verl
+            log_prob, entropy = token_log_probs(logits, tokens, temperature)
+            picked.append(log_prob * unfinished)
+            entropies.append(entropy * unfinished)
         sequences[:, length] = tokens
         length += 1
         unfinished = unfinished & ~stopping(sequences[:, :length], scores)
         if length >= total or (length - width) % STOP_CHECK == 0 and unfinished.max() == 0:
-            return sequences[:, :length]
+            break
         token.copy_(tokens[:, None])
         position.add_(1)
         column.add_(1)
         logits = step()
+    if temperature is None:
+        return SimpleNamespace(sequences=sequences[:, :length], log_probs=None, entropy=None)
+    return SimpleNamespace(
+        sequences=sequences[:, :length], log_probs=torch.stack(picked, 1), entropy=torch.stack(entropies, 1)
+    )
 
 
-def _generate(module, graph: bool, input_ids=None, attention_mask=None, generation_config=None, **kwargs):
-    """generate()'s signature, as verl's HF rollout calls it; returns an object with `.sequences`."""
+def _generate(module, graph: bool, log_probs_at, input_ids=None, attention_mask=None, generation_config=None, **kwargs):
+    """generate()'s signature, as verl's HF rollout calls it; returns an object with `.sequences` (and, with
+    `log_probs_at` (a temperature), the decoder's `.log_probs` and `.entropy`; generate()'s output has neither)."""
     from transformers import LogitsProcessorList, StoppingCriteriaList
     from transformers.generation.configuration_utils import GenerationMode
 
@@ -318,7 +353,7 @@ def _generate(module, graph: bool, input_ids=None, attention_mask=None, generati
     try:
         with _full_weights(module) as weights:
             model = _plain_copy(inner, weights)
-            sequences = decode(model, input_ids, attention_mask, config, processors, stopping, graph)
+            return decode(model, input_ids, attention_mask, config, processors, stopping, graph, log_probs_at)
     except torch.cuda.OutOfMemoryError:
         raise  # generate() would need the same memory: the plan's sizes are what to change
     except Exception as exc:  # noqa: BLE001 - a path the decoder was never run on (a torch, a sharding): not fatal
@@ -327,13 +362,20 @@ def _generate(module, graph: bool, input_ids=None, attention_mask=None, generati
         return module.generate(
             input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config, **kwargs
         )
-    return SimpleNamespace(sequences=sequences)
 
 
-def generator(module, config):
+def wants_log_probs(config) -> bool:
+    """Whether the rollout returns its log-probs: `rollout.p40_log_probs=rollout` (the trainer takes them in place of
+    verl's old_log_prob pass: p40_old_log_probs.py) or verl's own `rollout.calculate_log_probs` (compared with the
+    pass's in verl's training/rollout_probs_diff_* metrics)."""
+    return str(config.get("p40_log_probs", "pass")) == "rollout" or bool(config.get("calculate_log_probs", False))
+
+
+def generator(module, config, temperature: float | None = None):
     """What verl's HF rollout calls in place of `module.generate`: `p40_decode` off (or absent) keeps generate();
     eager decodes with the static cache; graph and auto also replay the step as a CUDA graph where the model is on a
-    CUDA GPU (elsewhere they are eager)."""
+    CUDA GPU (elsewhere they are eager). With a `temperature` and a config that wants_log_probs, the decoder also
+    returns each sampled token's log-prob and entropy at that temperature."""
     mode = str(config.get("p40_decode", "off") or "off")
     if mode not in MODES:
         raise ValueError(f"actor_rollout_ref.rollout.p40_decode={mode}: use one of {', '.join(MODES)}")
@@ -348,4 +390,33 @@ def generator(module, config):
     if mode == "graph" and not cuda:
         _say_once("p40_decode=graph: the model is not on a CUDA GPU, so no graph")
     _say_once(f"static KV cache{', one CUDA graph a token' if graph else ''} (p40_decode={mode})")
-    return functools.partial(_generate, module, graph)
+    at = float(temperature) if temperature is not None and wants_log_probs(config) else None
+    return functools.partial(_generate, module, graph, at)
+
+
+def add_log_probs(batch, output, response_length: int) -> None:
+    """The rollout's log-probs and entropies into verl's batch (`rollout_log_probs`, as verl 0.5.0's vLLM and SGLang
+    rollouts name theirs, and `rollout_entropys`), (rows, response_length), 0 past each answer's end; nothing when
+    generate() decoded (the trainer then runs verl's pass)."""
+    log_probs = getattr(output, "log_probs", None)
+    if log_probs is None:
+        return
+    rows, width = log_probs.shape
+    for key, values in (("rollout_log_probs", log_probs), ("rollout_entropys", output.entropy)):
+        padded = values.new_zeros(rows, response_length)
+        padded[:, : min(width, response_length)] = values[:, :response_length]
+        batch[key] = padded
+
+
+def all_or_none(parts: list) -> list:
+    """The rollout's pieces (DataProto) with their log-probs only where every piece has them: the decoder can fail
+    after a first piece and leave the rest to generate() (which returns none), and verl's concat needs equal keys;
+    the trainer then runs its pass for the whole batch."""
+    keys = ("rollout_log_probs", "rollout_entropys")
+    if all(key in part.batch.keys() for part in parts for key in keys):
+        return parts
+    for part in parts:
+        for key in keys:
+            if key in part.batch.keys():
+                part.batch.pop(key)
+    return parts

@@ -19,6 +19,7 @@ _P40_BEST = (Path(__file__).parent / "p40_best.py").read_text(encoding="utf-8")
 _P40_DECODE = (Path(__file__).parent / "p40_decode.py").read_text(encoding="utf-8")
 _P40_PHASE_PEAKS = (Path(__file__).parent / "p40_phase_peaks.py").read_text(encoding="utf-8")
 _P40_UPDATE = (Path(__file__).parent / "p40_update.py").read_text(encoding="utf-8")
+_P40_OLD_LOG_PROBS = (Path(__file__).parent / "p40_old_log_probs.py").read_text(encoding="utf-8")
 _SEQLEN_IMPORT = "from verl.utils.seqlen_balancing import prepare_dynamic_batch, restore_dynamic_batch\n"
 _TRIM_IMPORT = _SEQLEN_IMPORT + (
     "from verl.utils.p40_trim import forward_trimmed, length_grouped\n"
@@ -294,11 +295,60 @@ EDITS: list[Edit] = [
         name="hf-rollout-decode",
         file="workers/rollout/hf_rollout.py",
         old="            output = self.module.generate(\n",
-        new="            output = p40_generator(self.module, self.config)(  # verl-p40: rollout.p40_decode\n",
+        new="            # verl-p40: rollout.p40_decode; the sampled tokens' log-probs at the rollout's temperature (training)\n"
+        "            output = p40_generator(self.module, self.config, None if is_validate else temperature)(\n",
         why="generate() on the FSDP-wrapped actor spent ~68 ms a token in host work on the H200 (FSDP hooks, a "
         "concatenated KV cache, a sync a token) and copied every layer's keys and values to all heads; "
         "actor_rollout_ref.rollout.p40_decode (p40_decode.py) decodes with a static cache and a CUDA graph; "
         "absent or off, generate() as before",
+    ),
+    Edit(
+        name="hf-rollout-log-probs",
+        file="workers/rollout/hf_rollout.py",
+        old='                "position_ids": position_ids,\n            },\n            batch_size=generated_batch_size,\n        )\n',
+        new='                "position_ids": position_ids,\n            },\n            batch_size=generated_batch_size,\n        )\n'
+        "        # verl-p40: the decoder's log-probs and entropies (rollout_log_probs, as verl's vLLM rollout names them)\n"
+        "        from verl.utils.p40_decode import add_log_probs\n"
+        "\n"
+        "        add_log_probs(batch, output, self.config.response_length)\n",
+        why="the decoder computes the logits of every token it samples, in fp32 with the actor's weights; "
+        "rollout.p40_log_probs=rollout (or verl's calculate_log_probs) returns their log-probs and entropies at the "
+        "rollout's temperature, so the trainer need not run the actor again for them",
+    ),
+    Edit(
+        name="hf-rollout-log-probs-all-or-none",
+        file="workers/rollout/hf_rollout.py",
+        old="        output = DataProto.concat(output)\n",
+        new="        from verl.utils.p40_decode import all_or_none  # verl-p40: log-probs from every piece, or none\n"
+        "\n"
+        "        output = DataProto.concat(all_or_none(output))\n",
+        why="a decoder that fails after the step's first piece leaves the rest to generate(), which returns no "
+        "log-probs; verl's concat of pieces with other keys would stop the run, so the step keeps none and the "
+        "trainer runs its old_log_prob pass",
+    ),
+    Edit(
+        name="p40-old-log-probs",
+        file="utils/p40_old_log_probs.py",
+        old=None,
+        new=_P40_OLD_LOG_PROBS,
+        why="the trainer's old log-probs taken from the rollout's values (p40_old_log_probs.py)",
+    ),
+    Edit(
+        name="old-log-probs-from-the-rollout",
+        file="trainer/ppo/ray_trainer.py",
+        old="                        old_log_prob = self.actor_rollout_wg.compute_log_prob(batch)\n",
+        new="                        # verl-p40: rollout.p40_log_probs=rollout: the rollout's own values, no pass where it\n"
+        "                        # returned them (p40_old_log_probs.py); verl's pass otherwise\n"
+        "                        from verl.utils.p40_old_log_probs import from_rollout\n"
+        "\n"
+        "                        old_log_prob = from_rollout(batch, self.config)\n"
+        '                        metrics["perf/p40_old_log_prob_pass"] = float(old_log_prob is None)\n'
+        "                        if old_log_prob is None:\n"
+        "                            old_log_prob = self.actor_rollout_wg.compute_log_prob(batch)\n",
+        why="verl's old_log_prob pass runs the actor over every sampled sequence again for numbers the HF rollout "
+        "with verl-p40's decoder already computed with the same fp32 weights (~17.7 s of a 110.8 s P40 step "
+        "projected, issue 60); actor/entropy is aggregated from the rollout's entropies as from the pass's; "
+        "perf/p40_old_log_prob_pass says every step whether the pass ran (the P40 projection prices it only then)",
     ),
     Edit(
         name="no-triton-cross-entropy-below-sm70",

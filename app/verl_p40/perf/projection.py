@@ -32,6 +32,12 @@ from verl_p40.plan.budget import ADAM_STATES, FP32
 from verl_p40.plan.memory import Shape  # the model's dimensions, one home for the plan and the projection
 from verl_p40.plan.workload import Workload
 
+# the rollout's log-probs a decoding step (patches/p40_decode.py token_log_probs): logits / T written, logsumexp,
+# softmax written, its product with the logits and the sum read: ~6 passes over rows x vocabulary in fp32 (a count
+# of the code's passes, not a measurement)
+LOG_PROB_PASSES = 6
+OLD_LOG_PROB_PASS = "perf/p40_old_log_prob_pass"
+
 
 @dataclass(frozen=True)
 class Card:
@@ -83,6 +89,9 @@ class Run:
     # tokens (rows x columns) each phase's passes ran on in one step, as logged (measured_tokens); None: the bound
     tokens: dict[str, float] | None = None
     epochs: int = 1  # ppo_epochs: an update's logged tokens are this many passes over its sequences
+    # the old log-probs from the rollout (rollout.p40_log_probs=rollout, plan/log_probs.py): no old_log_prob pass,
+    # and each decoding step also reads the logits for the sampled tokens' log-probs and entropies
+    log_probs_in_rollout: bool = False
 
     @property
     def width(self) -> float:
@@ -110,12 +119,14 @@ def phases(shape: Shape, run: Run) -> dict[str, dict[str, float]]:
     optim = shape.parameters * FP32 * ADAM_STATES
     adam_bytes = 28 * shape.parameters
     passes = 4 if run.recompute else 3  # forward, backward (2 forwards' FLOPs), and the recomputed forward
-    out: dict[str, dict[str, float]] = {
-        "old_log_prob": {
+    out: dict[str, dict[str, float]] = {}
+    if not run.log_probs_in_rollout:
+        out["old_log_prob"] = {
             "flops": forward("old_log_prob", True),
             "bytes": logits_bytes("old_log_prob"),
             "host_bytes": 0.0,
-        },
+        }
+    out |= {
         "update_actor": {
             "flops": passes * forward("update_actor", True),
             "bytes": 3 * logits_bytes("update_actor") + (0 if run.lora else adam_bytes),
@@ -158,6 +169,8 @@ def generation_gpu_seconds(shape: Shape, run: Run, card: Card) -> tuple[float, f
     kv_bytes = run.sequences * context * shape.layers * 2 * shape.kv_dim * FP32
     flops = 2 * (shape.block_parameters + shape.vocab * shape.hidden) * run.sequences
     per_token = max(flops / (card.gemm_tflops * 1e12), (shape.parameters * FP32 + kv_bytes) / (card.memory_gbs * 1e9))
+    if run.log_probs_in_rollout:  # scale, log-softmax, gather, entropy: ~6 passes over the logits, after the step
+        per_token += LOG_PROB_PASSES * run.sequences * shape.vocab * FP32 / (card.memory_gbs * 1e9)
     return prefill, per_token
 
 
@@ -183,6 +196,21 @@ def host_overhead_per_token(measured_gen_s: float, shape: Shape, run: Run, measu
     """The per-token time generate() spends beyond the GPU's work, from a measured generation phase."""
     prefill, per_token = generation_gpu_seconds(shape, run, measured_card)
     return max(per_token, (measured_gen_s - prefill) / max(run.generated, 1.0))
+
+
+def log_probs_in_rollout(cfg: Any) -> bool:
+    """Whether the composed config takes the old log-probs from the rollout (plan/log_probs.py): no pass for them."""
+    from omegaconf import OmegaConf
+
+    return str(OmegaConf.select(cfg, "actor_rollout_ref.rollout.p40_log_probs", default="pass")) == "rollout"
+
+
+def old_log_prob_pass(steps: list[dict[str, float]]) -> bool | None:
+    """Whether verl's old_log_prob pass ran in the logged steps (perf/p40_old_log_prob_pass, logged by the patch set
+    every step: 0 where the rollout's log-probs stood in), None where the log has no such metric (an older verl-p40,
+    whose steps all ran it)."""
+    seen = [s[OLD_LOG_PROB_PASS] for s in steps if OLD_LOG_PROB_PASS in s]
+    return bool(statistics.median(seen)) if seen else None
 
 
 def run_from_config(
@@ -218,6 +246,7 @@ def run_from_config(
         recompute=bool(get("actor_rollout_ref.model.enable_gradient_checkpointing", False)),
         tokens=tokens,
         epochs=int(get("actor_rollout_ref.actor.ppo_epochs", 1) or 1),
+        log_probs_in_rollout=log_probs_in_rollout(cfg),
         gpus=gpus,
         micro_batches={
             "old_log_prob": micro("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"),
@@ -241,7 +270,8 @@ def longest_lengths(steps: list[dict[str, float]]) -> tuple[float, float] | None
 def measured_tokens(steps: list[dict[str, float]], reference: bool, skip_first: bool = True) -> dict[str, float] | None:
     """Median over the steps (the first, warm-up, left out where there are others, as median_phases does) of the rows
     x columns each phase's passes ran on (perf/p40_tokens/*, logged by the patch set with the actor's update); old
-    log-probs and the reference are the same passes over the same rows, logged together. None where the run logged
+    log-probs and the reference are the same passes over the same rows, logged together (the first none where the
+    rollout gave them: old_log_prob_pass). None where the run logged
     none (an older verl-p40)."""
     steps = steps[1:] if skip_first and len(steps) > 1 else steps
 
@@ -252,8 +282,10 @@ def measured_tokens(steps: list[dict[str, float]], reference: bool, skip_first: 
     actor_forward = median("actor_forward")
     if actor_forward is None:
         return None
-    per_pass = actor_forward / (2 if reference else 1)
-    out = {"old_log_prob": per_pass, "ref": per_pass if reference else None, "update_actor": median("actor_update")}
+    old_pass = old_log_prob_pass(steps) is not False
+    per_pass = actor_forward / max(int(reference) + int(old_pass), 1)  # the forward passes that ran
+    out = {"old_log_prob": per_pass if old_pass else None, "ref": per_pass if reference else None}
+    out["update_actor"] = median("actor_update")
     out |= {"values": median("critic_forward"), "update_critic": median("critic_update")}
     return {phase: value for phase, value in out.items() if value}
 

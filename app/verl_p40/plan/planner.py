@@ -74,7 +74,11 @@ def plan(options: RunOptions, facts: Facts | None = None) -> RunPlan:
     sized = plan_steps.memory_plan(options, hw, _overrides(parts) + user, user)
     parts += [sized.part, plan_steps.tensorboard(hw.profile, facts), plan_steps.paths(options, user, hw.layout)]
     counted = plan_steps.schedule(_overrides(parts) + user, user)
-    parts += [counted.part, plan_steps.worker_hooks(options, hw.sm, user_sets), plan_steps.user_settings(user)]
+    parts += [counted.part, plan_steps.worker_hooks(options, hw.sm, user_sets)]
+    parts += [
+        plan_steps.old_log_probs(options, hw.sm, _overrides(parts) + user, user_sets),
+        plan_steps.user_settings(user),
+    ]
     overrides, notes = _overrides(parts), [note for part in parts for note in part.notes]
     hydra_overrides = to_hydra(overrides)
     cfg = compose(hydra_overrides)  # raises a clear UserError on anything verl's config rejects

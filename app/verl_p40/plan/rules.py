@@ -36,6 +36,7 @@ CHOICES = {
     ),
     "actor_rollout_ref.rollout.dtype": ("float32", "fp32", "float16", "fp16", "half", "bfloat16", "bf16"),
     "actor_rollout_ref.rollout.p40_decode": ("auto", "graph", "eager", "off"),  # patches/p40_decode.py
+    "actor_rollout_ref.rollout.p40_log_probs": ("auto", "rollout", "pass"),  # plan/log_probs.py
 }
 # Real-valued settings that verl 0.5.0's YAML writes as a whole number (0, 1): a float is what they hold.
 REAL_WITH_INT_DEFAULT = (

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from verl_p40 import UserError, defaults, reward
 from verl_p40.patches import p40_best
-from verl_p40.plan import algorithms, engines
+from verl_p40.plan import algorithms, engines, log_probs
 from verl_p40.plan import layout as layout_mod
 from verl_p40.plan import profiles as profiles_mod
 from verl_p40.plan import schedule as schedule_mod
@@ -587,6 +587,25 @@ def worker_hooks(options: RunOptions, sm: float | None, user_sets: dict[str, str
             Override("actor_rollout_ref.model.external_lib", defaults.WORKER_HOOKS_MODULE, " and ".join(hooked))
         )
     return part
+
+
+def old_log_probs(options: RunOptions, sm: float | None, so_far: list[Override], user_sets: dict[str, str]) -> Part:
+    """The PPO ratio's old log-probs from the rollout where they are the pass's own (plan/log_probs.py), verl's
+    old_log_prob pass elsewhere; the run's own p40_log_probs=pass (or rollout) wins. `so_far`: the overrides the
+    earlier steps and the user give."""
+    from omegaconf import OmegaConf
+
+    from verl_p40.plan.verlconfig import preview
+
+    try:
+        tree = preview(so_far)
+    except Exception:  # a value that is no value: to_hydra names it with its fix once the steps are done
+        return Part()
+    get = lambda key: OmegaConf.select(tree, key, default=None)  # noqa: E731
+    value, note = log_probs.decide(get, tf32_on(options.tf32, sm), user_sets.get(log_probs.KEY))
+    return Part(
+        overrides=[Override(log_probs.KEY, value, "the old log-probs' source (plan/log_probs.py)")], notes=[note]
+    )
 
 
 def user_settings(user: list[Override]) -> Part:

@@ -1,0 +1,50 @@
+# The GPU side of issue 60's "no separate pass for the old log-probs", for a session with a device (NOT RUN YET):
+#   agreement  the rollout's log-probs against verl's old_log_prob pass on the real-weights stand-in, under the Pascal
+#              mask with the 24 GB cap (bench/experiments/rollout_log_probs.py: 256 GSM8K test prompts, 512 new
+#              tokens, the recipe's temperature 1.0), then `verl-p40 bench` before (the pass kept:
+#              p40_log_probs=pass) and after (the plan's default: the rollout's), back to back on the same machine,
+#              both masked with `--gpu-memory-cap-gb 24 --skip-check kernels` (~8 minutes: one call)
+#   validate   the 20-step P40-path run of bench/results/p40-path-2026-12-04 again with today's default (no pass),
+#              detached (its budget is longer than one call), validated at 0, 10 and 20 (its table beside today's)
+#   wait       each follow-up call of `validate` (send it as soon as the one before returns: the machine goes back
+#              30 s after a call), copying what the run has made so far to $OUT
+# Staged first as bench/README.md "Device staging" says: /tmp/bundle (the bundle's chunks joined), the real-weights
+# GGUF's chunks in /tmp/chunks/model, .gpu-shared (the Pascal mask, GSM8K, the tokenizer) carried with the first call.
+# Each call starts with:  bash /tmp/bundle/install.sh && bash bench/experiments/rollout_log_probs_gpu.sh PHASE
+set -euo pipefail
+PHASE=${1:?agreement, validate or wait}
+OUT=${OUT:?set by the device call}
+[ -f /tmp/model.gguf ] || python3 bench/device/chunks.py join --chunks /tmp/chunks/model --out /tmp/model.gguf
+[ "$PHASE" = agreement ] || export VERL_P40_NO_RANDOM=1  # only the bench runs on random weights
+source bench/device/gpu_setup.sh
+MASKED=(env "PYTHONPATH=/tmp/pascal-mask:$PYTHONPATH" PASCAL_MASK=1)
+git rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null || true
+
+if [ "$PHASE" = agreement ]; then
+  python3 bench/learning_run.py prepare --tokenizer "$GPU_DATA/qwen2.5-0.5b-instruct" --gsm8k "$GPU_DATA/gsm8k"
+  "${MASKED[@]}" python3 -m verl_p40.cli config --profile p40 --model /tmp/learn/qwen-real --data /tmp/learn/gsm8k \
+    --gpu-memory-cap-gb 24 > /tmp/p40.yaml 2> "$OUT/config-notes.txt"
+  "${MASKED[@]}" VERL_P40_GPU_MEMORY_CAP_GB=24 python3 bench/experiments/rollout_log_probs.py --config /tmp/p40.yaml \
+    --model /tmp/learn/qwen-real --data /tmp/learn/gsm8k/test.parquet --questions 256 --new-tokens 512 \
+    --out "$OUT/agreement" 2>&1 | tail -n 40 | tee "$OUT/agreement.log"
+  for run in before after; do  # back to back: the pass kept, then the plan's default (the rollout's log-probs)
+    extra=(); [ "$run" = before ] && extra=(--set actor_rollout_ref.rollout.p40_log_probs=pass)
+    "${MASKED[@]}" python3 -m verl_p40.cli bench --profile p40 --model "$GPU_DATA/qwen2.5-0.5b-instruct" \
+      --data /tmp/gsm8k --checkpoints "/tmp/bck-$run" --logs "/tmp/blogs-$run" --steps 3 --keep-model /tmp/qwen-random \
+      --gpu-memory-cap-gb 24 --skip-check kernels "${extra[@]}" --out "$OUT/bench-$run.json" 2>&1 \
+      | tail -n 30 | tee "$OUT/bench-$run.log"
+  done
+elif [ "$PHASE" = validate ]; then  # p40-path-2026-12-04's command, with the plan's default of today
+  python3 bench/learning_run.py prepare --tokenizer "$GPU_DATA/qwen2.5-0.5b-instruct" --gsm8k "$GPU_DATA/gsm8k"
+  rm -rf /tmp/repo && cp -r "$PWD" /tmp/repo && cd /tmp/repo
+  setsid bash -c 'python3 bench/learning_run.py session --mode p40 --no-eval --steps 20 --save-freq 10 \
+    --test-freq 10 --budget-s 1080 --stop-s 80 > /tmp/learn/session.log 2>&1; touch /tmp/learn/done' \
+    < /dev/null > /dev/null 2>&1 &
+  sleep 500; cp /tmp/learn/session.log "$OUT/" || true
+elif [ "$PHASE" = wait ]; then
+  python3 bench/learning_run.py wait --timeout-s 540 --copy-to "$OUT/partial"
+  cp -r /tmp/learn/out "$OUT/learn-out" 2>/dev/null || true
+else
+  echo "rollout_log_probs_gpu.sh: unknown phase $PHASE (agreement, validate or wait)" >&2
+  exit 2
+fi
