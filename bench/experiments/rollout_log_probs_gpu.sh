@@ -2,9 +2,9 @@
 #   agreement  the rollout's log-probs against verl's old_log_prob pass on the real-weights stand-in, under the Pascal
 #              mask with the 24 GB cap (bench/experiments/rollout_log_probs.py: 256 GSM8K test prompts, 512 new
 #              tokens, the recipe's temperature 1.0), then `verl-p40 bench` before (the pass kept:
-#              p40_log_probs=pass) and after (the plan's default: the rollout's), back to back on the same machine,
+#              p40_log_probs=pass, the default) and after (p40_log_probs=auto: the rollout's), back to back on the same machine,
 #              both masked with `--gpu-memory-cap-gb 24 --skip-check kernels` (~8 minutes: one call)
-#   validate   the 20-step P40-path run of bench/results/p40-path-2026-12-04 again with today's default (no pass),
+#   validate   the 20-step P40-path run of bench/results/p40-path-2026-12-04 again with p40_log_probs=auto (no pass),
 #              detached (its budget is longer than one call), validated at 0, 10 and 20 (its table beside today's)
 #   wait       each follow-up call of `validate` (send it as soon as the one before returns: the machine goes back
 #              30 s after a call), copying what the run has made so far to $OUT
@@ -27,8 +27,9 @@ if [ "$PHASE" = agreement ]; then
   "${MASKED[@]}" VERL_P40_GPU_MEMORY_CAP_GB=24 python3 bench/experiments/rollout_log_probs.py --config /tmp/p40.yaml \
     --model /tmp/learn/qwen-real --data /tmp/learn/gsm8k/test.parquet --questions 256 --new-tokens 512 \
     --out "$OUT/agreement" 2>&1 | tail -n 40 | tee "$OUT/agreement.log"
-  for run in before after; do  # back to back: the pass kept, then the plan's default (the rollout's log-probs)
-    extra=(); [ "$run" = before ] && extra=(--set actor_rollout_ref.rollout.p40_log_probs=pass)
+  for run in before after; do  # back to back: the pass kept (the default), then the rollout's log-probs
+    extra=(--set actor_rollout_ref.rollout.p40_log_probs=pass)
+    [ "$run" = after ] && extra=(--set actor_rollout_ref.rollout.p40_log_probs=auto)
     "${MASKED[@]}" python3 -m verl_p40.cli bench --profile p40 --model "$GPU_DATA/qwen2.5-0.5b-instruct" \
       --data /tmp/gsm8k --checkpoints "/tmp/bck-$run" --logs "/tmp/blogs-$run" --steps 3 --keep-model /tmp/qwen-random \
       --gpu-memory-cap-gb 24 --skip-check kernels "${extra[@]}" --out "$OUT/bench-$run.json" 2>&1 \
@@ -37,7 +38,7 @@ if [ "$PHASE" = agreement ]; then
 elif [ "$PHASE" = validate ]; then  # p40-path-2026-12-04's command, with the plan's default of today
   python3 bench/learning_run.py prepare --tokenizer "$GPU_DATA/qwen2.5-0.5b-instruct" --gsm8k "$GPU_DATA/gsm8k"
   rm -rf /tmp/repo && cp -r "$PWD" /tmp/repo && cd /tmp/repo
-  setsid bash -c 'python3 bench/learning_run.py session --mode p40 --no-eval --steps 20 --save-freq 10 \
+  setsid bash -c 'python3 bench/learning_run.py session --mode p40 --no-eval --steps 20 --save-freq 10 --override actor_rollout_ref.rollout.p40_log_probs=auto \
     --test-freq 10 --budget-s 1080 --stop-s 80 > /tmp/learn/session.log 2>&1; touch /tmp/learn/done' \
     < /dev/null > /dev/null 2>&1 &
   sleep 500; cp /tmp/learn/session.log "$OUT/" || true

@@ -4,8 +4,9 @@ Two parts, each for one device call on the lent H200 under the Pascal mask (fp32
 kernel, a 24 GB cap):
 
 `bench`: the masked P40-path `verl-p40 bench --steps 3` before and after, back to back on the same machine: before
-with verl's update micro-batches (`p40_update_tokens=0` for actor and critic), after with the memory plan's
-length-grouped ones (patches/p40_update.py). Random weights answer to the 512-token limit, so only the prompts'
+with verl's update micro-batches (`p40_update_tokens=0` for actor and critic), after with the
+length-grouped ones the memory plan offers (patches/p40_update.py; offered, not set, until this has
+run). Random weights answer to the 512-token limit, so only the prompts'
 lengths differ: the gain there is a lower bound of the real-weights one.
 
 `phases`: Qwen2.5-0.5B's actor update as the P40 plan runs it, timed by phase at the plan's micro-batch (rows x
@@ -49,13 +50,31 @@ def bench(out: Path) -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     env, log, codes = mask_env("6.1"), out / "bench.log", {}
-    for name, extra in (("before", VERLS), ("after", [])):
+    for name, extra in (("before", VERLS), ("after", offered(_p40_notes(env)))):
         work = ["--checkpoints", f"/tmp/update-{name}/ck", "--logs", f"/tmp/update-{name}/logs"]
         args = ["bench", *COMMON, *work, *P40_PATH, *extra, "--out", str(out / f"{name}.json")]
         codes[name] = verl_p40(*args, env=env, log=log, timeout=280)
     summary = {name: _bench_row(out / f"{name}.json", code) for name, code in codes.items()}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
+
+
+def offered(notes: str) -> list[str]:
+    """The `--set`s of the length-grouped update the plan offers in its `notes` (its line `update: ...`: offered, not
+    set, until this experiment has timed it)."""
+    line = next(n for n in notes.splitlines() if "update: verl's micro-batches; length-grouped" in n)
+    return [part for kv in line.split("--set ", 1)[1].split() for part in ("--set", kv)]
+
+
+def _p40_notes(env: dict) -> str:
+    """What `verl-p40 config` says of the P40 path bench runs (the same model, data, profile and cap)."""
+    import subprocess
+
+    from lib.device_runs import COMMON
+
+    config = [a for a in COMMON if a not in ("--keep-model", "/tmp/qwen-random")]
+    args = [sys.executable, "-m", "verl_p40.cli", "config", *config, "--profile", "p40", "--gpu-memory-cap-gb", "24"]
+    return subprocess.run(args, env=env, capture_output=True, text=True).stderr
 
 
 def _bench_row(path: Path, code: int) -> dict:

@@ -31,7 +31,8 @@ def setup(patched_verl, prepared, tokenizer_dir, tmp_path_factory):
     from conftest import make_tiny_qwen
 
     folder = tmp_path_factory.mktemp("log-probs")
-    config = cli("config", "--profile", "p40")  # the default recipe (grpo-gsm8k): the plan skips the pass
+    # the default recipe (grpo-gsm8k), the rollout's log-probs taken (p40_log_probs=auto): the plan skips the pass
+    config = cli("config", "--profile", "p40", "--set", "actor_rollout_ref.rollout.p40_log_probs=auto")
     assert config.returncode == 0, config.stderr
     assert "verl's old_log_prob pass skipped" in config.stderr
     (folder / "p40.yaml").write_text(config.stdout)

@@ -14,6 +14,11 @@ SKIPPED = (
     "old log-probs and actor/entropy: the rollout's own (fp32, the actor's weights, at its temperature): verl's "
     f"old_log_prob pass skipped (off: --set {KEY}=pass)"
 )
+OFFERED = (  # exact, but the pass stays the default until a GPU run has timed and compared the rollout's
+    "old log-probs: verl's old_log_prob pass; the rollout's are exact here (fp32, the actor's weights) and skip it, "
+    f"not yet timed on a GPU: --set {KEY}=auto"
+)
+AUTO = ("--set", f"{KEY}=auto")
 
 
 def _chosen(stdout: str) -> str:
@@ -26,8 +31,9 @@ def _chosen(stdout: str) -> str:
 @pytest.mark.parametrize(
     ("args", "source", "note"),
     [
-        (("--profile", "p40"), "rollout", SKIPPED),  # grpo-gsm8k, the default
-        (("--profile", "p40", "--algorithm", "ppo-gsm8k"), "rollout", SKIPPED),  # PPO with a critic
+        (("--profile", "p40"), "pass", OFFERED),  # grpo-gsm8k, the default
+        (("--profile", "p40", *AUTO), "rollout", SKIPPED),
+        (("--profile", "p40", "--algorithm", "ppo-gsm8k", *AUTO), "rollout", SKIPPED),  # PPO with a critic
         (
             ("--profile", "p40", "--lora-rank", "8"),
             "pass",
@@ -46,14 +52,23 @@ def _chosen(stdout: str) -> str:
             "old log-probs: verl's old_log_prob pass (TF32 matmuls (--tf32): the rollout and the pass round at TF32's "
             "precision, each in its own order)",
         ),
-        (("--card", "h200", "--profile", "ampere", "--tf32", "off", "--set", HF), "rollout", SKIPPED),
+        (("--card", "h200", "--profile", "ampere", "--tf32", "off", "--set", HF, *AUTO), "rollout", SKIPPED),
         (
             ("--profile", "p40", "--set", f"{KEY}=pass"),
             "pass",
             f"old log-probs: verl's old_log_prob pass ({KEY}=pass, your setting)",
         ),
     ],
-    ids=["grpo", "ppo-critic", "lora", "half-precision", "tf32", "fp32-h200", "turned-off"],
+    ids=[
+        "grpo-default",
+        "grpo-auto",
+        "ppo-critic-auto",
+        "lora",
+        "half-precision",
+        "tf32",
+        "fp32-h200-auto",
+        "turned-off",
+    ],
 )
 def test_the_plan_says_where_the_old_log_probs_come_from(args, source, note):
     result = cli("config", *args)

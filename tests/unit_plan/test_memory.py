@@ -86,19 +86,28 @@ def test_the_update_micro_batch_divides_the_mini_batch():
 @pytest.mark.parametrize(
     "card,cap,algorithm", [("p40", 24, "grpo-gsm8k"), ("p40", 24, "ppo-gsm8k"), ("h200", 16, "grpo-gsm8k")]
 )
-def test_the_regrouped_update_is_budgeted_in_tokens_within_the_cap(card, cap, algorithm):
-    """The length-grouped update (patches/p40_update.py) gets a token budget no smaller than the sequences it would
-    have run at full width, whose predicted peak, the generation of the validation included, stays in the budget."""
+def test_the_regrouped_update_is_offered_in_tokens_within_the_cap(card, cap, algorithm):
+    """The length-grouped update (patches/p40_update.py) is offered, not set, until a GPU run has timed it: the plan
+    keeps verl's micro-batches and says the `--set` of the token budget it found room for. Set as offered, the budget
+    is no smaller than the sequences it would have run at full width, the micro-batch (which weighs the loss's tokens)
+    stays the one chosen without it, and the predicted peak, the validation's generation included, stays in the
+    budget."""
     run, mem = _sizes(card, cap=cap, algorithm=algorithm)
-    cfg = run.config()
+    assert mem["sizes"]["update_tokens"] == 0 and run.config().actor_rollout_ref.actor.p40_update_tokens == 0
+    offer = next(n for n in run.notes if n.startswith("update: verl's micro-batches; length-grouped ones of "))
+    sets = offer.split("--set ", 1)[1].split()
+    assert len(sets) == (2 if algorithm == "ppo-gsm8k" else 1)  # the critic's too, where there is one
+    tokens = int(sets[0].split("=")[1])
+    taken, with_tokens = _sizes(card, cap=cap, algorithm=algorithm, sets=sets)
+    cfg = taken.config()
     width = cfg.data.max_prompt_length + cfg.data.max_response_length
-    tokens = mem["sizes"]["update_tokens"]
-    assert tokens >= mem["sizes"]["update_micro"] * width  # never less than verl's micro-batch at full width
+    assert with_tokens["sizes"]["update_tokens"] == tokens >= with_tokens["sizes"]["update_micro"] * width
+    assert with_tokens["sizes"]["update_micro"] == mem["sizes"]["update_micro"]
     assert cfg.actor_rollout_ref.actor.p40_update_tokens == tokens
     if algorithm == "ppo-gsm8k":
         assert cfg.critic.p40_update_tokens == tokens
-    assert mem["predicted_peak_gb"] <= mem["budget_gb"] <= 0.8 * cap + 1e-9
-    assert any(f"length-grouped within {tokens} tokens" in n for n in run.notes)
+    assert with_tokens["predicted_peak_gb"] <= with_tokens["budget_gb"] <= 0.8 * cap + 1e-9
+    assert any(f"length-grouped within {tokens} tokens" in n for n in taken.notes)
 
 
 def test_a_token_budget_counts_rows_times_columns_whatever_the_rows():

@@ -257,7 +257,11 @@ def test_two_grpo_steps_with_two_samples_per_prompt(cluster, run_dirs, tmp_path)
     on 'Two tensor dict must have identical batch size')."""
     dirs = {**run_dirs, "checkpoints": tmp_path / "ckpt"}
     validated = ["trainer.test_freq=2"]
-    result = _train(cluster, dirs, tmp_path / "logs", 2, "--algorithm", "grpo", "--samples-per-prompt", "2", *validated)
+    # the two opt-ins of issue 60, through verl's real loop: the rollout's old log-probs, the length-grouped update
+    opt_in = ["actor_rollout_ref.rollout.p40_log_probs=auto", "actor_rollout_ref.actor.p40_update_tokens=672"]
+    result = _train(
+        cluster, dirs, tmp_path / "logs", 2, "--algorithm", "grpo", "--samples-per-prompt", "2", *validated, *opt_in
+    )
     log = _trainer_log(result, tmp_path / "logs")
     assert "algorithm: grpo (grpo), 2 samples per prompt" in result.stderr
     steps = read_steps(log)

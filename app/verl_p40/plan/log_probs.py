@@ -14,7 +14,9 @@ tests/unit_base/test_rollout_log_probs.py); these do not, and keep the pass:
   (--tf32, on by default on sm_80+): the two sources round at that precision, each in its own order, far above fp32's
   rounding;
 - a LoRA actor, or p40_decode=off: generate() decodes, and returns no log-probs.
-`actor_rollout_ref.rollout.p40_log_probs`: auto (this choice), rollout, or pass (verl's own pass, always).
+`actor_rollout_ref.rollout.p40_log_probs`: pass (verl's own pass, always: the default until a GPU run has timed the
+rollout's and compared them there, bench/next-device-session.md), auto (the rollout's where they are exact, the pass
+elsewhere) or rollout (the rollout's, refused where they are not exact).
 """
 
 from __future__ import annotations
@@ -56,6 +58,11 @@ def decide(get, tf32: bool, user_value: str | None) -> tuple[str, str]:
         raise UserError(f"--set {KEY}=rollout: {why}; use {KEY}=auto or pass")
     if user_value == "pass":
         return "pass", f"old log-probs: verl's old_log_prob pass ({KEY}=pass, your setting)"
+    if user_value is None and not why:  # exact here, offered: not yet timed on a GPU
+        return "pass", (
+            "old log-probs: verl's old_log_prob pass; the rollout's are exact here (fp32, the actor's weights) and "
+            f"skip it, not yet timed on a GPU: --set {KEY}=auto"
+        )
     if why:
         return "pass", f"old log-probs: verl's old_log_prob pass ({why})"
     return "rollout", (

@@ -246,9 +246,9 @@ def choose(shape: Shape, step: Step, start: Sizes, budget: float, fixed: set[str
         # without checkpointing only at 2 or more a micro-batch: one sequence at a time costs more in launches
         ways = [] if "checkpointing" in fixed else [(False, m) for m in micros if m >= 2]
         ways += [(True if "checkpointing" not in fixed else sizes.checkpointing, m) for m in micros]
-        for ckpt, micro in ways:
+        for ckpt, micro in ways:  # at full width, token budget or not: the micro-batch weighs the loss's tokens
             trial = replace(sizes, checkpointing=ckpt, update_micro=micro)
-            if fits(trial, UPDATES):
+            if fits(replace(trial, update_tokens=0), UPDATES):
                 sizes = trial
                 break
     elif "checkpointing" not in fixed and sizes.update_micro >= 2:

@@ -76,8 +76,9 @@ def plan(options: RunOptions, facts: Facts | None = None) -> RunPlan:
     counted = plan_steps.schedule(_overrides(parts) + user, user)
     parts += [counted.part, plan_steps.worker_hooks(options, hw.sm, user_sets)]
     parts += [
-        plan_steps.old_log_probs(options, hw.sm, _overrides(parts) + user, user_sets),
         plan_steps.user_settings(user),
+        # after the user's settings: it resolves their p40_log_probs=auto (and keeps pass or rollout as they are)
+        plan_steps.old_log_probs(options, hw.sm, _overrides(parts) + user, user_sets),
     ]
     overrides, notes = _overrides(parts), [note for part in parts for note in part.notes]
     hydra_overrides = to_hydra(overrides)

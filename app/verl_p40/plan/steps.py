@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from verl_p40 import UserError, defaults, reward
@@ -307,6 +307,8 @@ def memory_plan(options: RunOptions, hw: Hardware, settings: list[Override], use
     cap = options.gpu_memory_cap_gb
     floor = start if min(card * 2**30 / 1e9, cap or float("inf")) >= 0.95 * sized_for * 2**30 / 1e9 else None
     sizes = mem.choose(shape, step, start, budget, fixed, floor)
+    offer = sizes.update_tokens if "update_tokens" not in fixed else 0
+    sizes = replace(sizes, update_tokens=0) if offer else sizes  # offered, not set: not yet timed on a GPU
     peaks = mem.phase_peaks(shape, step, sizes)
     if floor is None and max(peaks.values()) > budget:  # said before Ray starts: memcap would end the run in an OOM
         raise UserError(_memory_refused(options, user, shape, step, start, fixed, card, usable, budget))
@@ -323,7 +325,21 @@ def memory_plan(options: RunOptions, hw: Hardware, settings: list[Override], use
         if state not in fixed
     ]
     note, record = _memory_said(sizes, step, peaks, usable, budget)
-    return Sized(Part(overrides=out, notes=[note]), record)
+    return Sized(Part(overrides=out, notes=[note, *_regroup_offer(offer, step)]), record)
+
+
+def _regroup_offer(tokens: int, step) -> list[str]:
+    """The length-grouped update the memory plan found room for (patches/p40_update.py: every token keeps its weight,
+    tests/unit_base/test_update_regroup.py), offered rather than set until a GPU run times it and checks its memory
+    (bench/next-device-session.md, issue 60)."""
+    if not tokens:
+        return []
+    keys = MEMORY_KEYS["update_tokens"] if step.critic else MEMORY_KEYS["update_tokens"][:1]
+    sets = " ".join(f"{key}={tokens}" for key in keys)
+    return [
+        f"update: verl's micro-batches; length-grouped ones of {tokens} tokens fit (the same gradient, not yet timed "
+        f"on a GPU): --set {sets}"
+    ]
 
 
 def _fixed_by(user: list[Override], profile: profiles_mod.Profile) -> set[str]:

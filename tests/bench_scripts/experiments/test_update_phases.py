@@ -36,7 +36,10 @@ def test_before_runs_verls_micro_batches_and_after_the_length_grouped_ones():
         return plan(options, Facts.of_card("p40")).config()
 
     sets = [update_phases.VERLS[i + 1] for i in range(0, len(update_phases.VERLS), 2)]
-    before, after = planned(sets), planned([])
+    default = plan(RunOptions(profile="p40", algorithm="grpo-gsm8k", gpu_memory_cap_gb=24), Facts.of_card("p40"))
+    offer = update_phases.offered("\n".join(f"[verl-p40] {n}" for n in default.notes))
+    before, after = planned(sets), planned(offer[1::2])
     assert before.actor_rollout_ref.actor.p40_update_tokens == 0 and before.critic.p40_update_tokens == 0
-    assert after.actor_rollout_ref.actor.p40_update_tokens > 0
+    assert default.config().actor_rollout_ref.actor.p40_update_tokens == 0  # offered, not set
+    assert after.actor_rollout_ref.actor.p40_update_tokens > 0 and offer[0] == "--set"
     assert "--gpu-memory-cap-gb" in update_phases.P40_PATH and "kernels" in update_phases.P40_PATH
