@@ -87,3 +87,13 @@ def test_the_rollouts_where_they_are_not_exact_is_refused_in_one_line():
         f"no log-probs; use {KEY}=auto or pass"
     ]
     assert "Traceback" not in result.stderr
+
+
+def test_a_value_that_is_no_choice_is_refused_in_one_line():
+    """`off` (or any other word) once became the rollout's log-probs: the plan's step, which resolves the user's value
+    after their settings, took anything but pass and rollout for auto."""
+    result = cli("config", "--profile", "p40", "--set", f"{KEY}=off")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        f"verl-p40 config: error: --set {KEY}=off: not one of auto, rollout, pass"
+    ]

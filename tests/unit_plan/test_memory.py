@@ -121,3 +121,12 @@ def test_a_token_budget_counts_rows_times_columns_whatever_the_rows():
 def test_the_run_can_keep_verls_update_micro_batches():
     run, mem = _sizes("p40", cap=24, sets=["actor_rollout_ref.actor.p40_update_tokens=0"])
     assert run.config().actor_rollout_ref.actor.p40_update_tokens == 0 and mem["sizes"]["update_tokens"] == 0
+
+
+def test_a_token_budget_the_card_cannot_hold_is_refused_before_ray():
+    """A user's token budget is not one of the profile's measured sizes: on a card of the profile's size it was once
+    let through as 'the profile's measured sizes' (a 342 GB peak on a 24 GB P40)."""
+    from verl_p40 import UserError
+
+    with pytest.raises(UserError, match="the plan does not fit.*p40_update_tokens"):
+        _sizes("p40", sets=["actor_rollout_ref.actor.p40_update_tokens=65536"])

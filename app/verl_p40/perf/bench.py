@@ -200,8 +200,9 @@ def summarise(steps: list[dict], cfg: Any, shape: projection.Shape, measured_car
     generated = statistics.median(s.get("response_length/max", 0.0) for s in steps)
     tokens = projection.measured_tokens(steps, Workload.of(cfg).reference)
     run = projection.run_from_config(cfg, generated, projection.longest_lengths(steps), tokens)
-    if projection.old_log_prob_pass(steps) is not None:  # what ran, where the log says (the plan's choice otherwise)
-        run = dataclasses.replace(run, log_probs_in_rollout=not projection.old_log_prob_pass(steps))
+    ran = projection.old_log_prob_pass(steps)
+    if ran is not None:  # what ran, where the log says (the plan's choice otherwise)
+        run = dataclasses.replace(run, log_probs_in_rollout=not ran)
     prompts = int(cfg.data.train_batch_size)
     host = projection.host_overhead_per_token(phases.get("gen", 0.0), shape, run, measured_card)
     here = projection.project(shape, run, measured_card, host)
@@ -386,7 +387,8 @@ def lines(result: dict) -> list[str]:
 
 
 def band_words(band: dict | None) -> str:
-    """', X s if a P40 errs as this GPU's calibration did' (nothing without a measured step)."""
+    """'; X s corrected by this GPU's calibration error (E%)': the P40 step if it errs as this GPU's projection did
+    (nothing without a measured step)."""
     if not band:
         return ""
     return f"; {band['low_s']} s corrected by this GPU's calibration error ({band['errors_pct'][0]:+}%)"

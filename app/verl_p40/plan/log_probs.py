@@ -22,37 +22,43 @@ elsewhere) or rollout (the rollout's, refused where they are not exact).
 from __future__ import annotations
 
 from verl_p40 import UserError
+from verl_p40.plan.workload import FP32, Workload
 
 KEY = "actor_rollout_ref.rollout.p40_log_probs"
 CHOICES = ("auto", "rollout", "pass")
-FP32 = ("float32", "fp32")
 
 
-def not_exact(get, tf32: bool) -> str | None:
-    """Why the rollout's log-probs are not the pass's for the settings `get(key)` reads and the workers' TF32, or None
-    where they are."""
+def not_exact(tree, tf32: bool) -> str | None:
+    """Why the rollout's log-probs are not the pass's for the settings in `tree` (the plan's config so far) and the
+    workers' TF32, or None where they are."""
+    from omegaconf import OmegaConf
+
+    get = lambda key: OmegaConf.select(tree, key, default=None)  # noqa: E731
     name = str(get("actor_rollout_ref.rollout.name") or "vllm")
     if name != "hf":
         return f"the {name} rollout samples with its own copy of the weights and kernels"
     if str(get("actor_rollout_ref.rollout.p40_decode") or "off") == "off":
         return "p40_decode=off: transformers' generate() decodes and returns no log-probs"
-    if int(get("actor_rollout_ref.model.lora_rank") or 0) > 0:
+    run = Workload.of(tree)
+    if run.lora:
         return "a LoRA actor decodes with generate(), which returns no log-probs"
-    dtype = str(get("actor_rollout_ref.rollout.dtype") or "bfloat16")
-    if dtype not in FP32:
-        return f"the rollout samples in {dtype}, the pass the update compares with runs in its own precision"
-    param = str(get("actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype") or "bf16")
-    if param not in FP32:
-        return f"the actor computes in {param} (fsdp_config.mixed_precision.param_dtype), the rollout in fp32"
+    if run.rollout_dtype not in FP32:
+        return (
+            f"the rollout samples in {run.rollout_dtype}, the pass the update compares with runs in its own precision"
+        )
+    if run.actor_dtype not in FP32:
+        return f"the actor computes in {run.actor_dtype} (fsdp_config.mixed_precision.param_dtype), the rollout in fp32"
     if tf32:
         return "TF32 matmuls (--tf32): the rollout and the pass round at TF32's precision, each in its own order"
     return None
 
 
-def decide(get, tf32: bool, user_value: str | None) -> tuple[str, str]:
+def decide(tree, tf32: bool, user_value: str | None) -> tuple[str, str]:
     """(rollout or pass, the plan's note). `tf32`: the workers' TF32 (steps.tf32_on); `user_value`: the run's own
     setting of KEY, if any."""
-    why = not_exact(get, tf32)
+    if user_value is not None and user_value not in CHOICES:
+        raise UserError(f"--set {KEY}={user_value}: not one of {', '.join(CHOICES)}")
+    why = not_exact(tree, tf32)
     off = f"off: --set {KEY}=pass"
     if user_value == "rollout" and why:
         raise UserError(f"--set {KEY}=rollout: {why}; use {KEY}=auto or pass")

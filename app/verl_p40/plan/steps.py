@@ -1,7 +1,8 @@
 """The plan's steps, in the order `planner.plan()` runs them. Each is a function of what it needs (the options, the
 machine's facts, what an earlier step decided) and returns what it decides: a Part (verl overrides, trainer
 environment and notes), or a frozen result holding one beside a decision later steps read (the hardware, the recipe,
-the memory plan's record, the schedule). The run's own KEY=VALUE settings come last and win (`user_settings`).
+the memory plan's record, the schedule). The run's own KEY=VALUE settings win (`user_settings`, after every step but
+`old_log_probs`, which keeps the user's p40_log_probs=pass or rollout and resolves their auto).
 """
 
 from __future__ import annotations
@@ -265,7 +266,8 @@ def _memory_step(cfg, shape) -> tuple:
         mini_batch=max(1, int(get("actor_rollout_ref.actor.ppo_mini_batch_size")) * n // world),
         regrouped=bool(get("actor_rollout_ref.model.trim_padding", False))
         and get("actor_rollout_ref.actor.loss_agg_mode", "token-mean") == "token-mean"
-        and not get("actor_rollout_ref.actor.use_dynamic_bsz", False),
+        and not get("actor_rollout_ref.actor.use_dynamic_bsz", False)
+        and not get("actor_rollout_ref.model.use_remove_padding", False),  # the patch regroups only without it
     )
     start = mem.Sizes(
         generation=int(get(MEMORY_KEYS["generation"][0]) or step.sequences),
@@ -273,7 +275,7 @@ def _memory_step(cfg, shape) -> tuple:
         logprob_micro=int(get(MEMORY_KEYS["logprob_micro"][0]) or 1),
         checkpointing=bool(get(MEMORY_KEYS["checkpointing"][0], False)),
         resident=frozenset(s for s in STATE_KEYS if not run.on_host(s)),
-        update_tokens=int(get(MEMORY_KEYS["update_tokens"][0]) or 0),
+        update_tokens=max(int(get(key) or 0) for key in MEMORY_KEYS["update_tokens"]),  # the critic's, if larger
     )
     return step, start
 
@@ -305,12 +307,14 @@ def memory_plan(options: RunOptions, hw: Hardware, settings: list[Override], use
     # a card as large as the one the profile was measured on runs the profile's own sizes at least
     sized_for = hw.profile.match.get("memory_gib") or 0.0
     cap = options.gpu_memory_cap_gb
-    floor = start if min(card * 2**30 / 1e9, cap or float("inf")) >= 0.95 * sized_for * 2**30 / 1e9 else None
+    measured = min(card * 2**30 / 1e9, cap or float("inf")) >= 0.95 * sized_for * 2**30 / 1e9
+    floor = replace(start, update_tokens=0) if measured else None  # a token budget was never measured
     sizes = mem.choose(shape, step, start, budget, fixed, floor)
     offer = sizes.update_tokens if "update_tokens" not in fixed else 0
     sizes = replace(sizes, update_tokens=0) if offer else sizes  # offered, not set: not yet timed on a GPU
     peaks = mem.phase_peaks(shape, step, sizes)
-    if floor is None and max(peaks.values()) > budget:  # said before Ray starts: memcap would end the run in an OOM
+    unmeasured = floor is None or sizes.update_cells(step.width) > floor.update_cells(step.width)
+    if unmeasured and max(peaks.values()) > budget:  # said before Ray starts: memcap would end the run in an OOM
         raise UserError(_memory_refused(options, user, shape, step, start, fixed, card, usable, budget))
     origin = f"memory plan ({usable / 1e9:.1f} GB for the allocator)"
     out = [
@@ -395,7 +399,6 @@ def _memory_refused(options: RunOptions, user: list[Override], shape, step, star
     states the profile keeps on the GPU offloaded, the sizes the run's settings fix left to the plan, LoRA, another
     cap or a larger GPU."""
     import math
-    from dataclasses import replace
 
     from verl_p40.plan import memory as mem
 
@@ -609,21 +612,19 @@ def old_log_probs(options: RunOptions, sm: float | None, so_far: list[Override],
     """The PPO ratio's old log-probs from the rollout where they are the pass's own (plan/log_probs.py), verl's
     old_log_prob pass elsewhere; the run's own p40_log_probs=pass (or rollout) wins. `so_far`: the overrides the
     earlier steps and the user give."""
-    from omegaconf import OmegaConf
-
     from verl_p40.plan.verlconfig import preview
 
     try:
         tree = preview(so_far)
     except Exception:  # a value that is no value: to_hydra names it with its fix once the steps are done
         return Part()
-    get = lambda key: OmegaConf.select(tree, key, default=None)  # noqa: E731
-    value, note = log_probs.decide(get, tf32_on(options.tf32, sm), user_sets.get(log_probs.KEY))
-    return Part(
-        overrides=[Override(log_probs.KEY, value, "the old log-probs' source (plan/log_probs.py)")], notes=[note]
-    )
+    asked = user_sets.get(log_probs.KEY)
+    value, note = log_probs.decide(tree, tf32_on(options.tf32, sm), asked)
+    origin = f"--set {log_probs.KEY}={asked}" if asked else "the old log-probs' source (plan/log_probs.py)"
+    return Part(overrides=[Override(log_probs.KEY, value, origin)], notes=[note])
 
 
 def user_settings(user: list[Override]) -> Part:
-    """The run's own KEY=VALUE settings: last, so they win."""
+    """The run's own KEY=VALUE settings, after the steps (but `old_log_probs`, which resolves the user's own
+    p40_log_probs), so they win."""
     return Part(overrides=list(user))

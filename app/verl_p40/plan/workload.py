@@ -1,11 +1,11 @@
 """What a composed run is, in one place: the models it trains and keeps (critic, reference, LoRA), the GPUs it runs
-on, the states it keeps in host memory, its advantage estimator.
+on, the states it keeps in host memory, its advantage estimator, the precision its rollout and actor compute in.
 
 `Workload.of(config)` reads them from verl's config (composed, previewed, or a profile's or recipe's settings as a
 nested dict), the way verl 0.5.0 decides them: a critic with the GAE estimator only, a reference model where the KL
 goes into the reward or the loss. The memory plan, the disk and host-memory budget, the rules, the run record, the
-projection and bench read these facts from here; no other module looks these keys up (tests/test_stages.py checks
-it). The steps that write the keys into a plan's overrides take their names from `OFFLOAD_KEYS` and `GPUS_KEYS`.
+projection and bench read these facts from here; no other module looks these keys up (tests/test_workload_home.py
+checks it). The steps that write the keys into a plan's overrides take their names from `OFFLOAD_KEYS` and `GPUS_KEYS`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ from typing import Any
 ESTIMATOR_KEY = "algorithm.adv_estimator"
 GPUS_KEYS = ("trainer.n_gpus_per_node", "trainer.nnodes")  # verl's GPUs on each host, and its hosts
 KL_KEYS = ("algorithm.use_kl_in_reward", "actor_rollout_ref.actor.use_kl_loss")  # either one needs a reference
+ROLLOUT_DTYPE_KEY = "actor_rollout_ref.rollout.dtype"
+ACTOR_DTYPE_KEY = "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype"
+FP32 = ("float32", "fp32")
 OFFLOAD_KEYS = {  # a state of the run -> the verl key that keeps it in host memory between the phases using it
     "actor_params": "actor_rollout_ref.actor.fsdp_config.param_offload",
     "actor_optimizer": "actor_rollout_ref.actor.fsdp_config.optimizer_offload",
@@ -37,6 +40,8 @@ class Workload:
     nodes: Any
     samples_per_prompt: Any  # actor_rollout_ref.rollout.n
     lora_rank: Any
+    rollout_dtype: str = "bfloat16"  # actor_rollout_ref.rollout.dtype (verl's default)
+    actor_dtype: str = "bf16"  # the actor's FSDP mixed_precision.param_dtype (verl's default)
 
     @classmethod
     def of(cls, config: Any) -> Workload:
@@ -54,6 +59,8 @@ class Workload:
             nodes=get(GPUS_KEYS[1], 1),
             samples_per_prompt=get("actor_rollout_ref.rollout.n", 1),
             lora_rank=get("actor_rollout_ref.model.lora_rank", 0),
+            rollout_dtype=str(get(ROLLOUT_DTYPE_KEY) or "bfloat16"),
+            actor_dtype=str(get(ACTOR_DTYPE_KEY) or "bf16"),
         )
 
     @property
