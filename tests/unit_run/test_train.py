@@ -183,12 +183,15 @@ def _start_after_step_one(tmp_path, trainer: str):
         stderr=subprocess.PIPE,
         text=True,
     )
-    for _ in range(200):
+    deadline = time.monotonic() + 120  # a loaded 2-core CI host took over 10 s to get there once (stop 64)
+    while time.monotonic() < deadline:
         logs = list((tmp_path / "logs").glob("train-*.log"))
         if logs and "step:1" in logs[0].read_text():
-            break
+            return proc
+        assert proc.poll() is None, proc.communicate()
         time.sleep(0.05)
-    return proc
+    proc.kill()
+    raise AssertionError(f"no step line in the log after 120 s: {proc.communicate()}")
 
 
 def test_the_first_sigterm_asks_the_loop_to_stop_and_the_run_ends_cleanly(tmp_path):
