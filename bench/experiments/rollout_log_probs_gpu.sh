@@ -1,9 +1,8 @@
 # The GPU side of issue 60's "no separate pass for the old log-probs", for a session with a device (NOT RUN YET):
 #   agreement  the rollout's log-probs against verl's old_log_prob pass on the real-weights stand-in, under the Pascal
 #              mask with the 24 GB cap (bench/experiments/rollout_log_probs.py: 256 GSM8K test prompts, 512 new
-#              tokens, the recipe's temperature 1.0), then `verl-p40 bench` before (the pass kept:
-#              p40_log_probs=pass, the default) and after (p40_log_probs=auto: the rollout's), back to back on the same machine,
-#              both masked with `--gpu-memory-cap-gb 24 --skip-check kernels` (~8 minutes: one call)
+#              tokens, the recipe's temperature 1.0). The timed before/after (`verl-p40 bench` with the pass and
+#              with p40_log_probs=auto) are bench/experiments/update_phases.py's variants `before` and `log-probs`
 #   validate   the 20-step P40-path run of bench/results/p40-path-2026-12-04 again with p40_log_probs=auto (no pass),
 #              detached (its budget is longer than one call), validated at 0, 10 and 20 (its table beside today's)
 #   wait       each follow-up call of `validate` (send it as soon as the one before returns: the machine goes back
@@ -27,14 +26,6 @@ if [ "$PHASE" = agreement ]; then
   "${MASKED[@]}" VERL_P40_GPU_MEMORY_CAP_GB=24 python3 bench/experiments/rollout_log_probs.py --config /tmp/p40.yaml \
     --model /tmp/learn/qwen-real --data /tmp/learn/gsm8k/test.parquet --questions 256 --new-tokens 512 \
     --out "$OUT/agreement" 2>&1 | tail -n 40 | tee "$OUT/agreement.log"
-  for run in before after; do  # back to back: the pass kept (the default), then the rollout's log-probs
-    extra=(--set actor_rollout_ref.rollout.p40_log_probs=pass)
-    [ "$run" = after ] && extra=(--set actor_rollout_ref.rollout.p40_log_probs=auto)
-    "${MASKED[@]}" python3 -m verl_p40.cli bench --profile p40 --model "$GPU_DATA/qwen2.5-0.5b-instruct" \
-      --data /tmp/gsm8k --checkpoints "/tmp/bck-$run" --logs "/tmp/blogs-$run" --steps 3 --keep-model /tmp/qwen-random \
-      --gpu-memory-cap-gb 24 --skip-check kernels "${extra[@]}" --out "$OUT/bench-$run.json" 2>&1 \
-      | tail -n 30 | tee "$OUT/bench-$run.log"
-  done
 elif [ "$PHASE" = validate ]; then  # p40-path-2026-12-04's command, with the plan's default of today
   python3 bench/learning_run.py prepare --tokenizer "$GPU_DATA/qwen2.5-0.5b-instruct" --gsm8k "$GPU_DATA/gsm8k"
   rm -rf /tmp/repo && cp -r "$PWD" /tmp/repo && cd /tmp/repo

@@ -4,9 +4,10 @@ Two parts, each for one device call on the lent H200 under the Pascal mask (fp32
 kernel, a 24 GB cap):
 
 `bench`: the masked P40-path `verl-p40 bench --steps 3` before and after, back to back on the same machine: before
-with verl's update micro-batches (`p40_update_tokens=0` for actor and critic), after with the
-length-grouped ones the memory plan offers (patches/p40_update.py; offered, not set, until this has
-run). Random weights answer to the 512-token limit, so only the prompts'
+with verl's update micro-batches (`p40_update_tokens=0` for actor and critic) and old_log_prob pass, after with the
+length-grouped ones the memory plan offers (patches/p40_update.py; offered, not set, until this has run), with the
+rollout's log-probs (`p40_log_probs=auto`), with both, and both under the op audit (`--variants`). Random weights
+answer to the 512-token limit, so only the prompts'
 lengths differ: the gain there is a lower bound of the real-weights one.
 
 `phases`: Qwen2.5-0.5B's actor update as the P40 plan runs it, timed by phase at the plan's micro-batch (rows x
@@ -44,19 +45,44 @@ VERLS = ["--set", "actor_rollout_ref.actor.p40_update_tokens=0", "--set", "criti
 P40_PATH = ["--profile", "p40", "--gpu-memory-cap-gb", "24", "--skip-check", "kernels", "--steps", "3"]
 
 
-def bench(out: Path) -> None:
-    """before (verl's micro-batches) and after (length-grouped), back to back under the mask."""
-    from lib.device_runs import COMMON, mask_env, verl_p40
+# the variants `bench` runs, each against the default (verl's old_log_prob pass and micro-batches): the rollout's
+# log-probs, the length-grouped update, both, and both under the op audit (half-precision ops must be 0)
+LOG_PROBS = ["--set", "actor_rollout_ref.rollout.p40_log_probs=auto"]
+VARIANTS = ("before", "log-probs", "update", "both", "audited")
+
+
+def variant_sets(name: str, offer: list[str]) -> list[str]:
+    """The `--set`s of a variant; `offer`: those of the update the plan offers (offered())."""
+    pass_ = ["--set", "actor_rollout_ref.rollout.p40_log_probs=pass"]
+    return {
+        "before": [*VERLS, *pass_],
+        "log-probs": [*VERLS, *LOG_PROBS],
+        "update": [*offer, *pass_],
+        "both": [*offer, *LOG_PROBS],
+        "audited": [*offer, *LOG_PROBS],
+    }[name]
+
+
+def bench(out: Path, variants: list[str]) -> None:
+    """`variants` back to back under the mask, each a 3-step masked bench; summary.json gains a row per variant (one
+    device call may run some, the next the rest)."""
+    from lib.device_runs import COMMON, audit_summary, mask_env, verl_p40
 
     out.mkdir(parents=True, exist_ok=True)
-    env, log, codes = mask_env("6.1"), out / "bench.log", {}
-    for name, extra in (("before", VERLS), ("after", offered(_p40_notes(env)))):
+    log, summary_path = out / "bench.log", out / "summary.json"
+    offer = offered(_p40_notes(mask_env("6.1")))
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    for name in variants:
+        audit = out / "audit.jsonl" if name == "audited" else None
         work = ["--checkpoints", f"/tmp/update-{name}/ck", "--logs", f"/tmp/update-{name}/logs"]
-        args = ["bench", *COMMON, *work, *P40_PATH, *extra, "--out", str(out / f"{name}.json")]
-        codes[name] = verl_p40(*args, env=env, log=log, timeout=280)
-    summary = {name: _bench_row(out / f"{name}.json", code) for name, code in codes.items()}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(json.dumps(summary, indent=2))
+        sets = variant_sets(name, offer)
+        args = ["bench", *COMMON, *work, *P40_PATH, *sets, "--out", str(out / f"{name}.json")]
+        code = verl_p40(*args, env=mask_env("6.1", audit), log=log, timeout=360 if audit else 280)
+        summary[name] = {**_bench_row(out / f"{name}.json", code), "sets": sets}
+        if audit:
+            summary[name]["audit"] = audit_summary(audit)
+        summary_path.write_text(json.dumps(summary, indent=2) + "\n")
+        print(json.dumps({name: summary[name]}, indent=2), flush=True)
 
 
 def offered(notes: str) -> list[str]:
@@ -216,6 +242,7 @@ def main() -> None:
     sub = parser.add_subparsers(dest="part", required=True)
     b = sub.add_parser("bench", help="the masked P40-path bench, before and after")
     b.add_argument("--out", type=Path, required=True)
+    b.add_argument("--variants", default="before,update", help=f"comma-separated, of {', '.join(VARIANTS)}")
     p = sub.add_parser("phases", help="the update's phases, timed")
     p.add_argument("--config", default=".gpu-shared/qwen2.5-0.5b-instruct", help="a folder with config.json")
     # the P40 grpo-gsm8k plan at 24 GB: 2 full-width rows (320 + 512) or their 2,048-token budget's worth
@@ -226,7 +253,10 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     if args.part == "bench":
-        bench(args.out)
+        variants = args.variants.split(",")
+        if unknown := sorted(set(variants) - set(VARIANTS)):
+            parser.error(f"--variants: {', '.join(unknown)} is none of {', '.join(VARIANTS)}")
+        bench(args.out, variants)
         return
     args.device = "cpu" if args.cpu else "cuda"
     if args.cpu:

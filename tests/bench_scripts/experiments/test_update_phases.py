@@ -43,3 +43,8 @@ def test_before_runs_verls_micro_batches_and_after_the_length_grouped_ones():
     assert default.config().actor_rollout_ref.actor.p40_update_tokens == 0  # offered, not set
     assert after.actor_rollout_ref.actor.p40_update_tokens > 0 and offer[0] == "--set"
     assert "--gpu-memory-cap-gb" in update_phases.P40_PATH and "kernels" in update_phases.P40_PATH
+    both = planned(update_phases.variant_sets("both", offer)[1::2])
+    assert both.actor_rollout_ref.rollout.p40_log_probs == "rollout"  # auto resolved: the pass is skipped
+    assert both.actor_rollout_ref.actor.p40_update_tokens == after.actor_rollout_ref.actor.p40_update_tokens
+    kept = planned(update_phases.variant_sets("before", offer)[1::2])
+    assert kept.actor_rollout_ref.rollout.p40_log_probs == "pass"
