@@ -133,12 +133,11 @@ def test_train_log_shows_each_line_while_the_trainer_still_runs(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", runner], stdout=subprocess.DEVNULL)
     try:
         seen = False
-        for _ in range(200):
+        deadline = time.monotonic() + 120  # generous: a loaded CI host is slow to start Python
+        while not seen and time.monotonic() < deadline and proc.poll() is None:
             logs = list((tmp_path / "logs").glob("train-*.log"))
-            if logs and "step:3 - critic/score/mean:0.5" in logs[0].read_text():
-                seen = True
-                break
-            time.sleep(0.05)
+            seen = bool(logs) and "step:3 - critic/score/mean:0.5" in logs[0].read_text()
+            time.sleep(0 if seen else 0.05)
         assert proc.poll() is None, "the stand-in trainer must still be running while the log is read"
         assert seen, "the step line was not in the log while the trainer ran"
     finally:
@@ -477,9 +476,9 @@ def test_the_checkpoints_lock_lives_as_long_as_the_trainer_process(tmp_path):
     cli = subprocess.Popen([sys.executable, "-c", runner], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     child = None
     try:
-        for _ in range(400):
-            if (tmp_path / "pid").is_file() and (tmp_path / "pid").read_text():
-                break
+        deadline = time.monotonic() + 120
+        while not ((tmp_path / "pid").is_file() and (tmp_path / "pid").read_text()):
+            assert time.monotonic() < deadline and cli.poll() is None, "the stand-in trainer never wrote its pid"
             time.sleep(0.05)
         child = int((tmp_path / "pid").read_text())
         os.kill(cli.pid, signal.SIGKILL)
