@@ -1,6 +1,6 @@
 """What a composed run is (critic, reference, GPUs, offloaded states, estimator) has one home, plan/workload.py: no
-other module of app/ reads `use_kl_in_reward`, `use_kl_loss`, `n_gpus_per_node`, `adv_estimator` or any `*_offload`
-from a config on its own.
+other module of app/ reads `use_kl_in_reward`, `use_kl_loss`, `n_gpus_per_node`, `adv_estimator`, any `*_offload`,
+`trim_padding` or `use_remove_padding` (whether the passes trim and the update may regroup) from a config on its own.
 
 What counts as a read, in each module's syntax tree (ast):
 - an attribute of that name loaded (`cfg.algorithm.adv_estimator`, `fsdp_config.param_offload`);
@@ -23,7 +23,9 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "app" / "verl_p40"
 HOME = PACKAGE / "plan" / "workload.py"
-NAMES = re.compile(r"^(use_kl_in_reward|use_kl_loss|n_gpus_per_node|adv_estimator|\w+_offload)$")
+NAMES = re.compile(
+    r"^(use_kl_in_reward|use_kl_loss|n_gpus_per_node|adv_estimator|\w+_offload|trim_padding|use_remove_padding)$"
+)
 LOOKUPS = {"get", "_get", "select", "getattr", "pop"}
 
 

@@ -223,9 +223,6 @@ def run_from_config(
     get = lambda key, default=None: OmegaConf.select(cfg, key, default=default)  # noqa: E731
     workload = Workload.of(cfg)
     full = int(get("data.max_prompt_length")) + int(get("data.max_response_length"))
-    trims = bool(get("actor_rollout_ref.model.trim_padding", False)) and not get(
-        "actor_rollout_ref.model.use_remove_padding", False
-    )
     gpus = workload.gpus
     sequences = int(get("data.train_batch_size")) * workload.samples // gpus
 
@@ -242,7 +239,7 @@ def run_from_config(
         reference=workload.reference,
         lora=workload.lora,
         offload={state: workload.on_host(state) for state in memory.STATES},
-        pass_width=min(float(sum(longest)), full) if trims and longest else None,
+        pass_width=min(float(sum(longest)), full) if workload.trims and longest else None,
         recompute=bool(get("actor_rollout_ref.model.enable_gradient_checkpointing", False)),
         tokens=tokens,
         epochs=int(get("actor_rollout_ref.actor.ppo_epochs", 1) or 1),

@@ -264,10 +264,7 @@ def _memory_step(cfg, shape) -> tuple:
         lora=run.lora,
         world=world,
         mini_batch=max(1, int(get("actor_rollout_ref.actor.ppo_mini_batch_size")) * n // world),
-        regrouped=bool(get("actor_rollout_ref.model.trim_padding", False))
-        and get("actor_rollout_ref.actor.loss_agg_mode", "token-mean") == "token-mean"
-        and not get("actor_rollout_ref.actor.use_dynamic_bsz", False)
-        and not get("actor_rollout_ref.model.use_remove_padding", False),  # the patch regroups only without it
+        regrouped=run.regroups,
     )
     start = mem.Sizes(
         generation=int(get(MEMORY_KEYS["generation"][0]) or step.sequences),

@@ -1,5 +1,6 @@
 """What a composed run is, in one place: the models it trains and keeps (critic, reference, LoRA), the GPUs it runs
-on, the states it keeps in host memory, its advantage estimator, the precision its rollout and actor compute in.
+on, the states it keeps in host memory, its advantage estimator, the precision its rollout and actor compute in, and
+whether its passes trim the padding and its update may regroup rows by length.
 
 `Workload.of(config)` reads them from verl's config (composed, previewed, or a profile's or recipe's settings as a
 nested dict), the way verl 0.5.0 decides them: a critic with the GAE estimator only, a reference model where the KL
@@ -19,6 +20,7 @@ KL_KEYS = ("algorithm.use_kl_in_reward", "actor_rollout_ref.actor.use_kl_loss") 
 ROLLOUT_DTYPE_KEY = "actor_rollout_ref.rollout.dtype"
 ACTOR_DTYPE_KEY = "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype"
 FP32 = ("float32", "fp32")
+TRIM_KEY, RMPAD_KEY = "actor_rollout_ref.model.trim_padding", "actor_rollout_ref.model.use_remove_padding"
 OFFLOAD_KEYS = {  # a state of the run -> the verl key that keeps it in host memory between the phases using it
     "actor_params": "actor_rollout_ref.actor.fsdp_config.param_offload",
     "actor_optimizer": "actor_rollout_ref.actor.fsdp_config.optimizer_offload",
@@ -42,6 +44,8 @@ class Workload:
     lora_rank: Any
     rollout_dtype: str = "bfloat16"  # actor_rollout_ref.rollout.dtype (verl's default)
     actor_dtype: str = "bf16"  # the actor's FSDP mixed_precision.param_dtype (verl's default)
+    trims: bool = False  # the passes run on the columns some row uses (model.trim_padding, where rmpad is off)
+    regroups: bool = False  # the update may run length-grouped micro-batches (patches/p40_update.py)
 
     @classmethod
     def of(cls, config: Any) -> Workload:
@@ -51,6 +55,14 @@ class Workload:
 
         tree = config if OmegaConf.is_config(config) else OmegaConf.create(config or {})
         get = lambda key, default=None: OmegaConf.select(tree, key, default=default)  # noqa: E731
+        # as verl_050.py's patch decides them in the workers: trim_padding yields to use_remove_padding, and only
+        # token-mean's loss, without verl's dynamic batches, is regrouped by length
+        trims = bool(get(TRIM_KEY, False)) and not get(RMPAD_KEY, False)
+        regroups = (
+            trims
+            and get("actor_rollout_ref.actor.loss_agg_mode", "token-mean") == "token-mean"
+            and not get("actor_rollout_ref.actor.use_dynamic_bsz", False)
+        )
         return cls(
             estimator=str(get(ESTIMATOR_KEY, "gae")),
             reference=bool(get(KL_KEYS[0], False) or get(KL_KEYS[1], False)),
@@ -61,6 +73,8 @@ class Workload:
             lora_rank=get("actor_rollout_ref.model.lora_rank", 0),
             rollout_dtype=str(get(ROLLOUT_DTYPE_KEY) or "bfloat16"),
             actor_dtype=str(get(ACTOR_DTYPE_KEY) or "bf16"),
+            trims=trims,
+            regroups=bool(regroups),
         )
 
     @property
