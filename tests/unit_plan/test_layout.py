@@ -3,7 +3,7 @@
 
 import pytest
 
-from conftest import cli
+from conftest import cli, run_args
 from verl_p40 import UserError
 from verl_p40.gpu.nvml import GPUInfo
 from verl_p40.plan import layout
@@ -152,20 +152,7 @@ def test_a_checkpoint_of_another_gpu_count_is_refused_in_one_line(tiny_model, pr
         (actor / f"model_world_size_2_rank_{rank}.pt").write_bytes(b"")
     (actor.parent.parent / "latest_checkpointed_iteration.txt").write_text("5")
     before = sorted(p.name for p in actor.iterdir())
-    args = [
-        "train",
-        "--dry-run",
-        "--profile",
-        "p40",
-        "--model",
-        str(tiny_model),
-        "--data",
-        str(prepared),
-        "--checkpoints",
-        str(tmp_path / "ckpt"),
-        "--algorithm",
-        "ppo",
-    ]
+    args = ["train", "--dry-run", *run_args(tiny_model, prepared, tmp_path, logs=False), "--algorithm", "ppo"]
     result = cli(*args)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     line = result.stderr.strip().splitlines()[-1]

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from conftest import run_args
 from verl_p40 import cli
 
 # the checks that need a CUDA build of torch, verl's patched copy, or a Ray cluster: not what is counted here
@@ -23,20 +24,7 @@ def _reads(pynvml) -> list[int]:
 
 
 def _run_options(tiny_model, prepared, tmp_path) -> list[str]:
-    return [
-        "--profile",
-        "p40",
-        "--model",
-        str(tiny_model),
-        "--data",
-        str(prepared),
-        "--checkpoints",
-        str(tmp_path / "ckpt"),
-        "--logs",
-        str(tmp_path / "logs"),
-        "--skip-check",
-        SKIP,
-    ]
+    return [*run_args(tiny_model, prepared, tmp_path), "--skip-check", SKIP]
 
 
 def test_train_takes_the_checkpoints_lock_once(tiny_model, prepared, tmp_path, monkeypatch, p40_host):
@@ -72,7 +60,7 @@ def test_train_reads_the_gpus_once(tiny_model, prepared, tmp_path, monkeypatch, 
 def test_doctor_reads_the_gpus_once(tiny_model, prepared, tmp_path, p40_host, capsys):
     """`verl-p40 doctor`: the gpu check, the kernels check and the plan the ram check needs read one Facts."""
     reads = _reads(p40_host)
-    options = _run_options(tiny_model, prepared, tmp_path)[:-2]
+    options = run_args(tiny_model, prepared, tmp_path)
     cli.main(["doctor", *options, "--only", "gpu,kernels,ram"])
     out = capsys.readouterr().out
     assert "PASS  gpu" in out and "GPU 0: Tesla P40" in out and "ram" in out
@@ -95,7 +83,7 @@ def test_bench_reads_the_gpus_once_and_keeps_no_run_record(tiny_model, prepared,
     monkeypatch.setattr(lock, "train_lock", lambda folder: taken.append(folder) or 99)
     handed = stand_in(monkeypatch, tiny_model)
     out = tmp_path / "bench.json"
-    options = _run_options(tiny_model, prepared, tmp_path)[:-6] + ["--skip-check", SKIP + ",ram"]
+    options = [*run_args(tiny_model, prepared, tmp_path)[:6], "--skip-check", SKIP + ",ram"]
     assert cli.main(["bench", *options, "--out", str(out), "--steps", "2"]) == 0
     environment = json.loads(out.read_text())["environment"]
     assert environment["gpus"] == ["GPU 0: Tesla P40, sm_61, 24.0 GiB"] and environment["driver"] == "535.183.01"

@@ -1,6 +1,6 @@
 import shlex
 
-from conftest import cli
+from conftest import cli, run_args
 
 
 def test_dry_run_prints_verl_main_ppo_with_overrides(tiny_model, prepared):
@@ -381,16 +381,7 @@ def test_train_plans_once_and_its_preflight_checks_that_plan(tiny_model, prepare
     code = cli.main(
         [
             "train",
-            "--profile",
-            "p40",
-            "--model",
-            str(tiny_model),
-            "--data",
-            str(prepared),
-            "--checkpoints",
-            str(tmp_path / "ckpt"),
-            "--logs",
-            str(tmp_path / "logs"),
+            *run_args(tiny_model, prepared, tmp_path),
             "--skip-check",
             "gpu,kernels,compute,verl,shm,cluster",
         ]
