@@ -1,4 +1,5 @@
-# The GPU side of issue 60's "no separate pass for the old log-probs", for a session with a device (NOT RUN YET):
+# The GPU side of issue 60's "no separate pass for the old log-probs", for a session with a device (agreement
+# ran on random weights on 2026-12-05, by hand: results/speedups-2026-12-05; validate not yet):
 #   agreement  the rollout's log-probs against verl's old_log_prob pass on the real-weights stand-in, under the Pascal
 #              mask with the 24 GB cap (bench/experiments/rollout_log_probs.py: 256 GSM8K test prompts, 512 new
 #              tokens, the recipe's temperature 1.0). The timed before/after (`verl-p40 bench` with the pass and

@@ -1,4 +1,5 @@
-"""Where the actor's update goes, and what the regrouped update changes (issue 60; NOT YET RUN on a GPU).
+"""Where the actor's update goes, and what the regrouped update changes (issue 60; `bench` ran on 2026-12-05:
+results/speedups-2026-12-05).
 
 Two parts, each for one device call on the lent H200 under the Pascal mask (fp32, TF32 off, SDPA's memory-efficient
 kernel, a 24 GB cap):
@@ -7,8 +8,8 @@ kernel, a 24 GB cap):
 with verl's update micro-batches (`p40_update_tokens=0` for actor and critic) and old_log_prob pass, after with the
 length-grouped ones the memory plan offers (patches/p40_update.py; offered, not set, until this has run), with the
 rollout's log-probs (`p40_log_probs=auto`), with both, and both under the op audit (`--variants`). Random weights
-answer to the 512-token limit, so only the prompts'
-lengths differ: the gain there is a lower bound of the real-weights one.
+answer to the 512-token limit, so only the prompts' lengths differ: the gain there is a lower bound of the
+real-weights one.
 
 `phases`: Qwen2.5-0.5B's actor update as the P40 plan runs it, timed by phase at the plan's micro-batch (rows x
 columns): forward with gradients, backward, gradient-checkpoint recomputation (the backward with checkpointing less
