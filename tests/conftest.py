@@ -60,10 +60,11 @@ def tiny_model(tokenizer_dir, tmp_path_factory) -> Path:
     return make_tiny_qwen(tokenizer_dir, tmp_path_factory.mktemp("tiny-model"))
 
 
-def run_args(model: Path, data: Path, folder: Path, *, logs: bool = True) -> list[str]:
+def run_args(model: Path, data: Path, folder: Path, *, checkpoints: bool = True, logs: bool = True) -> list[str]:
     """A P40 run's options as train, bench, doctor and cluster head take them: the profile, a model, its data, and
-    checkpoints (and logs) under `folder`."""
-    args = ["--profile", "p40", "--model", str(model), "--data", str(data), "--checkpoints", str(folder / "ckpt")]
+    checkpoints and logs under `folder` (each left out where False)."""
+    args = ["--profile", "p40", "--model", str(model), "--data", str(data)]
+    args += ["--checkpoints", str(folder / "ckpt")] if checkpoints else []
     return [*args, "--logs", str(folder / "logs")] if logs else args
 
 

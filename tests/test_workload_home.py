@@ -63,8 +63,36 @@ def test_the_check_sees_each_kind_of_read():
         "cfg['trainer']['n_gpus_per_node']\n"
         "Override('critic.model.fsdp_config.optimizer_offload', 'true', 'memory plan')\n"
         "out = {'trainer.n_gpus_per_node': 2}\n"
+        "get('actor_rollout_ref.model.trim_padding', False)\n"
+        "cfg.actor_rollout_ref.model.use_remove_padding\n"
     )
-    assert [line for line, _ in reads(ast.parse(code))] == [1, 2, 3, 4]
+    assert [line for line, _ in reads(ast.parse(code))] == [1, 2, 3, 4, 7, 8]
+
+
+def test_trims_and_regroups_are_decided_as_the_patch_decides_them():
+    """trim_padding yields to use_remove_padding; only token-mean's loss without dynamic batches is regrouped."""
+    import pytest
+
+    from verl_p40.plan.workload import Workload
+
+    trim = {"actor_rollout_ref": {"model": {"trim_padding": True}}}
+    cases = [
+        ({}, False, False),
+        (trim, True, True),
+        ({"actor_rollout_ref": {"model": {"trim_padding": True, "use_remove_padding": True}}}, False, False),
+        (
+            {"actor_rollout_ref": {**trim["actor_rollout_ref"], "actor": {"loss_agg_mode": "seq-mean-token-sum"}}},
+            True,
+            False,
+        ),
+        ({"actor_rollout_ref": {**trim["actor_rollout_ref"], "actor": {"use_dynamic_bsz": True}}}, True, False),
+        ({"actor_rollout_ref": {**trim["actor_rollout_ref"], "actor": {"loss_agg_mode": "token-mean"}}}, True, True),
+    ]
+    for config, trims, regroups in cases:
+        run = Workload.of(config)
+        assert (run.trims, run.regroups) == (trims, regroups), config
+    with pytest.raises(AttributeError):
+        Workload.of(trim).trims = False  # frozen
 
 
 def test_only_the_workload_reads_what_a_run_is():

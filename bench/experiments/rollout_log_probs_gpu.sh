@@ -4,7 +4,8 @@
 #              mask with the 24 GB cap (bench/experiments/rollout_log_probs.py: 256 GSM8K test prompts, 512 new
 #              tokens, the recipe's temperature 1.0). The timed before/after (`verl-p40 bench` with the pass and
 #              with p40_log_probs=auto) are bench/experiments/update_phases.py's variants `before` and `log-probs`
-#   validate   the 20-step P40-path run of bench/results/p40-path-2026-12-04 again with p40_log_probs=auto (no pass),
+#   validate   the 20-step P40-path run of bench/results/p40-path-2026-12-04 again with both speed-ups (p40_log_probs=auto:
+#              no pass; p40_update_tokens=2048, the plan's offer at 24 GB),
 #              detached (its budget is longer than one call), validated at 0, 10 and 20 (its table beside today's)
 #   wait       each follow-up call of `validate` (send it as soon as the one before returns: the machine goes back
 #              30 s after a call), copying what the run has made so far to $OUT
@@ -31,6 +32,7 @@ elif [ "$PHASE" = validate ]; then  # p40-path-2026-12-04's command, with the pl
   python3 bench/learning_run.py prepare --tokenizer "$GPU_DATA/qwen2.5-0.5b-instruct" --gsm8k "$GPU_DATA/gsm8k"
   rm -rf /tmp/repo && cp -r "$PWD" /tmp/repo && cd /tmp/repo
   setsid bash -c 'python3 bench/learning_run.py session --mode p40 --no-eval --steps 20 --save-freq 10 --override actor_rollout_ref.rollout.p40_log_probs=auto \
+    --override actor_rollout_ref.actor.p40_update_tokens=2048 \
     --test-freq 10 --budget-s 1080 --stop-s 80 > /tmp/learn/session.log 2>&1; touch /tmp/learn/done' \
     < /dev/null > /dev/null 2>&1 &
   sleep 500; cp /tmp/learn/session.log "$OUT/" || true

@@ -1,12 +1,12 @@
 """Where the actor's update goes, and what the regrouped update changes (issue 60; `bench` ran on 2026-12-05:
 results/speedups-2026-12-05).
 
-Two parts, each for one device call on the lent H200 under the Pascal mask (fp32, TF32 off, SDPA's memory-efficient
+Two parts, each for a device call on the lent H200 under the Pascal mask (fp32, TF32 off, SDPA's memory-efficient
 kernel, a 24 GB cap):
 
 `bench`: the masked P40-path `verl-p40 bench --steps 3` before and after, back to back on the same machine: before
 with verl's update micro-batches (`p40_update_tokens=0` for actor and critic) and old_log_prob pass, after with the
-length-grouped ones the memory plan offers (patches/p40_update.py; offered, not set, until this has run), with the
+length-grouped ones the memory plan offers (patches/p40_update.py; offered, not set, until a run validates it), with the
 rollout's log-probs (`p40_log_probs=auto`), with both, and both under the op audit (`--variants`). Random weights
 answer to the 512-token limit, so only the prompts' lengths differ: the gain there is a lower bound of the
 real-weights one.

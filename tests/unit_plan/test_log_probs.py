@@ -16,7 +16,7 @@ SKIPPED = (
 )
 OFFERED = (  # exact and timed (speedups-2026-12-05), but the pass stays the default until a run has validated it
     "old log-probs: verl's old_log_prob pass; the rollout's are exact here (fp32, the actor's weights) and skip it "
-    f"(a step 10 % faster under the P40 mask; not the default until validated): --set {KEY}=auto"
+    f"(a GRPO step 10 % shorter under the P40 mask; not the default until validated): --set {KEY}=auto"
 )
 AUTO = ("--set", f"{KEY}=auto")
 

@@ -87,7 +87,7 @@ def test_the_update_micro_batch_divides_the_mini_batch():
     "card,cap,algorithm", [("p40", 24, "grpo-gsm8k"), ("p40", 24, "ppo-gsm8k"), ("h200", 16, "grpo-gsm8k")]
 )
 def test_the_regrouped_update_is_offered_in_tokens_within_the_cap(card, cap, algorithm):
-    """The length-grouped update (patches/p40_update.py) is offered, not set, until a GPU run has timed it: the plan
+    """The length-grouped update (patches/p40_update.py) is offered, not set, until a run has validated it: the plan
     keeps verl's micro-batches and says the `--set` of the token budget it found room for. Set as offered, the budget
     is no smaller than the sequences it would have run at full width, the micro-batch (which weighs the loss's tokens)
     stays the one chosen without it, and the predicted peak, the validation's generation included, stays in the

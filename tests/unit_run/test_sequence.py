@@ -83,7 +83,7 @@ def test_bench_reads_the_gpus_once_and_keeps_no_run_record(tiny_model, prepared,
     monkeypatch.setattr(lock, "train_lock", lambda folder: taken.append(folder) or 99)
     handed = stand_in(monkeypatch, tiny_model)
     out = tmp_path / "bench.json"
-    options = [*run_args(tiny_model, prepared, tmp_path)[:6], "--skip-check", SKIP + ",ram"]
+    options = [*run_args(tiny_model, prepared, tmp_path, checkpoints=False, logs=False), "--skip-check", SKIP + ",ram"]
     assert cli.main(["bench", *options, "--out", str(out), "--steps", "2"]) == 0
     environment = json.loads(out.read_text())["environment"]
     assert environment["gpus"] == ["GPU 0: Tesla P40, sm_61, 24.0 GiB"] and environment["driver"] == "535.183.01"

@@ -14,9 +14,10 @@ tests/unit_base/test_rollout_log_probs.py); these do not, and keep the pass:
   (--tf32, on by default on sm_80+): the two sources round at that precision, each in its own order, far above fp32's
   rounding;
 - a LoRA actor, or p40_decode=off: generate() decodes, and returns no log-probs.
-`actor_rollout_ref.rollout.p40_log_probs`: pass (verl's own pass, always: the default until a GPU run has timed the
-rollout's and compared them there, bench/next-device-session.md), auto (the rollout's where they are exact, the pass
-elsewhere) or rollout (the rollout's, refused where they are not exact).
+`actor_rollout_ref.rollout.p40_log_probs`: pass (verl's own pass, always: the default until a run has validated the
+rollout's, timed and compared on the masked GPU in bench/results/speedups-2026-12-05; bench/next-device-session.md),
+auto (the rollout's where they are exact, the pass elsewhere) or rollout (the rollout's, refused where they are not
+exact).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def decide(tree, tf32: bool, user_value: str | None) -> tuple[str, str]:
     if user_value is None and not why:  # exact here, offered: timed, not yet validated over a run (issue 60)
         return "pass", (
             "old log-probs: verl's old_log_prob pass; the rollout's are exact here (fp32, the actor's weights) and "
-            f"skip it (a step 10 % faster under the P40 mask; not the default until validated): --set {KEY}=auto"
+            f"skip it (a GRPO step 10 % shorter under the P40 mask; not the default until validated): --set {KEY}=auto"
         )
     if why:
         return "pass", f"old log-probs: verl's old_log_prob pass ({why})"

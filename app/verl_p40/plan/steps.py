@@ -331,15 +331,16 @@ def memory_plan(options: RunOptions, hw: Hardware, settings: list[Override], use
 
 def _regroup_offer(tokens: int, step) -> list[str]:
     """The length-grouped update the memory plan found room for (patches/p40_update.py: every token keeps its weight,
-    tests/unit_base/test_update_regroup.py), offered rather than set until a GPU run times it and checks its memory
-    (bench/next-device-session.md, issue 60)."""
+    tests/unit_base/test_update_regroup.py), offered rather than set until a run validates it and its memory estimate is
+    corrected (timed in bench/results/speedups-2026-12-05; bench/next-device-session.md, issue 60)."""
     if not tokens:
         return []
     keys = MEMORY_KEYS["update_tokens"] if step.critic else MEMORY_KEYS["update_tokens"][:1]
     sets = " ".join(f"{key}={tokens}" for key in keys)
     return [
         f"update: verl's micro-batches; length-grouped ones of {tokens} tokens fit (the same gradient; under the P40 "
-        f"mask the update ran 7 % faster on 3 GB more, not the default until validated): --set {sets}"
+        "mask, GRPO at 2048 tokens: the update 7 % shorter on 3 GB more; not the default until validated): "
+        f"--set {sets}"
     ]
 
 

@@ -55,8 +55,9 @@ class Workload:
 
         tree = config if OmegaConf.is_config(config) else OmegaConf.create(config or {})
         get = lambda key, default=None: OmegaConf.select(tree, key, default=default)  # noqa: E731
-        # as verl_050.py's patch decides them in the workers: trim_padding yields to use_remove_padding, and only
-        # token-mean's loss, without verl's dynamic batches, is regrouped by length
+        # as verl_050.py's patch decides them in the workers (which also turns trimming off for the actor where
+        # use_fused_kernels is on: a verl option no profile or recipe sets): trim_padding yields to
+        # use_remove_padding, and only token-mean's loss, without verl's dynamic batches, is regrouped by length
         trims = bool(get(TRIM_KEY, False)) and not get(RMPAD_KEY, False)
         regroups = (
             trims
