@@ -172,6 +172,7 @@ STOPPABLE = (
 
 def _start_after_step_one(tmp_path, trainer: str):
     """run_trainer on a stand-in trainer, returned once its first step line is in the log."""
+    import signal
     import subprocess
     import sys
     import time
@@ -189,8 +190,10 @@ def _start_after_step_one(tmp_path, trainer: str):
             return proc
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.05)
-    proc.kill()
-    raise AssertionError(f"no step line in the log after 120 s: {proc.communicate()}")
+    proc.send_signal(signal.SIGTERM)  # twice: the runner's second one kills the stand-in's process group too
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    raise AssertionError(f"no step line in the log after 120 s: {proc.communicate(timeout=30)}")
 
 
 def test_the_first_sigterm_asks_the_loop_to_stop_and_the_run_ends_cleanly(tmp_path):
