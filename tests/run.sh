@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# Set up a CPU test environment in .venv (idempotent) and run the test suite. Needs Python >= 3.10 and PyPI access;
+# Set up a CPU test environment in .venv (idempotent) and run the test suite. Needs Python 3.11 or 3.12, a C compiler,
+# CMake and PyPI access;
 # the data the tests read is committed in tests/fixtures (nothing beside the clone). Usage: bash tests/run.sh [pytest args]
 # The suite passes with and without an NVIDIA driver (the tests about "no GPU" hide NVML themselves). VERL_P40_TEST_NVML=p40
 # runs it under tests/nvml/p40's stand-in NVML, a P40 host's (CI does, on a machine without a driver).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+# the pins (requirements/test.txt, the image's) have wheels for Python 3.11 and 3.12 only: numpy 1.26.4 none for 3.13
+# (verl 0.5.0 asks for numpy < 2), Markdown 3.11.3 needs 3.11
+"$PY" -c 'import sys; sys.exit(sys.version_info[:2] not in ((3, 11), (3, 12)))' 2>/dev/null || {
+  echo "tests/run.sh: $("$PY" -c 'import sys; print("Python %d.%d" % sys.version_info[:2])' 2>/dev/null || echo "'$PY' (not found)") is not 3.11 or 3.12, the versions the pins have wheels for: choose one with PYTHON=python3.11 bash tests/run.sh" >&2
+  exit 2
+}
 case "${VERL_P40_TEST_NVML:-}" in
   "" | p40) ;;
   *) echo "tests/run.sh: VERL_P40_TEST_NVML=${VERL_P40_TEST_NVML}: leave it empty (this host's NVML) or set p40 (tests/nvml/p40)" >&2; exit 2 ;;
@@ -28,6 +35,16 @@ else
        "has a CPU wheel of it. TORCH_CPU_INDEX_URL names another copy of the CPU index." >&2
 fi
 python -m pip install -q -r requirements/test.txt
+# llama.cpp's binding, built from source for a fixed CPU baseline (requirements/llamacpp.txt says which, and why):
+# rebuilt only when the one in .venv is another version or was built for other CPU features, and never taken from
+# pip's wheel cache, which keys a wheel built from source by the source, not by the flags it was built with
+if ! said=$(python tests/native/baseline.py); then
+  echo "tests/run.sh: $said: building llama-cpp-python for the baseline (~9 min of CPU time)"
+  env -u CMAKE_ARGS -u FORCE_CMAKE python -m pip install -q --no-cache-dir --force-reinstall --no-deps \
+    -r requirements/llamacpp.txt
+  said=$(python tests/native/baseline.py) || { echo "tests/run.sh: after the build, $said" >&2; exit 1; }
+fi
+echo "tests/run.sh: $said"
 python -m pip install -q --no-deps verl==0.5.0
 python -m pip install -q --no-deps -e .
 if [ "${VERL_P40_TEST_NVML:-}" = p40 ]; then
