@@ -1,20 +1,33 @@
 """The exported GGUF files where users load them: llama.cpp (through llama-cpp-python, on the CPU). Its tokenizer
 gives Qwen2.5's token ids, its chat API finds the checkpoint's chat template in the file, and its greedy answers are
 transformers' answers from the exported Hugging Face folder (f16 token for token, q8_0 logits within 8-bit blocks'
-precision). llama-cpp-python is in requirements/test.txt: these tests run in CI, never skipped."""
+precision). llama-cpp-python is built by tests/run.sh for a fixed CPU baseline (requirements/llamacpp.txt): these
+tests run in CI, and skip only on a CPU without AVX2, the baseline's (one line says so).
+
+Every call into llama.cpp runs in a child process (tests/native/child.py, the calls in llamacpp_calls.py): a binding
+that dies (SIGILL from a build for another CPU, SIGSEGV) fails the test that called it, naming the signal, and the
+suite goes on. The child returns what llama.cpp said (ids, metadata, logits); the comparisons with transformers run
+here, and this process never loads llama.cpp."""
 
 from __future__ import annotations
 
 import json
 
+import llamacpp_calls as calls
 import numpy as np
 import pytest
 import torch
-from llama_cpp import Llama
 
 from conftest import make_tiny_qwen
+from native import baseline
+from native.child import in_child
 from verl_p40.models import export
 from verl_p40.models.options import ExportOptions
+
+pytestmark = pytest.mark.skipif(
+    baseline.cpu_lacks_avx2() is not None,
+    reason=f"{baseline.cpu_lacks_avx2()}: the llama.cpp tests need it (requirements/llamacpp.txt)",
+)
 
 # chat-formatted prompts with Chinese, digits, runs of spaces and newlines: where a pre-tokenizer differs, ids differ
 CHATS = [
@@ -30,7 +43,7 @@ CHATS = [
         }
     ],
 ]
-NEW_TOKENS = 12
+NEW_TOKENS = calls.NEW_TOKENS
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +66,8 @@ def hf(exported):
     return AutoTokenizer.from_pretrained(folder), model
 
 
-def _llama(exported, kind: str) -> Llama:
-    return Llama(str(exported[1] / f"tiny-{kind}.gguf"), n_ctx=256, n_threads=2, logits_all=True, verbose=False)
+def _gguf(exported, kind: str):
+    return exported[1] / f"tiny-{kind}.gguf"
 
 
 def _prompt(tokenizer, chat) -> str:
@@ -64,15 +77,15 @@ def _prompt(tokenizer, chat) -> str:
 @pytest.mark.parametrize("kind", ["f16", "q8_0"])
 def test_llamacpp_tokenizes_chat_prompts_as_qwen25(exported, hf, kind):
     tokenizer, _ = hf
-    llm = _llama(exported, kind)
-    for chat in CHATS:
-        text = _prompt(tokenizer, chat)
-        ids = tokenizer(text).input_ids
-        # add_bos=True is llama.cpp's default: the file's add_bos_token = false keeps Qwen2's no-BOS prompts
-        assert llm.tokenize(text.encode(), add_bos=True, special=True) == ids, text
-        assert llm.detokenize(ids, special=True).decode() == text
-    assert llm.token_eos() == tokenizer.convert_tokens_to_ids("<|im_end|>")
-    meta = llm.metadata
+    texts = [_prompt(tokenizer, chat) for chat in CHATS]
+    ids = [tokenizer(text).input_ids for text in texts]
+    said = in_child(calls.tokenize_all, _gguf(exported, kind), texts, ids, what=f"llama.cpp reading tiny-{kind}.gguf")
+    # add_bos=True is llama.cpp's default: the file's add_bos_token = false keeps Qwen2's no-BOS prompts
+    for text, want, got, back in zip(texts, ids, said["tokens"], said["texts"]):
+        assert got == want, text
+        assert back == text
+    assert said["eos"] == tokenizer.convert_tokens_to_ids("<|im_end|>")
+    meta = said["meta"]
     assert meta["tokenizer.ggml.pre"] == "qwen2" and meta["tokenizer.ggml.add_bos_token"] == "false"
     assert int(meta["tokenizer.ggml.padding_token_id"]) == tokenizer.pad_token_id
 
@@ -85,31 +98,72 @@ def test_special_tokens_from_a_folder_with_only_vocab_and_merges(exported, hf, t
     tokenizer, _ = hf
     folder = tmp_path / "plain"
     shutil.copytree(exported[0], folder, ignore=shutil.ignore_patterns("tokenizer.json"))
-    llm = Llama(str(export.gguf_file(folder, tmp_path / "plain.gguf", "f16")), n_ctx=64, verbose=False)
-    meta = llm.metadata
-    assert int(meta["tokenizer.ggml.eos_token_id"]) == tokenizer.eos_token_id == llm.token_eos()
+    path = export.gguf_file(folder, tmp_path / "plain.gguf", "f16")
+    meta, eos = in_child(calls.metadata, path, what="llama.cpp reading plain.gguf")
+    assert int(meta["tokenizer.ggml.eos_token_id"]) == tokenizer.eos_token_id == eos
     assert int(meta["tokenizer.ggml.padding_token_id"]) == tokenizer.pad_token_id
     assert meta["tokenizer.ggml.add_bos_token"] == "false"
     assert meta["tokenizer.chat_template"] == tokenizer.chat_template
 
 
+def chat_differences(want_prompt: list[int], reply: dict) -> list[str]:
+    """What differs between the chat API's reply and the file's own greedy answer to transformers' prompt, in ids."""
+    said = []
+    if reply["prompt_ids"] != want_prompt or reply["usage"]["prompt_tokens"] != len(want_prompt):
+        said.append(f"prompt: chat API {reply['prompt_ids']}, transformers {want_prompt}")
+    if reply["completion_ids"] != reply["direct"] or reply["usage"]["completion_tokens"] != len(reply["direct"]):
+        said.append(
+            f"completion: chat API {reply['completion_ids']} ({reply['usage']['completion_tokens']} counted), "
+            f"the file's greedy continuation {reply['direct']}"
+        )
+    if reply["content"] != reply["direct_text"]:
+        said.append(f"text: chat API {reply['content']!r}, the continuation {reply['direct_text']!r}")
+    return said
+
+
 def test_llamacpp_chat_api_applies_the_checkpoints_template_from_the_file(exported, hf):
+    """The chat API's prompt is transformers' prompt token for token, and its greedy answer is the file's own greedy
+    continuation of that prompt, ending at the same end-of-answer token. A failure lists both, in token ids."""
     tiny, _ = exported
-    tokenizer, model = hf
+    tokenizer, _ = hf
     from transformers import AutoTokenizer
 
-    llm = _llama(exported, "f16")
+    ids = [tokenizer(_prompt(tokenizer, chat)).input_ids for chat in CHATS]
+    said = in_child(calls.chat, _gguf(exported, "f16"), CHATS, ids, what="llama.cpp's chat API on tiny-f16.gguf")
     template = AutoTokenizer.from_pretrained(tiny).chat_template
-    assert llm.metadata["tokenizer.chat_template"] == template == tokenizer.chat_template
-    assert llm.chat_format == "chat_template.default"  # llama-cpp-python took it from the metadata
-    for chat in CHATS:
-        ids = tokenizer(_prompt(tokenizer, chat)).input_ids
-        reply = llm.create_chat_completion(chat, max_tokens=NEW_TOKENS, temperature=0.0)
-        assert reply["usage"]["prompt_tokens"] == len(ids)
-        # the same file's greedy answer from transformers' prompt: the chat API built that prompt, token for token
-        direct = [t for t, _ in zip(llm.generate(ids, temp=0.0, reset=True), range(NEW_TOKENS))]
-        assert reply["usage"]["completion_tokens"] == len(direct)
-        assert reply["choices"][0]["message"]["content"] == llm.detokenize(direct).decode(errors="ignore")
+    assert said["template"] == template == tokenizer.chat_template
+    assert said["format"] == "chat_template.default"  # llama-cpp-python took it from the metadata
+    differences = [
+        f"chat {k}: {d}" for k, (w, r) in enumerate(zip(ids, said["replies"])) for d in chat_differences(w, r)
+    ]
+    assert not differences, "\n".join(differences)
+
+
+def test_chat_differences_name_the_ids_that_differ():
+    """The chat test's failure message, on the measured native build's kind of reply (13 tokens counted where the
+    file's greedy continuation has 12): the ids of both, side by side."""
+    reply = {
+        "prompt_ids": [1, 2, 3],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 13},
+        "completion_ids": list(range(13)),
+        "direct": list(range(12)),
+        "content": "abc",
+        "direct_text": "abc",
+    }
+    said = chat_differences([1, 2, 3], reply)
+    assert said == [
+        f"completion: chat API {list(range(13))} (13 counted), the file's greedy continuation {list(range(12))}"
+    ]
+    assert (
+        chat_differences(
+            [1, 2, 3],
+            {**reply, "completion_ids": list(range(12)), "usage": {"prompt_tokens": 3, "completion_tokens": 12}},
+        )
+        == []
+    )
+    assert chat_differences(
+        [1, 2, 4], {**reply, "completion_ids": list(range(12)), "usage": {"prompt_tokens": 3, "completion_tokens": 12}}
+    )[0].startswith("prompt: chat API [1, 2, 3], transformers [1, 2, 4]")
 
 
 def _greedy(model, ids: list[int]) -> list[int]:
@@ -123,22 +177,31 @@ def _logits(model, ids: list[int]) -> np.ndarray:
         return model(torch.tensor([ids])).logits[0].numpy()
 
 
+def _gap(ours: np.ndarray, reference: np.ndarray) -> float:
+    """The largest difference between llama.cpp's logits and transformers' along the same ids, over their spread."""
+    gap = float(np.abs(ours - reference).max() / (reference.max() - reference.min()))
+    print(f"logits: {gap:.4f} of their spread")
+    return gap
+
+
 def test_llamacpp_f16_greedy_answers_are_transformers_answers(exported, hf):
     """Token for token, or parting only where transformers' own top two tokens are closer than f16's rounding (0.5 %
     of the logits' spread: llama.cpp rounds the activations to f16 before each f16 product); and the logits along
     the prompt and the answer within that 0.5 %."""
     tokenizer, model = hf
-    llm = _llama(exported, "f16")
-    for chat in CHATS:
-        ids = tokenizer(_prompt(tokenizer, chat)).input_ids
-        expected = _greedy(model, ids)
-        got = [t for t, _ in zip(llm.generate(ids, temp=0.0, reset=True), range(NEW_TOKENS))]
-        same = next((k for k, (a, b) in enumerate(zip(got, expected)) if a != b), len(expected))
-        if same < len(expected):  # the first divergence: a near tie in transformers' own logits
-            logits = _logits(model, ids + expected[:same])[-1]
+    prompts = [tokenizer(_prompt(tokenizer, chat)).input_ids for chat in CHATS]
+    expected = [_greedy(model, ids) for ids in prompts]
+    said = in_child(
+        calls.answers_and_scores, _gguf(exported, "f16"), prompts, expected, what="llama.cpp on tiny-f16.gguf"
+    )
+    for ids, answer, (got, scores) in zip(prompts, expected, said):
+        same = next((k for k, (a, b) in enumerate(zip(got, answer)) if a != b), len(answer))
+        if same < len(answer):  # the first divergence: a near tie in transformers' own logits
+            logits = _logits(model, ids + answer[:same])[-1]
             top = np.sort(logits)[-2:]
-            assert top[1] - top[0] < 0.005 * (logits.max() - logits.min()), (same, got, expected)
-        assert _gap(llm, model, ids + expected[: same + 1]) < 0.005
+            assert top[1] - top[0] < 0.005 * (logits.max() - logits.min()), (same, got, answer)
+        prefix = ids + answer[: same + 1]
+        assert _gap(scores[: len(prefix)], _logits(model, prefix)) < 0.005
 
 
 def test_llamacpp_q8_0_logits_are_transformers_logits_within_8_bit_precision(exported, hf):
@@ -147,21 +210,16 @@ def test_llamacpp_q8_0_logits_are_transformers_logits_within_8_bit_precision(exp
     through both layers; its greedy answers part from the fp16 model's within a few tokens. The real-weights result
     (bench/results/gguf-llamacpp-2026-12-04) compares q8_0's answers and logits on Qwen2.5's shape."""
     tokenizer, model = hf
-    llm = _llama(exported, "q8_0")
-    for chat in CHATS:
-        ids = tokenizer(_prompt(tokenizer, chat)).input_ids
-        assert _gap(llm, model, ids) < 0.15
+    prompts = [tokenizer(_prompt(tokenizer, chat)).input_ids for chat in CHATS]
+    said = in_child(calls.scores_along, _gguf(exported, "q8_0"), prompts, what="llama.cpp on tiny-q8_0.gguf")
+    for ids, scores in zip(prompts, said):
+        assert _gap(scores, _logits(model, ids)) < 0.15
 
 
-def _gap(llm, model, ids: list[int]) -> float:
-    """The largest difference between llama.cpp's logits and transformers' along `ids`, over their spread."""
-    llm.reset()
-    llm.eval(ids)
-    reference = _logits(model, ids)
-    ours = np.asarray(llm.scores[: len(ids)], dtype=np.float32)
-    gap = float(np.abs(ours - reference).max() / (reference.max() - reference.min()))
-    print(f"logits: {gap:.4f} of their spread")
-    return gap
+def test_the_binding_in_use_is_built_for_the_baseline():
+    """The llama.cpp these tests load reads AVX2 = 1 and no AVX-512/AVX-VNNI/AMX in llama_print_system_info()
+    (requirements/llamacpp.txt): a native build (issue 66's SIGILL) fails here in words, not in a crash."""
+    assert baseline.verdict() is None, baseline.verdict()
 
 
 def test_export_refuses_what_llamacpp_would_read_otherwise(exported, tmp_path):
