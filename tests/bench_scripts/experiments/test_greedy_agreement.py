@@ -51,3 +51,19 @@ def test_compare_refuses_runs_of_different_questions():
     after[0]["input"] = "other"
     with pytest.raises(SystemExit, match="different questions"):
         greedy_agreement.compare(before, after)
+
+
+def test_the_pairs_data_is_the_prepared_splits_read_with_pyarrow(prepared, tmp_path):
+    """The validation rows are the test split's first QUESTIONS, the test and train splits copied whole (pyarrow's
+    reads: pandas.read_parquet aborted at exit on a fresh machine, issue 66)."""
+    import pyarrow.parquet as pq
+
+    greedy_agreement.stage_data(str(prepared / "test.parquet"), str(prepared / "train.parquet"), tmp_path)
+    test = pq.read_table(prepared / "test.parquet")
+    val = pq.read_table(tmp_path / "data" / "val.parquet")
+    assert val.num_rows == greedy_agreement.QUESTIONS and val.to_pylist() == test.slice(0, val.num_rows).to_pylist()
+    assert pq.read_table(tmp_path / "data" / "test.parquet").equals(test)
+    assert (
+        pq.read_table(tmp_path / "data" / "train.parquet").num_rows
+        == pq.read_table(prepared / "train.parquet").num_rows
+    )
