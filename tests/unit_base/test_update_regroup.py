@@ -33,6 +33,33 @@ def test_the_regrouped_update_reports_verls_metrics(probe):
         assert abs(regrouped[key] - value) < TOLERANCE * max(1.0, abs(value)), (key, value, regrouped[key])
 
 
+@pytest.fixture(scope="module")
+def other_losses(patched_verl, tmp_path_factory) -> dict:
+    """The probe with the actor's other policy losses (verl 0.5.0's core_algos.py)."""
+    folder = tmp_path_factory.mktemp("update-losses")
+    return {
+        mode: run_verl_probe("update_probe.py", patched_verl, folder, str(BUDGET), mode) for mode in ("gpg", "clip_cov")
+    }
+
+
+def test_gpg_is_regrouped_with_verls_gradient(other_losses):
+    """gpg weighs each token alone, as vanilla: regrouped (other micro-batches), the same gradient."""
+    gpg = other_losses["gpg"]
+    assert len(gpg["widths"]["regrouped"]["actor"]) != len(gpg["widths"]["verl"]["actor"])
+    for role, grads in gpg["grads"].items():
+        assert grads["norm"] > 0.1 and grads["largest"] < TOLERANCE * max(1.0, grads["norm"]), (role, grads)
+
+
+def test_clip_cov_keeps_verls_micro_batches(other_losses):
+    """clip_cov (and kl_cov) choose tokens per micro-batch: regrouped, the actor's gradient moved by 1.19 (issue 67).
+    The patch keeps verl's micro-batches for the actor there (its gradient verl's exactly); the critic, whose value
+    loss weighs each token alone, still regroups."""
+    clip_cov = other_losses["clip_cov"]
+    assert clip_cov["widths"]["regrouped"]["actor"] == clip_cov["widths"]["verl"]["actor"]
+    assert clip_cov["grads"]["actor"]["largest"] == 0.0, clip_cov["grads"]
+    assert len(clip_cov["widths"]["regrouped"]["critic"]) != len(clip_cov["widths"]["verl"]["critic"])
+
+
 def test_the_regrouped_update_ran_other_micro_batches(probe):
     verl, regrouped = probe["widths"]["verl"], probe["widths"]["regrouped"]
     for role in ("actor", "critic"):

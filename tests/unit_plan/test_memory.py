@@ -130,3 +130,22 @@ def test_a_token_budget_the_card_cannot_hold_is_refused_before_ray():
 
     with pytest.raises(UserError, match="the plan does not fit.*p40_update_tokens"):
         _sizes("p40", sets=["actor_rollout_ref.actor.p40_update_tokens=65536"])
+
+
+@pytest.mark.parametrize("mode", ["clip_cov", "kl_cov"])
+def test_no_regrouped_update_for_a_loss_that_chooses_tokens_per_micro_batch(mode):
+    """clip_cov and kl_cov choose their tokens per micro-batch (verl's core_algos.py), so length-grouped micro-batches
+    are another gradient (tests/update_probe.py: 1.19 and 0.041 apart): the plan offers no token budget for them, and
+    refuses one the run sets, in one line that names the loss."""
+    from verl_p40 import UserError
+
+    loss = f"actor_rollout_ref.actor.policy_loss.loss_mode={mode}"
+    run, mem = _sizes("p40", cap=24, sets=[loss])
+    assert mem["sizes"]["update_tokens"] == 0
+    assert not [n for n in run.notes if n.startswith("update: ")], run.notes
+    with pytest.raises(UserError) as refused:
+        _sizes("p40", cap=24, sets=[loss, "actor_rollout_ref.actor.p40_update_tokens=2048"])
+    assert f"loss_mode={mode}" in str(refused.value) and "\n" not in str(refused.value)
+    gpg, _ = _sizes("p40", cap=24, sets=["actor_rollout_ref.actor.policy_loss.loss_mode=gpg"])
+    assert [n for n in gpg.notes if n.startswith("update: verl's micro-batches; length-grouped ones of ")]
+

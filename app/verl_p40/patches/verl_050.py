@@ -52,10 +52,18 @@ _FLASH_IMPORT_NEW = """if is_cuda_available:
         from verl.utils.bert_padding_torch import index_first_axis, pad_input, rearrange, unpad_input
 """
 
+# The actor's policy losses (actor.policy_loss.loss_mode) whose regrouped update is verl's own gradient
+# (tests/unit_base/test_update_regroup.py runs tests/update_probe.py on them): vanilla and gpg weigh each token alone.
+# clip_cov and kl_cov choose tokens per micro-batch (clip_cov's count from the micro-batch's response_mask and a random
+# permutation, kl_cov's top-k): regrouped, the actor's gradient moved by 1.19 and 0.041 (issue 67). The plan reads it
+# (plan/workload.py) to offer, or refuse, a token budget.
+REGROUP_LOSS_MODES = ("vanilla", "gpg")
 _UPDATE_WHY = (
     "verl averages the loss per micro-batch (token-mean): regrouping rows by length would change each token's "
-    "weight; with p40_update_tokens set (and trim_padding on, token-mean), the update runs length-grouped "
-    "micro-batches within that many rows x columns, every token weighted as in verl's own micro-batches"
+    "weight; with p40_update_tokens set (and trim_padding on, token-mean, and for the actor a policy loss that "
+    "weighs each token alone: vanilla or gpg, not clip_cov or kl_cov, which choose tokens per micro-batch), the "
+    "update runs length-grouped micro-batches within that many rows x columns, every token weighted as in verl's "
+    "own micro-batches"
 )
 
 
@@ -67,13 +75,21 @@ def _update_edits(role: str) -> list[Edit]:
     split = "                    micro_batches = mini_batch.split(self.config.ppo_micro_batch_size_per_gpu)\n"
     scaled = f"                        loss = {loss} / self.gradient_accumulation\n"
     step = "                grad_norm = self._optimizer_step()\n"
+    # the actor's policy losses whose regrouped update is verl's gradient (REGROUP_LOSS_MODES)
+    exact = (
+        '            and (self.config.get("policy_loss") or {}).get("loss_mode", "vanilla") in '
+        f"{REGROUP_LOSS_MODES!r}\n"
+        if role == "actor"
+        else ""
+    )
     changes = {  # name: (old, new)
         "setting": (
             method,
             method + "        # verl-p40: rows x columns an update micro-batch may hold, length-grouped; 0: verl's\n"
             '        self.p40_update_tokens = int(self.config.get("p40_update_tokens", 0) or 0) if (\n'
             '            self.trim_padding and self.config.get("loss_agg_mode", "token-mean") == "token-mean"\n'
-            "        ) else 0\n",
+            + exact
+            + "        ) else 0\n",
         ),
         "regroup": (
             split,
