@@ -22,7 +22,7 @@ _P40_UPDATE = (Path(__file__).parent / "p40_update.py").read_text(encoding="utf-
 _P40_OLD_LOG_PROBS = (Path(__file__).parent / "p40_old_log_probs.py").read_text(encoding="utf-8")
 _SEQLEN_IMPORT = "from verl.utils.seqlen_balancing import prepare_dynamic_batch, restore_dynamic_batch\n"
 _TRIM_IMPORT = _SEQLEN_IMPORT + (
-    "from verl.utils.p40_trim import forward_trimmed, length_grouped\n"
+    "from verl.utils.p40_trim import forward_trimmed, length_grouped, pad_trimmed\n"
     "from verl.utils.p40_update import add_metrics, flush_metrics, regroup\n"
 )
 _MODEL_CALL_ARGS = """                    input_ids=input_ids,
@@ -513,6 +513,32 @@ EDITS: list[Edit] = [
         "                    response_length,\n"
         "                    True,\n" + _MODEL_CALL_ARGS + "                    **extra_args,\n",
         why=_TRIM_WHY + " (actor updates, old log-probs and the reference)",
+    ),
+    Edit(
+        name="actor-trim-log-probs",
+        file="workers/actor/dp_actor.py",
+        old="                    logits = logits[:, -response_length - 1 : -1, :]  # (bsz, response_length, vocab_size)\n"
+        '                    log_probs = logprobs_from_logits(logits, micro_batch["responses"])\n',
+        new="                    # verl-p40: trimmed, the logits hold the last prompt column and the kept response columns\n"
+        "                    # only (kept + 1 <= response_length; p40_trim.py): each predicts the response token at its index\n"
+        "                    if logits.shape[1] > response_length:\n"
+        "                        logits = logits[:, -response_length - 1 : -1, :]  # (bsz, response_length, vocab_size)\n"
+        '                    log_probs = logprobs_from_logits(logits, micro_batch["responses"][:, : logits.shape[1]])\n',
+        why="forward_trimmed padded every row's logits back to response_length + 1 columns, and the log-prob path "
+        "holds ~3 copies of them: ~1 GB a Qwen2.5 row at 512 answer tokens whatever the row's length, so a "
+        "length-grouped update of many short rows ran out of memory (issue 67: 13.24 against 7.96 GB on the CPU); "
+        "the log-probs (and entropy) of the kept columns are computed, then padded (actor-trim-pad)",
+    ),
+    Edit(
+        name="actor-trim-pad",
+        file="workers/actor/dp_actor.py",
+        old="                            entropy = torch.utils.checkpoint.checkpoint(verl_F.entropy_from_logits, logits)\n"
+        "\n            return entropy, log_probs\n",
+        new="                            entropy = torch.utils.checkpoint.checkpoint(verl_F.entropy_from_logits, logits)\n"
+        "                    # verl-p40: (bsz, response_length), padded as from zero logits (p40_trim.py)\n"
+        "                    log_probs, entropy = pad_trimmed(response_length, logits.shape[-1], log_probs, entropy)\n"
+        "\n            return entropy, log_probs\n",
+        why="the kept columns' log-probs and entropy padded to verl's response width (actor-trim-log-probs)",
     ),
     Edit(
         name="actor-trim-grouping",
