@@ -40,6 +40,16 @@ def setup(patched_verl, prepared, tokenizer_dir, tmp_path_factory):
     return patched_verl, prepared, folder, model
 
 
+@pytest.fixture(scope="module")
+def ending(setup, tokenizer_dir):
+    """The same, with a model whose answers end (the end-of-answer token) at several lengths before the limit."""
+    from conftest import make_tiny_qwen
+
+    patched, prepared, folder, _ = setup
+    model = make_tiny_qwen(tokenizer_dir, folder / "model-ending", initializer_range=1.0, eos_scale=7.0)
+    return patched, prepared, folder, model
+
+
 def _run(setup, *extra: str) -> dict:
     patched, prepared, folder, model = setup
     env = {
@@ -49,7 +59,7 @@ def _run(setup, *extra: str) -> dict:
         "HF_HUB_OFFLINE": "1",
         "MASTER_PORT": str(29100 + os.getpid() % 800),
     }
-    out = folder / ("out" + "".join(extra))
+    out = folder / ("out" + "".join(extra) + model.name)
     command = [sys.executable, str(REPO / "bench" / "experiments" / "rollout_log_probs.py"), "--cpu", "--fp64"]
     command += ["--config", str(folder / "p40.yaml"), "--model", str(model)]
     command += ["--data", str(prepared / "test.parquet"), "--questions", "6", "--new-tokens", "16", "--out", str(out)]
@@ -71,6 +81,22 @@ def test_the_rollouts_log_probs_are_the_passs(setup, sampling):
     for name in ("log_probs", "entropy"):
         own = report["against_fp64"][name]
         assert own["rollout"] <= 2 * own["pass"] + 1e-7, (name, own)  # as exact as the pass itself
+        assert report[name]["max_abs_diff"] < CEILING, (name, report[name])
+    assert report["actor_entropy"]["abs_diff"] < 1e-5 * max(1.0, report["actor_entropy"]["pass"])
+
+
+def test_answers_that_end_before_the_limit_agree_through_their_end(ending):
+    """Issue 67: every agreement so far ran its answers to the limit (tiny and random-weight models never sample the
+    end-of-answer token), so an off-by-one at that token would have passed unseen. Here answers end at several
+    lengths before the limit; the rollout's log-prob and entropy of each answer's tokens, its end-of-answer token
+    included (verl's response mask), are the pass's, and nothing past it differs (0 there in both, masked)."""
+    report = _run(ending)
+    assert report["ended_before_the_limit"] >= 3, report["answer_lengths"]
+    assert len([n for n in report["answer_lengths"] if n < 16]) >= 2, report["answer_lengths"]  # several ends
+    assert report["finite"] and report["same_tokens_with_and_without_log_probs"]
+    for name in ("log_probs", "entropy"):
+        own = report["against_fp64"][name]
+        assert own["rollout"] <= 2 * own["pass"] + 1e-7, (name, own)
         assert report[name]["max_abs_diff"] < CEILING, (name, report[name])
     assert report["actor_entropy"]["abs_diff"] < 1e-5 * max(1.0, report["actor_entropy"]["pass"])
 
