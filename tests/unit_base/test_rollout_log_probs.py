@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -115,7 +116,7 @@ def test_log_probs_only_when_asked_and_padded_to_the_response(monkeypatch):
     p40_decode.add_log_probs(batch, SimpleNamespace(sequences=None), 5)
     assert batch == {}
     values = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, -0.25, -3.0]])
-    p40_decode.add_log_probs(batch, SimpleNamespace(log_probs=values, entropy=values.abs()), 5)
+    p40_decode.add_log_probs(batch, SimpleNamespace(log_probs=values, entropy=values.abs(), temperature=1.0), 5)
     assert batch["rollout_log_probs"].tolist() == [[-1.0, -2.0, 0.0, 0.0, 0.0], [-0.5, -0.25, -3.0, 0.0, 0.0]]
     assert batch["rollout_entropys"].tolist() == [[1.0, 2.0, 0.0, 0.0, 0.0], [0.5, 0.25, 3.0, 0.0, 0.0]]
 
@@ -140,10 +141,11 @@ def test_the_trainer_takes_them_only_where_the_plan_says_and_the_rollout_gave_th
 
     from verl_p40.patches import p40_old_log_probs
 
-    def batch(with_values: bool) -> DataProto:
+    def batch(with_values: bool, at: float = 0.7) -> DataProto:
         tensors = {"responses": torch.ones(2, 3, dtype=torch.long)}
         if with_values:
             tensors |= {"rollout_log_probs": -torch.rand(2, 3), "rollout_entropys": torch.rand(2, 3)}
+            tensors |= {p40_old_log_probs.TEMPERATURE_KEY: torch.full((2,), at)}
         return DataProto.from_dict(tensors=tensors)
 
     def config(source: str):
@@ -162,6 +164,28 @@ def test_the_trainer_takes_them_only_where_the_plan_says_and_the_rollout_gave_th
     assert "verl's old_log_prob pass skipped" in capsys.readouterr().out
 
 
+def test_log_probs_at_another_temperature_do_not_replace_the_pass(capsys):
+    """Issue 67: the decoder's log-probs carry the temperature they were computed at, and the trainer takes them
+    only where it is rollout.temperature, the one verl's pass and the update divide the logits by; otherwise the
+    pass runs (said once) and they leave the batch."""
+    from omegaconf import OmegaConf
+    from verl import DataProto
+
+    from verl_p40.patches import p40_decode, p40_old_log_probs
+
+    assert p40_old_log_probs.TEMPERATURE_KEY == p40_decode.TEMPERATURE_KEY
+    out: dict = {}
+    values = -torch.rand(2, 3)
+    p40_decode.add_log_probs(out, SimpleNamespace(log_probs=values, entropy=values.abs(), temperature=0.7), 4)
+    assert out[p40_decode.TEMPERATURE_KEY].tolist() == pytest.approx([0.7, 0.7])
+    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"p40_log_probs": "rollout", "temperature": 1.0}}})
+    given = DataProto.from_dict(tensors={"responses": torch.ones(2, 4, dtype=torch.long), **out})
+    p40_old_log_probs._said.clear()
+    assert p40_old_log_probs.from_rollout(given, config) is None
+    assert "at temperature 0.7, not rollout.temperature 1" in capsys.readouterr().out
+    assert set(given.batch.keys()) == {"responses"}
+
+
 def test_a_step_whose_pieces_did_not_all_return_log_probs_keeps_none():
     """The decoder failing after a first piece (generate() for the rest): verl's concat needs equal keys; the pieces
     lose their log-probs and the trainer runs its pass. Pieces that all have them keep them."""
@@ -173,9 +197,10 @@ def test_a_step_whose_pieces_did_not_all_return_log_probs_keeps_none():
         tensors = {"responses": torch.ones(2, 3, dtype=torch.long)}
         if with_values:
             tensors |= {"rollout_log_probs": -torch.rand(2, 3), "rollout_entropys": torch.rand(2, 3)}
+            tensors |= {p40_decode.TEMPERATURE_KEY: torch.ones(2)}
         return DataProto.from_dict(tensors=tensors)
 
     mixed = DataProto.concat(p40_decode.all_or_none([piece(True), piece(False)]))
     assert set(mixed.batch.keys()) == {"responses"} and len(mixed) == 4
     whole = DataProto.concat(p40_decode.all_or_none([piece(True), piece(True)]))
-    assert set(whole.batch.keys()) == {"responses", "rollout_log_probs", "rollout_entropys"}
+    assert set(whole.batch.keys()) == {"responses", *p40_decode.KEYS}

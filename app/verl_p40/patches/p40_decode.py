@@ -311,7 +311,10 @@ def decode(model, input_ids, attention_mask, generation_config, processors, stop
     if temperature is None:
         return SimpleNamespace(sequences=sequences[:, :length], log_probs=None, entropy=None)
     return SimpleNamespace(
-        sequences=sequences[:, :length], log_probs=torch.stack(picked, 1), entropy=torch.stack(entropies, 1)
+        sequences=sequences[:, :length],
+        log_probs=torch.stack(picked, 1),
+        entropy=torch.stack(entropies, 1),
+        temperature=float(temperature),
     )
 
 
@@ -394,10 +397,15 @@ def generator(module, config, temperature: float | None = None):
     return functools.partial(_generate, module, graph, at)
 
 
+TEMPERATURE_KEY = "rollout_log_probs_temperature"  # (rows,): the temperature the log-probs were computed at
+KEYS = ("rollout_log_probs", "rollout_entropys", TEMPERATURE_KEY)
+
+
 def add_log_probs(batch, output, response_length: int) -> None:
     """The rollout's log-probs and entropies into verl's batch (`rollout_log_probs`, as verl 0.5.0's vLLM and SGLang
-    rollouts name theirs, and `rollout_entropys`), (rows, response_length), 0 past each answer's end; nothing when
-    generate() decoded (the trainer then runs verl's pass)."""
+    rollouts name theirs, and `rollout_entropys`), (rows, response_length), 0 past each answer's end, with the
+    temperature they were computed at (TEMPERATURE_KEY, one a row: p40_old_log_probs.py checks it against the one
+    the update divides by); nothing when generate() decoded (the trainer then runs verl's pass)."""
     log_probs = getattr(output, "log_probs", None)
     if log_probs is None:
         return
@@ -406,13 +414,14 @@ def add_log_probs(batch, output, response_length: int) -> None:
         padded = values.new_zeros(rows, response_length)
         padded[:, : min(width, response_length)] = values[:, :response_length]
         batch[key] = padded
+    batch[TEMPERATURE_KEY] = log_probs.new_full((rows,), output.temperature)
 
 
 def all_or_none(parts: list) -> list:
     """The rollout's pieces (DataProto) with their log-probs only where every piece has them: the decoder can fail
     after a first piece and leave the rest to generate() (which returns none), and verl's concat needs equal keys;
     the trainer then runs its pass for the whole batch."""
-    keys = ("rollout_log_probs", "rollout_entropys")
+    keys = KEYS
     if all(key in part.batch.keys() for part in parts for key in keys):
         return parts
     for part in parts:
