@@ -21,7 +21,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conftest import cli
+from conftest import cli, run_two_ranks
 
 REPO = Path(__file__).resolve().parents[2]
 CEILING = 1e-3  # whatever the fp64 check says: a log-prob or entropy further off than this is not rounding
@@ -204,3 +204,38 @@ def test_a_step_whose_pieces_did_not_all_return_log_probs_keeps_none():
     assert set(mixed.batch.keys()) == {"responses"} and len(mixed) == 4
     whole = DataProto.concat(p40_decode.all_or_none([piece(True), piece(True)]))
     assert set(whole.batch.keys()) == {"responses", *p40_decode.KEYS}
+
+
+_TWO_RANKS = """
+import torch
+
+
+def body(r, decode):
+    from verl import DataProto
+
+    def piece(with_values):
+        tensors = {"responses": torch.ones(2, 3, dtype=torch.long)}
+        if with_values:
+            tensors |= {"rollout_log_probs": -torch.rand(2, 3), "rollout_entropys": torch.rand(2, 3)}
+            tensors |= {decode.TEMPERATURE_KEY: torch.ones(2)}
+        return DataProto.from_dict(tensors=tensors)
+
+    kept = {}
+    for case, decoded in (("one_rank_fell_back", r == 0), ("both_decoded", True)):
+        parts = decode.all_or_none([piece(decoded), piece(decoded)])
+        kept[case] = sorted(DataProto.concat(parts).batch.keys())
+    return kept
+"""
+
+
+def test_every_rank_keeps_the_log_probs_or_none_does(tmp_path):
+    """Issue 67: on 2 and 4 GPUs each rank decodes its share; a decoder that falls back to generate() on one rank only
+    left ranks with and without log-probs, and combining their outputs needs equal keys. all_or_none agrees across
+    ranks (an all-reduce of the flag): rank 1 fell back, so neither keeps them and the pass runs; both decoded, both
+    keep them (gloo, two processes)."""
+    from verl_p40.patches import p40_decode
+
+    first, second = run_two_ranks(tmp_path, _TWO_RANKS, Path(p40_decode.__file__))
+    assert first == second
+    assert first["one_rank_fell_back"] == ["responses"]
+    assert first["both_decoded"] == sorted(["responses", *p40_decode.KEYS])

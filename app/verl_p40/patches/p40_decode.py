@@ -417,12 +417,26 @@ def add_log_probs(batch, output, response_length: int) -> None:
     batch[TEMPERATURE_KEY] = log_probs.new_full((rows,), output.temperature)
 
 
+def every_rank(local: bool) -> bool:
+    """Whether `local` holds on every rank of the default process group (itself without one): an all-reduce of the
+    flag, on the GPU under NCCL. Every rank's rollout calls it once a generate_sequences, as verl runs them all."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return local
+    device = f"cuda:{torch.cuda.current_device()}" if dist.get_backend() == "nccl" else "cpu"
+    flag = torch.tensor([int(local)], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())
+
+
 def all_or_none(parts: list) -> list:
-    """The rollout's pieces (DataProto) with their log-probs only where every piece has them: the decoder can fail
-    after a first piece and leave the rest to generate() (which returns none), and verl's concat needs equal keys;
-    the trainer then runs its pass for the whole batch."""
+    """The rollout's pieces (DataProto) with their log-probs only where every piece of every rank has them: the
+    decoder can fail after a first piece, or on one rank only, and leave the rest to generate() (which returns
+    none); verl's concat of the pieces, and of the ranks' outputs on 2 and 4 GPUs, needs equal keys. Otherwise no
+    rank keeps them and the trainer runs its pass for the whole batch."""
     keys = KEYS
-    if all(key in part.batch.keys() for part in parts for key in keys):
+    if every_rank(all(key in part.batch.keys() for part in parts for key in keys)):
         return parts
     for part in parts:
         for key in keys:

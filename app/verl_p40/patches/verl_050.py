@@ -338,9 +338,10 @@ EDITS: list[Edit] = [
         new="        from verl.utils.p40_decode import all_or_none  # verl-p40: log-probs from every piece, or none\n"
         "\n"
         "        output = DataProto.concat(all_or_none(output))\n",
-        why="a decoder that fails after the step's first piece leaves the rest to generate(), which returns no "
-        "log-probs; verl's concat of pieces with other keys would stop the run, so the step keeps none and the "
-        "trainer runs its old_log_prob pass",
+        why="a decoder that fails after the step's first piece, or on one rank only, leaves the rest to generate(), "
+        "which returns no log-probs; verl's concat of pieces (or of the ranks' outputs) with other keys would stop "
+        "the run, so unless every piece of every rank has them (an all-reduce) the step keeps none and the trainer "
+        "runs its old_log_prob pass",
     ),
     Edit(
         name="p40-old-log-probs",
