@@ -47,3 +47,20 @@ def test_no_cap_asked_is_recorded_as_none_and_one_not_applied_on_a_gpu_stops(app
     assert rollout_actor._apply_cap(cpu=True) == (24.0, None)
     with pytest.raises(RuntimeError, match="24 GB was asked for and not applied"):
         rollout_actor._apply_cap(cpu=False)
+
+
+def test_the_validation_runs_the_update_budget_the_plan_offers(tmp_path):
+    """rollout_log_probs_gpu.sh validate hard-coded p40_update_tokens=2048 (the offer before the plan priced rows,
+    issue 67): it reads the budget from the plan's `update: ...` line instead, here the p40 snapshot's."""
+    import subprocess
+
+    script = BENCH / "experiments" / "rollout_log_probs_gpu.sh"
+    assert not re.search(r"p40_update_tokens=\d", script.read_text()), "a hard-coded update budget"
+    snapshot = BENCH.parent / "tests" / "unit_plan" / "config_snapshots" / "p40-1gpu-default.txt"
+    offer = re.search(r"update: .*--set actor_rollout_ref\.actor\.p40_update_tokens=(\d+)", snapshot.read_text())
+    notes = tmp_path / "config-notes.txt"
+    notes.write_text(snapshot.read_text().split("--- stdout")[0])
+    run = subprocess.run(["bash", str(script), "offered-update-tokens", str(notes)], capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout.strip() == offer.group(1), (run.stdout, run.stderr)
+    notes.write_text("[verl-p40] memory plan for 24.0 GB: ...\n")
+    assert subprocess.run(["bash", str(script), "offered-update-tokens", str(notes)], capture_output=True).stdout == b""
