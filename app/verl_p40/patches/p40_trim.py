@@ -4,9 +4,11 @@
 Without flash-attn's varlen kernels verl 0.5.0 cannot remove padding (`use_remove_padding`), so every micro-batch
 runs at the full prompt + response width: prompts left-padded to max_prompt_length, responses right-padded to
 max_response_length. `forward_trimmed` runs the model on the columns that hold a token in at least one row of the
-micro-batch and hands back outputs laid out as verl slices them: its `logits[:, -response_length - 1 : -1]` are the
-same positions as with the full width. Position ids are verl's own (from the attention mask), so the tokens the
-model sees and where it sees them are unchanged; dropped columns are ones every row masks out.
+micro-batch. The critic's values come back laid out as verl slices them (`[:, -response_length - 1 : -1]` are the
+same positions as with the full width); the actor's logits are the kept columns only, whose log-probs and entropy the
+actor pads to the response width (`pad_trimmed`), so their memory is per token, not per row. Position ids are
+verl's own (from the attention mask), so the tokens the model sees and where it sees them are unchanged; dropped
+columns are ones every row masks out.
 
 `length_grouped` orders a forward-only pass (old log-probs, reference, values) by length before it is cut into
 micro-batches, so that rows of similar length share one and trimming cuts more; the results are put back in the
