@@ -162,3 +162,39 @@ def run_verl_probe(script: str, patched_verl: Path, folder: Path, *args: str) ->
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+_TWO_RANKS = """
+import importlib.util, json, os, sys
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+def rank(r, path, port, out):
+    spec = importlib.util.spec_from_file_location("module", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    dist.init_process_group("gloo", rank=r, world_size=2)
+    with open(f"{out}.{r}", "w") as handle:
+        json.dump(body(r, module), handle)
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    mp.spawn(rank, args=tuple(sys.argv[1:]), nprocs=2)
+"""
+
+
+def run_two_ranks(folder: Path, body: str, module: Path) -> list:
+    """Run `body` (Python defining body(rank, module) -> JSON-able, where module is the file `module` loaded) on the
+    2 processes of a gloo group on a free port, and return what each rank's body returned."""
+    import json
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    path, out = folder / "two_ranks.py", folder / "ranks"
+    path.write_text(body + _TWO_RANKS)
+    result = subprocess.run([sys.executable, str(path), str(module), port, str(out)], capture_output=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return [json.loads((folder / f"ranks.{r}").read_text()) for r in (0, 1)]

@@ -70,7 +70,8 @@ def test_the_check_sees_each_kind_of_read():
 
 
 def test_trims_and_regroups_are_decided_as_the_patch_decides_them():
-    """trim_padding yields to use_remove_padding; only token-mean's loss without dynamic batches is regrouped."""
+    """trim_padding yields to use_remove_padding; only token-mean's loss without dynamic batches is regrouped, and only
+    for the policy losses where that is exact."""
     import pytest
 
     from verl_p40.plan.workload import Workload
@@ -88,6 +89,10 @@ def test_trims_and_regroups_are_decided_as_the_patch_decides_them():
         ({"actor_rollout_ref": {**trim["actor_rollout_ref"], "actor": {"use_dynamic_bsz": True}}}, True, False),
         ({"actor_rollout_ref": {**trim["actor_rollout_ref"], "actor": {"loss_agg_mode": "token-mean"}}}, True, True),
     ]
+    # the policy losses whose regrouped gradient is verl's (tests/update_probe.py): vanilla, gpg; not clip_cov, kl_cov
+    for mode, regroups in (("vanilla", True), ("gpg", True), ("clip_cov", False), ("kl_cov", False)):
+        actor = {"policy_loss": {"loss_mode": mode}}
+        cases.append(({"actor_rollout_ref": {**trim["actor_rollout_ref"], "actor": actor}}, True, regroups))
     for config, trims, regroups in cases:
         run = Workload.of(config)
         assert (run.trims, run.regroups) == (trims, regroups), config

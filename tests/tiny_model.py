@@ -10,10 +10,14 @@ import sys
 from pathlib import Path
 
 
-def make_tiny_qwen(tokenizer_dir: Path, folder: Path, seed: int = 0, initializer_range: float = 0.02) -> Path:
+def make_tiny_qwen(
+    tokenizer_dir: Path, folder: Path, seed: int = 0, initializer_range: float = 0.02, eos_scale: float = 1.0
+) -> Path:
     """A randomly initialised 2-layer Qwen2 with the real Qwen2.5 tokenizer (runs in seconds on a CPU).
 
-    A large initializer_range makes attention (and so token positions) matter to the next token."""
+    A large initializer_range makes attention (and so token positions) matter to the next token. eos_scale > 1
+    scales the end-of-answer token's (tied) embedding, so that sampled answers end at different lengths before a
+    short limit (with initializer_range 1.0 and 16 new tokens: 6 to 8 is what makes them end at several lengths)."""
     import torch
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
@@ -32,7 +36,11 @@ def make_tiny_qwen(tokenizer_dir: Path, folder: Path, seed: int = 0, initializer
         bos_token_id=tokenizer.eos_token_id,
         initializer_range=initializer_range,
     )
-    Qwen2ForCausalLM(config).save_pretrained(str(folder))
+    model = Qwen2ForCausalLM(config)
+    if eos_scale != 1.0:
+        with torch.no_grad():
+            model.get_input_embeddings().weight[tokenizer.eos_token_id] *= eos_scale
+    model.save_pretrained(str(folder))
     tokenizer.save_pretrained(str(folder))
     return folder
 

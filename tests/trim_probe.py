@@ -5,7 +5,10 @@ A tiny random Qwen2 actor and a token-classification critic of the same shape, o
 one. A batch of 12 rows with prompts of 2..12 of 12 columns (left padding) and responses of 1..10 of 10 columns
 (right padding). Prints JSON: the largest differences under the response mask between the two settings for the
 old log-probs, entropies, values and the gradients of one actor and one critic update, the widths the models
-were called with, and the rows x columns the actor's update reported (perf/p40_tokens/*).
+were called with, and the rows x columns the actor's update reported (perf/p40_tokens/*). `padded`: trimming on
+as before issue 67, the actor's logits padded back to response_length + 1 columns (a forward hook does what
+forward_trimmed did), against today's (the log-probs of the kept columns, the results padded): the largest
+differences over every column, and the columns of the logits the actor's model handed back.
 """
 
 import json
@@ -90,7 +93,29 @@ def model_shape() -> Qwen2Config:
     )
 
 
-def run(config, trim: bool) -> dict:
+class Logits:
+    """Wraps the actor's forward_trimmed (dp_actor's name for it) to record the columns of the logits it hands the
+    actor; `pad`: pads them first to response_length + 1 with zeros, as forward_trimmed did before issue 67."""
+
+    def __init__(self, pad: bool):
+        import verl.workers.actor.dp_actor as dp_actor
+        from verl.utils.p40_trim import forward_trimmed
+
+        self.seen: list[int] = []
+        self.pad, self.original = pad, forward_trimmed
+        dp_actor.forward_trimmed = self.call  # each run() replaces the last run's wrapper
+
+    def call(self, module, enabled, response_length, causal_lm, *args, **kwargs):
+        output = self.original(module, enabled, response_length, causal_lm, *args, **kwargs)
+        columns = output.logits.shape[1]
+        if causal_lm and self.pad and columns < response_length + 1:
+            output.logits = torch.nn.functional.pad(output.logits, (0, 0, 0, response_length + 1 - columns))
+        if causal_lm:
+            self.seen.append(int(output.logits.shape[1]))
+        return output
+
+
+def run(config, trim: bool, pad_logits: bool = False) -> dict:
     actor_cfg = config.actor_rollout_ref.actor.copy()
     critic_cfg = config.critic.copy()
     with open_dict(actor_cfg), open_dict(critic_cfg):
@@ -108,6 +133,7 @@ def run(config, trim: bool) -> dict:
     torch.manual_seed(0)
     actor_model, critic_model = Qwen2ForCausalLM(model_shape()), Qwen2ForTokenClassification(model_shape())
     widths = {"actor": Widths(actor_model), "critic": Widths(critic_model)}
+    logits = Logits(pad_logits)
     # lr 0: the update runs as verl runs it and leaves the weights, so the gradients of its step can be compared
     actor_optim, critic_optim = Recorded(actor_model), Recorded(critic_model)
     actor = DataParallelPPOActor(actor_cfg, actor_model, actor_optim)
@@ -127,6 +153,7 @@ def run(config, trim: bool) -> dict:
         "critic_grads": critic_optim.grads,
         "widths": {k: w.seen for k, w in widths.items()},
         "counts": {k.split("/")[-1]: v for k, v in metrics.items() if k.startswith("perf/p40_tokens/")},
+        "logits_columns": logits.seen,
     }
 
 
@@ -138,7 +165,7 @@ def main(config_path: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("TRIM_PROBE_PORT", "29533"))
     dist.init_process_group(backend="gloo", rank=0, world_size=1)
     config = OmegaConf.load(config_path)
-    full, trimmed = run(config, False), run(config, True)
+    full, trimmed, padded = run(config, False), run(config, True), run(config, True, pad_logits=True)
     mask = full["mask"].bool()
     grads = {}
     for role in ("actor_grads", "critic_grads"):
@@ -162,6 +189,17 @@ def main(config_path: str) -> None:
                 "widths": {"full": full["widths"], "trimmed": trimmed["widths"]},
                 "counts": {"full": full["counts"], "trimmed": trimmed["counts"]},
                 "full_width": PROMPT + RESPONSE,
+                "padded": {
+                    "log_probs": float((padded["log_probs"] - trimmed["log_probs"]).abs().max()),
+                    "entropy": float((padded["entropy"] - trimmed["entropy"]).abs().max()),
+                    "shapes": [list(t[k].shape) for t in (padded, trimmed) for k in ("log_probs", "entropy")],
+                    "actor_grads": max(
+                        float((padded["actor_grads"][n] - trimmed["actor_grads"][n]).abs().max())
+                        for n in trimmed["actor_grads"]
+                    ),
+                    "logits_columns": {"padded": padded["logits_columns"], "trimmed": trimmed["logits_columns"]},
+                },
+                "response_width": RESPONSE,
             }
         )
     )

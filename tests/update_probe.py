@@ -1,7 +1,8 @@
 """Run verl's actor and critic updates (the patched copy first on PYTHONPATH) on verl's own micro-batches and on
 length-grouped ones within a token budget (p40_update_tokens), trimming on in both (test_update_regroup.py).
 
-Usage: python update_probe.py CONFIG_YAML BUDGET   (the composed config `verl-p40 config --profile p40` prints)
+Usage: python update_probe.py CONFIG_YAML BUDGET [LOSS_MODE]   (the composed config `verl-p40 config --profile p40`
+prints; LOSS_MODE: the actor's policy_loss.loss_mode, vanilla unless given)
 trim_probe.py's tiny Qwen2 actor and critic and its batch of 12 rows of mixed lengths, in two mini-batches of 6 rows
 and micro-batches of 2 (gradient accumulation 3), KL loss and entropy bonus on. Prints JSON: for each role the
 largest difference of any parameter's gradient at either optimizer step, the gradient norm, the metrics verl
@@ -37,7 +38,7 @@ class Steps(Recorded):
         return out
 
 
-def configs(config, budget: int):
+def configs(config, budget: int, loss_mode: str = "vanilla"):
     actor_cfg, critic_cfg = config.actor_rollout_ref.actor.copy(), config.critic.copy()
     with open_dict(actor_cfg), open_dict(critic_cfg):
         for cfg in (actor_cfg, critic_cfg):
@@ -49,11 +50,12 @@ def configs(config, budget: int):
         critic_cfg.model.trim_padding = True
         actor_cfg.entropy_coeff = 0.01  # the entropy's gradient is compared too
         actor_cfg.use_kl_loss, actor_cfg.kl_loss_coef, actor_cfg.kl_loss_type = True, 0.01, "low_var_kl"
+        actor_cfg.policy_loss.loss_mode = loss_mode
     return actor_cfg, critic_cfg
 
 
-def run(config, budget: int) -> dict:
-    actor_cfg, critic_cfg = configs(config, budget)
+def run(config, budget: int, loss_mode: str = "vanilla") -> dict:
+    actor_cfg, critic_cfg = configs(config, budget, loss_mode)
     torch.manual_seed(0)
     actor_model, critic_model = Qwen2ForCausalLM(model_shape()), Qwen2ForTokenClassification(model_shape())
     widths = {"actor": Widths(actor_model), "critic": Widths(critic_model)}
@@ -88,11 +90,11 @@ def compare(verl: dict, regrouped: dict) -> dict:
     return out
 
 
-def main(config_path: str, budget: int) -> None:
+def main(config_path: str, budget: int, loss_mode: str = "vanilla") -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("TRIM_PROBE_PORT", "29534"))
     dist.init_process_group(backend="gloo", rank=0, world_size=1)
     config = OmegaConf.load(config_path)
-    verl, regrouped = run(config, 0), run(config, budget)
+    verl, regrouped = run(config, 0, loss_mode), run(config, budget, loss_mode)
     report = {
         "grads": compare(verl, regrouped),
         "metrics": {"verl": verl["metrics"], "regrouped": regrouped["metrics"]},
@@ -103,4 +105,4 @@ def main(config_path: str, budget: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    main(sys.argv[1], int(sys.argv[2]), *sys.argv[3:4])

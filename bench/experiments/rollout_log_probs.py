@@ -153,6 +153,10 @@ def main() -> None:
         "same_tokens_with_and_without_log_probs": bool(torch.equal(plain.batch["responses"], out.batch["responses"])),
         "seconds": {"rollout_without": round(plain_s, 3), "rollout_with": round(out_s, 3), "pass": round(pass_s, 3)},
         "mean_answer_tokens": round(float(mask.sum(-1).float().mean()), 1),
+        # the answers' lengths (end-of-answer token included): those under new_tokens ended before the limit, where an
+        # off-by-one at the end-of-answer token would show
+        "answer_lengths": sorted({int(n) for n in mask.sum(-1)}),
+        "ended_before_the_limit": int((mask.sum(-1) < args.new_tokens).sum()),
         **differences(
             {"log_probs": out.batch["rollout_log_probs"], "entropy": out.batch["rollout_entropys"]},
             {"log_probs": log_probs, "entropy": entropy},

@@ -1,6 +1,7 @@
 """The rollout checks' one-process actor (experiments/decode_check.py, experiments/rollout_log_probs.py): GSM8K prompts
 as verl's dataset hands them to the rollout, and the model as the trainer holds it (FSDP1 on a GPU, with the product's
-memory cap where VERL_P40_GPU_MEMORY_CAP_GB is set; a plain model on a CPU, where FSDP1 refuses)."""
+memory cap where VERL_P40_GPU_MEMORY_CAP_GB is set; a plain model on a CPU, where FSDP1 refuses). The cap asked for
+and the fraction applied are in every check's JSON (`describe`)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ class Actor:
     sync: Callable[[], None]
     capped: float | None  # the memory cap's fraction of the GPU (memcap.apply), None without one
     path: str = ""
+    cap_gb: float | None = None  # the cap asked for (cap_gb()), None without one
 
     def describe(self, questions: int, new_tokens: int) -> dict:
         """The head of a check's JSON: the model, the prompts, the device (under the mask: Tesla P40), torch."""
@@ -41,9 +43,35 @@ class Actor:
             "questions": questions,
             "new_tokens": new_tokens,
             "device": torch.cuda.get_device_name(0) if cuda else "cpu",
+            "memory_cap_gb": self.cap_gb,
             "memory_cap_fraction": self.capped,
             "torch": torch.__version__,
         }
+
+
+def cap_gb(environ=os.environ) -> float | None:
+    """The memory cap a check asks for: the product's `VERL_P40_GPU_MEMORY_CAP_GB` (what the bench scripts set), else
+    the workers' own variable. memcap.apply() reads only the workers' (`VERL_P40_WORKER_MEMORY_CAP_GB`, which train's
+    plan writes), so the scripts' cap was never applied: the 2026-12-05 agreement ran uncapped (issue 67)."""
+    from verl_p40.defaults import GPU_MEMORY_CAP_ENV, WORKER_MEMORY_CAP_ENV
+
+    value = environ.get(GPU_MEMORY_CAP_ENV) or environ.get(WORKER_MEMORY_CAP_ENV)
+    return float(value) if value else None
+
+
+def _apply_cap(cpu: bool) -> tuple[float | None, float | None]:
+    """(the cap asked for in GB, the fraction of the GPU memcap set); a cap asked for on a GPU that memcap did not
+    apply stops the check rather than run it uncapped."""
+    from verl_p40 import memcap
+
+    asked = cap_gb()
+    if asked is None:
+        return None, None
+    os.environ[memcap.ENV] = f"{asked:g}"
+    fraction = memcap.apply()
+    if fraction is None and not cpu:
+        raise RuntimeError(f"a memory cap of {asked:g} GB was asked for and not applied")
+    return asked, fraction
 
 
 def load(path: str, cpu: bool, port: str) -> Actor:
@@ -55,8 +83,6 @@ def load(path: str, cpu: bool, port: str) -> Actor:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
 
-    from verl_p40 import memcap
-
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("MASTER_PORT", port))
     device = torch.device("cpu" if cpu else "cuda", 0)
     dist.init_process_group(backend="gloo" if cpu else "nccl", rank=0, world_size=1)
@@ -64,7 +90,7 @@ def load(path: str, cpu: bool, port: str) -> Actor:
         torch.cpu.empty_cache = lambda: None
     if not cpu:
         torch.cuda.set_device(0)
-    capped = memcap.apply()
+    asked, capped = _apply_cap(cpu)
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32, attn_implementation="sdpa")
     policy = lambda module, recurse, nonwrapped_numel: transformer_auto_wrap_policy(  # noqa: E731
@@ -72,7 +98,7 @@ def load(path: str, cpu: bool, port: str) -> Actor:
     )
     module = model if cpu else FSDP(model.to(device), auto_wrap_policy=policy, device_id=0, use_orig_params=False)
     sync = (lambda: None) if cpu else torch.cuda.synchronize
-    return Actor(tokenizer, model, module, device, sync, capped, path)
+    return Actor(tokenizer, model, module, device, sync, capped, path, asked)
 
 
 def save(result: dict, out: str, name: str) -> None:

@@ -16,11 +16,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from conftest import cli
+from conftest import cli, run_two_ranks
 
 REPO = Path(__file__).resolve().parents[2]
 CEILING = 1e-3  # whatever the fp64 check says: a log-prob or entropy further off than this is not rounding
@@ -40,6 +41,16 @@ def setup(patched_verl, prepared, tokenizer_dir, tmp_path_factory):
     return patched_verl, prepared, folder, model
 
 
+@pytest.fixture(scope="module")
+def ending(setup, tokenizer_dir):
+    """The same, with a model whose answers end (the end-of-answer token) at several lengths before the limit."""
+    from conftest import make_tiny_qwen
+
+    patched, prepared, folder, _ = setup
+    model = make_tiny_qwen(tokenizer_dir, folder / "model-ending", initializer_range=1.0, eos_scale=7.0)
+    return patched, prepared, folder, model
+
+
 def _run(setup, *extra: str) -> dict:
     patched, prepared, folder, model = setup
     env = {
@@ -49,7 +60,7 @@ def _run(setup, *extra: str) -> dict:
         "HF_HUB_OFFLINE": "1",
         "MASTER_PORT": str(29100 + os.getpid() % 800),
     }
-    out = folder / ("out" + "".join(extra))
+    out = folder / ("out" + "".join(extra) + model.name)
     command = [sys.executable, str(REPO / "bench" / "experiments" / "rollout_log_probs.py"), "--cpu", "--fp64"]
     command += ["--config", str(folder / "p40.yaml"), "--model", str(model)]
     command += ["--data", str(prepared / "test.parquet"), "--questions", "6", "--new-tokens", "16", "--out", str(out)]
@@ -75,6 +86,22 @@ def test_the_rollouts_log_probs_are_the_passs(setup, sampling):
     assert report["actor_entropy"]["abs_diff"] < 1e-5 * max(1.0, report["actor_entropy"]["pass"])
 
 
+def test_answers_that_end_before_the_limit_agree_through_their_end(ending):
+    """Issue 67: every agreement so far ran its answers to the limit (tiny and random-weight models never sample the
+    end-of-answer token), so an off-by-one at that token would have passed unseen. Here answers end at several
+    lengths before the limit; the rollout's log-prob and entropy of each answer's tokens, its end-of-answer token
+    included (verl's response mask), are the pass's, and nothing past it differs (0 there in both, masked)."""
+    report = _run(ending)
+    assert report["ended_before_the_limit"] >= 3, report["answer_lengths"]
+    assert len([n for n in report["answer_lengths"] if n < 16]) >= 2, report["answer_lengths"]  # several ends
+    assert report["finite"] and report["same_tokens_with_and_without_log_probs"]
+    for name in ("log_probs", "entropy"):
+        own = report["against_fp64"][name]
+        assert own["rollout"] <= 2 * own["pass"] + 1e-7, (name, own)
+        assert report[name]["max_abs_diff"] < CEILING, (name, report[name])
+    assert report["actor_entropy"]["abs_diff"] < 1e-5 * max(1.0, report["actor_entropy"]["pass"])
+
+
 def test_log_probs_only_when_asked_and_padded_to_the_response(monkeypatch):
     """generator() passes a temperature to the decoder only where the rollout's config wants log-probs; add_log_probs
     pads them (and the entropies) to verl's response width with 0, and adds nothing for generate()'s output."""
@@ -89,7 +116,7 @@ def test_log_probs_only_when_asked_and_padded_to_the_response(monkeypatch):
     p40_decode.add_log_probs(batch, SimpleNamespace(sequences=None), 5)
     assert batch == {}
     values = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, -0.25, -3.0]])
-    p40_decode.add_log_probs(batch, SimpleNamespace(log_probs=values, entropy=values.abs()), 5)
+    p40_decode.add_log_probs(batch, SimpleNamespace(log_probs=values, entropy=values.abs(), temperature=1.0), 5)
     assert batch["rollout_log_probs"].tolist() == [[-1.0, -2.0, 0.0, 0.0, 0.0], [-0.5, -0.25, -3.0, 0.0, 0.0]]
     assert batch["rollout_entropys"].tolist() == [[1.0, 2.0, 0.0, 0.0, 0.0], [0.5, 0.25, 3.0, 0.0, 0.0]]
 
@@ -114,10 +141,11 @@ def test_the_trainer_takes_them_only_where_the_plan_says_and_the_rollout_gave_th
 
     from verl_p40.patches import p40_old_log_probs
 
-    def batch(with_values: bool) -> DataProto:
+    def batch(with_values: bool, at: float = 0.7) -> DataProto:
         tensors = {"responses": torch.ones(2, 3, dtype=torch.long)}
         if with_values:
             tensors |= {"rollout_log_probs": -torch.rand(2, 3), "rollout_entropys": torch.rand(2, 3)}
+            tensors |= {p40_old_log_probs.TEMPERATURE_KEY: torch.full((2,), at)}
         return DataProto.from_dict(tensors=tensors)
 
     def config(source: str):
@@ -136,6 +164,28 @@ def test_the_trainer_takes_them_only_where_the_plan_says_and_the_rollout_gave_th
     assert "verl's old_log_prob pass skipped" in capsys.readouterr().out
 
 
+def test_log_probs_at_another_temperature_do_not_replace_the_pass(capsys):
+    """Issue 67: the decoder's log-probs carry the temperature they were computed at, and the trainer takes them
+    only where it is rollout.temperature, the one verl's pass and the update divide the logits by; otherwise the
+    pass runs (said once) and they leave the batch."""
+    from omegaconf import OmegaConf
+    from verl import DataProto
+
+    from verl_p40.patches import p40_decode, p40_old_log_probs
+
+    assert p40_old_log_probs.TEMPERATURE_KEY == p40_decode.TEMPERATURE_KEY
+    out: dict = {}
+    values = -torch.rand(2, 3)
+    p40_decode.add_log_probs(out, SimpleNamespace(log_probs=values, entropy=values.abs(), temperature=0.7), 4)
+    assert out[p40_decode.TEMPERATURE_KEY].tolist() == pytest.approx([0.7, 0.7])
+    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"p40_log_probs": "rollout", "temperature": 1.0}}})
+    given = DataProto.from_dict(tensors={"responses": torch.ones(2, 4, dtype=torch.long), **out})
+    p40_old_log_probs._said.clear()
+    assert p40_old_log_probs.from_rollout(given, config) is None
+    assert "at temperature 0.7, not rollout.temperature 1" in capsys.readouterr().out
+    assert set(given.batch.keys()) == {"responses"}
+
+
 def test_a_step_whose_pieces_did_not_all_return_log_probs_keeps_none():
     """The decoder failing after a first piece (generate() for the rest): verl's concat needs equal keys; the pieces
     lose their log-probs and the trainer runs its pass. Pieces that all have them keep them."""
@@ -147,9 +197,45 @@ def test_a_step_whose_pieces_did_not_all_return_log_probs_keeps_none():
         tensors = {"responses": torch.ones(2, 3, dtype=torch.long)}
         if with_values:
             tensors |= {"rollout_log_probs": -torch.rand(2, 3), "rollout_entropys": torch.rand(2, 3)}
+            tensors |= {p40_decode.TEMPERATURE_KEY: torch.ones(2)}
         return DataProto.from_dict(tensors=tensors)
 
     mixed = DataProto.concat(p40_decode.all_or_none([piece(True), piece(False)]))
     assert set(mixed.batch.keys()) == {"responses"} and len(mixed) == 4
     whole = DataProto.concat(p40_decode.all_or_none([piece(True), piece(True)]))
-    assert set(whole.batch.keys()) == {"responses", "rollout_log_probs", "rollout_entropys"}
+    assert set(whole.batch.keys()) == {"responses", *p40_decode.KEYS}
+
+
+_TWO_RANKS = """
+import torch
+
+
+def body(r, decode):
+    from verl import DataProto
+
+    def piece(with_values):
+        tensors = {"responses": torch.ones(2, 3, dtype=torch.long)}
+        if with_values:
+            tensors |= {"rollout_log_probs": -torch.rand(2, 3), "rollout_entropys": torch.rand(2, 3)}
+            tensors |= {decode.TEMPERATURE_KEY: torch.ones(2)}
+        return DataProto.from_dict(tensors=tensors)
+
+    kept = {}
+    for case, decoded in (("one_rank_fell_back", r == 0), ("both_decoded", True)):
+        parts = decode.all_or_none([piece(decoded), piece(decoded)])
+        kept[case] = sorted(DataProto.concat(parts).batch.keys())
+    return kept
+"""
+
+
+def test_every_rank_keeps_the_log_probs_or_none_does(tmp_path):
+    """Issue 67: on 2 and 4 GPUs each rank decodes its share; a decoder that falls back to generate() on one rank only
+    left ranks with and without log-probs, and combining their outputs needs equal keys. all_or_none agrees across
+    ranks (an all-reduce of the flag): rank 1 fell back, so neither keeps them and the pass runs; both decoded, both
+    keep them (gloo, two processes)."""
+    from verl_p40.patches import p40_decode
+
+    first, second = run_two_ranks(tmp_path, _TWO_RANKS, Path(p40_decode.__file__))
+    assert first == second
+    assert first["one_rank_fell_back"] == ["responses"]
+    assert first["both_decoded"] == sorted(["responses", *p40_decode.KEYS])

@@ -50,6 +50,21 @@ def test_the_actors_update_reports_the_tokens_each_kind_of_pass_ran_on(probe):
     assert probe["counts"]["trimmed"]["actor_update"] < probe["counts"]["full"]["actor_update"]
 
 
+def test_log_probs_come_from_the_kept_columns_and_equal_the_padded_logits_ones(probe):
+    """Issue 67: forward_trimmed padded every row's logits back to response_length + 1 columns (~1 GB a row for
+    Qwen2.5 at 512 answer tokens, whatever the row's length). The actor's model now hands back the kept columns
+    only, and the log-probs and entropy computed from them are padded instead: the same values as from the padded
+    logits, bit for bit over every column (padding past the longest answer as verl computed it from zero logits),
+    and the same gradient."""
+    padded, response = probe["padded"], probe["response_width"]
+    assert all(c == response + 1 for c in padded["logits_columns"]["padded"])
+    trimmed = padded["logits_columns"]["trimmed"]
+    assert max(trimmed) <= response + 1 and min(trimmed) < response + 1, trimmed  # the kept columns, not padded
+    assert all(shape[-1] == response for shape in padded["shapes"])
+    assert padded["log_probs"] == 0.0 and padded["entropy"] == 0.0, padded
+    assert padded["actor_grads"] <= 1e-7, padded
+
+
 def test_kept_columns_edges():
     import torch
 

@@ -3,12 +3,11 @@ within a token budget give the gradients and the metrics of verl's own micro-bat
 both), every token weighted as in verl's micro-batch."""
 
 import importlib.util
-import json
 from pathlib import Path
 
 import pytest
 
-from conftest import run_verl_probe
+from conftest import run_two_ranks, run_verl_probe
 
 TESTS = Path(__file__).resolve().parents[1]
 TOLERANCE = 1e-5  # fp32: the same sum of the same per-token terms, added in another order and at other widths
@@ -31,6 +30,33 @@ def test_the_regrouped_update_reports_verls_metrics(probe):
     assert verl.keys() == regrouped.keys() and "actor/kl_loss" in verl and "critic/vf_loss" in verl
     for key, value in verl.items():  # losses, clip fractions, KL, value mean, gradient norms
         assert abs(regrouped[key] - value) < TOLERANCE * max(1.0, abs(value)), (key, value, regrouped[key])
+
+
+@pytest.fixture(scope="module")
+def other_losses(patched_verl, tmp_path_factory) -> dict:
+    """The probe with the actor's other policy losses (verl 0.5.0's core_algos.py)."""
+    folder = tmp_path_factory.mktemp("update-losses")
+    return {
+        mode: run_verl_probe("update_probe.py", patched_verl, folder, str(BUDGET), mode) for mode in ("gpg", "clip_cov")
+    }
+
+
+def test_gpg_is_regrouped_with_verls_gradient(other_losses):
+    """gpg weighs each token alone, as vanilla: regrouped (other micro-batches), the same gradient."""
+    gpg = other_losses["gpg"]
+    assert len(gpg["widths"]["regrouped"]["actor"]) != len(gpg["widths"]["verl"]["actor"])
+    for role, grads in gpg["grads"].items():
+        assert grads["norm"] > 0.1 and grads["largest"] < TOLERANCE * max(1.0, grads["norm"]), (role, grads)
+
+
+def test_clip_cov_keeps_verls_micro_batches(other_losses):
+    """clip_cov (and kl_cov) choose tokens per micro-batch: regrouped, the actor's gradient moved by 1.19 (issue 67).
+    The patch keeps verl's micro-batches for the actor there (its gradient verl's exactly); the critic, whose value
+    loss weighs each token alone, still regroups."""
+    clip_cov = other_losses["clip_cov"]
+    assert clip_cov["widths"]["regrouped"]["actor"] == clip_cov["widths"]["verl"]["actor"]
+    assert clip_cov["grads"]["actor"]["largest"] == 0.0, clip_cov["grads"]
+    assert len(clip_cov["widths"]["regrouped"]["critic"]) != len(clip_cov["widths"]["verl"]["critic"])
 
 
 def test_the_regrouped_update_ran_other_micro_batches(probe):
@@ -78,43 +104,17 @@ def test_today_weights_give_each_micro_batch_one_share():
 
 
 _TWO_RANKS = """
-import importlib.util, json, os, sys
-import torch.distributed as dist
-import torch.multiprocessing as mp
-
-def rank(r, path, port, out):
-    spec = importlib.util.spec_from_file_location("p40_update", path)
-    update = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(update)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-    dist.init_process_group("gloo", rank=r, world_size=2)
+def body(r, update):
     groups = [[0, 1, 2, 3, 4, 5]] if r == 0 else [[0, 1], [2, 3], [4], [5]]  # 1 group here, 4 on the other rank
-    with open(f"{out}.{r}", "w") as handle:
-        json.dump(update.as_many_as_every_rank(groups), handle)
-    dist.destroy_process_group()
-
-if __name__ == "__main__":
-    mp.spawn(rank, args=tuple(sys.argv[1:]), nprocs=2)
+    return update.as_many_as_every_rank(groups)
 """
 
 
 def test_every_rank_runs_as_many_micro_batches(tmp_path):
     """FSDP gathers weights in every micro-batch: a rank with fewer regrouped micro-batches than another would hang
     the update; the rank with fewer splits its largest until the counts agree (gloo, two processes)."""
-    import socket
-    import subprocess
-    import sys
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
-    script = tmp_path / "two_ranks.py"
-    script.write_text(_TWO_RANKS)
     path = TESTS.parent / "app" / "verl_p40" / "patches" / "p40_update.py"
-    out = tmp_path / "groups"
-    result = subprocess.run([sys.executable, str(script), str(path), port, str(out)], capture_output=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-2000:]
-    first, second = (json.loads((tmp_path / f"groups.{r}").read_text()) for r in (0, 1))
+    first, second = run_two_ranks(tmp_path, _TWO_RANKS, path)
     assert len(first) == len(second) == 4
     assert sorted(r for g in first for r in g) == list(range(6)) and all(first)
     assert second == [[0, 1], [2, 3], [4], [5]]  # the rank with the most keeps its own

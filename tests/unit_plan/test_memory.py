@@ -110,10 +110,15 @@ def test_the_regrouped_update_is_offered_in_tokens_within_the_cap(card, cap, alg
     assert any(f"length-grouped within {tokens} tokens" in n for n in taken.notes)
 
 
-def test_a_token_budget_counts_rows_times_columns_whatever_the_rows():
+def test_a_token_budget_counts_rows_times_columns():
     base = memory.Sizes(64, 2, 8, False, frozenset())
     same = memory.phase_peaks(memory.QWEN_05B, RECIPE, replace(base, update_tokens=2 * RECIPE.width))
-    assert same == memory.phase_peaks(memory.QWEN_05B, RECIPE, base)  # 2 full-width rows: the same memory
+    verls = memory.phase_peaks(memory.QWEN_05B, RECIPE, base)
+    assert {k: v for k, v in same.items() if k != "update_actor"} == {
+        k: v for k, v in verls.items() if k != "update_actor"
+    }
+    # 2 full-width rows' tokens: verl's micro-batch of 2, and the answer-wide tensors of the rows they may be cut into
+    assert verls["update_actor"] < same["update_actor"] < verls["update_actor"] + 4e6
     more = memory.phase_peaks(memory.QWEN_05B, RECIPE, replace(base, update_tokens=4 * RECIPE.width))
     assert more["update_actor"] > same["update_actor"] and more["generation"] == same["generation"]
 
@@ -130,3 +135,36 @@ def test_a_token_budget_the_card_cannot_hold_is_refused_before_ray():
 
     with pytest.raises(UserError, match="the plan does not fit.*p40_update_tokens"):
         _sizes("p40", sets=["actor_rollout_ref.actor.p40_update_tokens=65536"])
+
+
+@pytest.mark.parametrize("mode", ["clip_cov", "kl_cov"])
+def test_no_regrouped_update_for_a_loss_that_chooses_tokens_per_micro_batch(mode):
+    """clip_cov and kl_cov choose their tokens per micro-batch (verl's core_algos.py), so length-grouped micro-batches
+    are another gradient (tests/update_probe.py: 1.19 and 0.041 apart): the plan offers no token budget for them, and
+    refuses one the run sets, in one line that names the loss."""
+    from verl_p40 import UserError
+
+    loss = f"actor_rollout_ref.actor.policy_loss.loss_mode={mode}"
+    run, mem = _sizes("p40", cap=24, sets=[loss])
+    assert mem["sizes"]["update_tokens"] == 0
+    assert not [n for n in run.notes if n.startswith("update: ")], run.notes
+    with pytest.raises(UserError) as refused:
+        _sizes("p40", cap=24, sets=[loss, "actor_rollout_ref.actor.p40_update_tokens=2048"])
+    assert f"loss_mode={mode}" in str(refused.value) and "\n" not in str(refused.value)
+    gpg, _ = _sizes("p40", cap=24, sets=["actor_rollout_ref.actor.policy_loss.loss_mode=gpg"])
+    assert [n for n in gpg.notes if n.startswith("update: verl's micro-batches; length-grouped ones of ")]
+
+
+def test_a_token_budget_is_priced_by_its_rows_as_well_as_its_tokens():
+    """Issue 67: the same 2,048 tokens held 3 long rows in the bench and hold 5-8 real-length ones; each row adds a
+    logits column (the one before its answer) and its answer-wide tensors, so more rows are priced higher, and the
+    logits priced bound every layout the budget lets a micro-batch take (rows x (prompt + answer) <= budget, the
+    logits each row's answer columns and one more: p40_trim.py)."""
+    sizes = memory.Sizes(64, 2, 8, False, frozenset(), update_tokens=2048)
+    few, many = (replace(RECIPE, mini_batch=rows) for rows in (3, 8))
+    assert memory.update_rows(few, sizes) == 3 and memory.update_rows(many, sizes) == 8
+    peaks = [memory.phase_peaks(memory.QWEN_05B, step, sizes)["update_actor"] for step in (few, many)]
+    assert peaks[0] < peaks[1]
+    for rows in range(1, 2048 // 2 + 1):  # the widest answer a row may have beside one prompt column
+        answer = min(RECIPE.response_width, 2048 // rows - 1)
+        assert rows * (answer + 1) <= memory.update_logit_cells(RECIPE, sizes), rows

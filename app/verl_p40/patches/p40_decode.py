@@ -311,7 +311,10 @@ def decode(model, input_ids, attention_mask, generation_config, processors, stop
     if temperature is None:
         return SimpleNamespace(sequences=sequences[:, :length], log_probs=None, entropy=None)
     return SimpleNamespace(
-        sequences=sequences[:, :length], log_probs=torch.stack(picked, 1), entropy=torch.stack(entropies, 1)
+        sequences=sequences[:, :length],
+        log_probs=torch.stack(picked, 1),
+        entropy=torch.stack(entropies, 1),
+        temperature=float(temperature),
     )
 
 
@@ -394,10 +397,15 @@ def generator(module, config, temperature: float | None = None):
     return functools.partial(_generate, module, graph, at)
 
 
+TEMPERATURE_KEY = "rollout_log_probs_temperature"  # (rows,): the temperature the log-probs were computed at
+KEYS = ("rollout_log_probs", "rollout_entropys", TEMPERATURE_KEY)
+
+
 def add_log_probs(batch, output, response_length: int) -> None:
     """The rollout's log-probs and entropies into verl's batch (`rollout_log_probs`, as verl 0.5.0's vLLM and SGLang
-    rollouts name theirs, and `rollout_entropys`), (rows, response_length), 0 past each answer's end; nothing when
-    generate() decoded (the trainer then runs verl's pass)."""
+    rollouts name theirs, and `rollout_entropys`), (rows, response_length), 0 past each answer's end, with the
+    temperature they were computed at (TEMPERATURE_KEY, one a row: p40_old_log_probs.py checks it against the one
+    the update divides by); nothing when generate() decoded (the trainer then runs verl's pass)."""
     log_probs = getattr(output, "log_probs", None)
     if log_probs is None:
         return
@@ -406,14 +414,29 @@ def add_log_probs(batch, output, response_length: int) -> None:
         padded = values.new_zeros(rows, response_length)
         padded[:, : min(width, response_length)] = values[:, :response_length]
         batch[key] = padded
+    batch[TEMPERATURE_KEY] = log_probs.new_full((rows,), output.temperature)
+
+
+def every_rank(local: bool) -> bool:
+    """Whether `local` holds on every rank of the default process group (itself without one): an all-reduce of the
+    flag, on the GPU under NCCL. Every rank's rollout calls it once a generate_sequences, as verl runs them all."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return local
+    device = f"cuda:{torch.cuda.current_device()}" if dist.get_backend() == "nccl" else "cpu"
+    flag = torch.tensor([int(local)], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())
 
 
 def all_or_none(parts: list) -> list:
-    """The rollout's pieces (DataProto) with their log-probs only where every piece has them: the decoder can fail
-    after a first piece and leave the rest to generate() (which returns none), and verl's concat needs equal keys;
-    the trainer then runs its pass for the whole batch."""
-    keys = ("rollout_log_probs", "rollout_entropys")
-    if all(key in part.batch.keys() for part in parts for key in keys):
+    """The rollout's pieces (DataProto) with their log-probs only where every piece of every rank has them: the
+    decoder can fail after a first piece, or on one rank only, and leave the rest to generate() (which returns
+    none); verl's concat of the pieces, and of the ranks' outputs on 2 and 4 GPUs, needs equal keys. Otherwise no
+    rank keeps them and the trainer runs its pass for the whole batch."""
+    keys = KEYS
+    if every_rank(all(key in part.batch.keys() for part in parts for key in keys)):
         return parts
     for part in parts:
         for key in keys:

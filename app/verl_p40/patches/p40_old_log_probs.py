@@ -9,13 +9,16 @@ log-softmax. They differ from the pass's only in the order of fp32 sums (a token
 sequence at once; tests/unit_base/test_rollout_log_probs.py, bench/results/rollout-log-probs-2026-12-05).
 
 `p40_log_probs=rollout` (the plan's choice where that holds: plan/log_probs.py) makes the trainer take them; any batch
-without them (a rollout that decoded with generate(), a LoRA actor) still gets verl's pass, said once. `pass` is
-verl's own behaviour.
+without them (a rollout that decoded with generate(), a LoRA actor) still gets verl's pass, said once. So does a batch
+whose log-probs were computed at another temperature than rollout.temperature, the one verl's pass and the update
+divide the logits by (verl 0.5.0 never changes it between the two; the rollout records its own with the log-probs,
+p40_decode.TEMPERATURE_KEY, so that a later change cannot go unseen). `pass` is verl's own behaviour.
 """
 
 from __future__ import annotations
 
 _said: set[str] = set()
+TEMPERATURE_KEY = "rollout_log_probs_temperature"  # p40_decode.TEMPERATURE_KEY (this file is installed on its own)
 
 
 def _say_once(text: str) -> None:
@@ -32,8 +35,18 @@ def from_rollout(batch, config):
     rollout = config.actor_rollout_ref.rollout
     if str(rollout.get("p40_log_probs", "pass")) != "rollout":
         return None
-    if "rollout_log_probs" not in batch.batch.keys() or "rollout_entropys" not in batch.batch.keys():
+    keys = ("rollout_log_probs", "rollout_entropys", TEMPERATURE_KEY)
+    if any(key not in batch.batch.keys() for key in keys):
         _say_once("the rollout returned none (it decoded with generate()): verl's old_log_prob pass computes them")
+        return None
+    at = batch.batch.pop(TEMPERATURE_KEY)
+    if not bool((at == float(rollout.temperature)).all()):
+        for key in keys[:2]:  # not compared with the pass's in verl's rollout_probs_diff metrics either
+            batch.batch.pop(key)
+        _say_once(
+            f"the rollout computed them at temperature {float(at[0]):g}, not rollout.temperature "
+            f"{float(rollout.temperature):g}: verl's old_log_prob pass computes them"
+        )
         return None
     _say_once("the rollout's own (fp32, the actor's weights): verl's old_log_prob pass skipped")
     return DataProto.from_dict(

@@ -4,9 +4,11 @@
 Without flash-attn's varlen kernels verl 0.5.0 cannot remove padding (`use_remove_padding`), so every micro-batch
 runs at the full prompt + response width: prompts left-padded to max_prompt_length, responses right-padded to
 max_response_length. `forward_trimmed` runs the model on the columns that hold a token in at least one row of the
-micro-batch and hands back outputs laid out as verl slices them: its `logits[:, -response_length - 1 : -1]` are the
-same positions as with the full width. Position ids are verl's own (from the attention mask), so the tokens the
-model sees and where it sees them are unchanged; dropped columns are ones every row masks out.
+micro-batch. The critic's values come back laid out as verl slices them (`[:, -response_length - 1 : -1]` are the
+same positions as with the full width); the actor's logits are the kept columns only, whose log-probs and entropy the
+actor pads to the response width (`pad_trimmed`), so their memory is per token, not per row. Position ids are
+verl's own (from the attention mask), so the tokens the model sees and where it sees them are unchanged; dropped
+columns are ones every row masks out.
 
 `length_grouped` orders a forward-only pass (old log-probs, reference, values) by length before it is cut into
 micro-batches, so that rows of similar length share one and trimming cuts more; the results are put back in the
@@ -49,9 +51,13 @@ def kept_columns(attention_mask: torch.Tensor, response_length: int) -> tuple[in
 
 def forward_trimmed(module, enabled: bool, response_length: int, causal_lm: bool, input_ids: torch.Tensor,
                     attention_mask: torch.Tensor, position_ids: torch.Tensor, **kwargs):
-    """`module(...)` on the columns in use; `output.logits` then holds the last prompt column and the response
-    columns (response_length + 1 of them, zeros past the longest response), so verl's slice picks the same
-    positions. A causal LM computes logits for those columns only (transformers' `logits_to_keep`)."""
+    """`module(...)` on the columns in use. A causal LM computes logits for the last prompt column and the kept
+    response columns only (transformers' `logits_to_keep`): `kept + 1` columns, never padded; column j predicts
+    response token j, so the actor (verl_050.py's actor-trim-log-probs) takes the log-probs and entropy of all of them
+    where they are fewer than response_length + 1 and pads the results (`pad_trimmed`), the values padded logits gave:
+    the logits' memory is per token, not per row (issue 67: padded logits held
+    ~1 GB a Qwen2.5 row at 512 answer tokens, whatever the row's length). A critic's values (one column a token)
+    are padded back to response_length + 1 columns, zeros past the longest response."""
     if not enabled:
         _count(causal_lm, input_ids.shape[0], input_ids.shape[1])
         return module(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, **kwargs)
@@ -64,10 +70,22 @@ def forward_trimmed(module, enabled: bool, response_length: int, causal_lm: bool
     output = module(input_ids=input_ids[:, left:end], attention_mask=attention_mask[:, left:end],
                     position_ids=position_ids[..., left:end], **kwargs)
     logits = output.logits[:, -(kept + 1):]
-    if kept < response_length:
+    if kept < response_length and not causal_lm:
         logits = F.pad(logits, (0, 0, 0, response_length - kept))
     output.logits = logits
     return output
+
+
+def pad_trimmed(response_length: int, vocab: int, log_probs: torch.Tensor, entropy):
+    """The actor's log-probs and entropy (rows, kept) of a trimmed pass, padded to (rows, response_length) with the
+    values verl computed there from the zero logits forward_trimmed used to pad with: a uniform distribution's
+    log-prob -log(vocab) and entropy log(vocab) (past every row's answer: masked out wherever verl reads them)."""
+    missing = response_length - log_probs.shape[-1]
+    if missing <= 0:
+        return log_probs, entropy
+    uniform = float(torch.logsumexp(torch.zeros(vocab, dtype=log_probs.dtype, device=log_probs.device), dim=0))
+    log_probs = F.pad(log_probs, (0, missing), value=-uniform)
+    return log_probs, None if entropy is None else F.pad(entropy, (0, missing), value=uniform)
 
 
 def length_grouped(data, micro_batch_size: int):

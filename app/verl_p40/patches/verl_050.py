@@ -22,7 +22,7 @@ _P40_UPDATE = (Path(__file__).parent / "p40_update.py").read_text(encoding="utf-
 _P40_OLD_LOG_PROBS = (Path(__file__).parent / "p40_old_log_probs.py").read_text(encoding="utf-8")
 _SEQLEN_IMPORT = "from verl.utils.seqlen_balancing import prepare_dynamic_batch, restore_dynamic_batch\n"
 _TRIM_IMPORT = _SEQLEN_IMPORT + (
-    "from verl.utils.p40_trim import forward_trimmed, length_grouped\n"
+    "from verl.utils.p40_trim import forward_trimmed, length_grouped, pad_trimmed\n"
     "from verl.utils.p40_update import add_metrics, flush_metrics, regroup\n"
 )
 _MODEL_CALL_ARGS = """                    input_ids=input_ids,
@@ -52,10 +52,18 @@ _FLASH_IMPORT_NEW = """if is_cuda_available:
         from verl.utils.bert_padding_torch import index_first_axis, pad_input, rearrange, unpad_input
 """
 
+# The actor's policy losses (actor.policy_loss.loss_mode) whose regrouped update is verl's own gradient
+# (tests/unit_base/test_update_regroup.py runs tests/update_probe.py on them): vanilla and gpg weigh each token alone.
+# clip_cov and kl_cov choose tokens per micro-batch (clip_cov's count from the micro-batch's response_mask and a random
+# permutation, kl_cov's top-k): regrouped, the actor's gradient moved by 1.19 and 0.041 (issue 67). The plan reads it
+# (plan/workload.py) to offer, or refuse, a token budget.
+REGROUP_LOSS_MODES = ("vanilla", "gpg")
 _UPDATE_WHY = (
     "verl averages the loss per micro-batch (token-mean): regrouping rows by length would change each token's "
-    "weight; with p40_update_tokens set (and trim_padding on, token-mean), the update runs length-grouped "
-    "micro-batches within that many rows x columns, every token weighted as in verl's own micro-batches"
+    "weight; with p40_update_tokens set (and trim_padding on, token-mean, and for the actor a policy loss that "
+    "weighs each token alone: vanilla or gpg, not clip_cov or kl_cov, which choose tokens per micro-batch), the "
+    "update runs length-grouped micro-batches within that many rows x columns, every token weighted as in verl's "
+    "own micro-batches"
 )
 
 
@@ -67,13 +75,21 @@ def _update_edits(role: str) -> list[Edit]:
     split = "                    micro_batches = mini_batch.split(self.config.ppo_micro_batch_size_per_gpu)\n"
     scaled = f"                        loss = {loss} / self.gradient_accumulation\n"
     step = "                grad_norm = self._optimizer_step()\n"
+    # the actor's policy losses whose regrouped update is verl's gradient (REGROUP_LOSS_MODES)
+    exact = (
+        '            and (self.config.get("policy_loss") or {}).get("loss_mode", "vanilla") in '
+        f"{REGROUP_LOSS_MODES!r}\n"
+        if role == "actor"
+        else ""
+    )
     changes = {  # name: (old, new)
         "setting": (
             method,
             method + "        # verl-p40: rows x columns an update micro-batch may hold, length-grouped; 0: verl's\n"
             '        self.p40_update_tokens = int(self.config.get("p40_update_tokens", 0) or 0) if (\n'
             '            self.trim_padding and self.config.get("loss_agg_mode", "token-mean") == "token-mean"\n'
-            "        ) else 0\n",
+            + exact
+            + "        ) else 0\n",
         ),
         "regroup": (
             split,
@@ -322,9 +338,10 @@ EDITS: list[Edit] = [
         new="        from verl.utils.p40_decode import all_or_none  # verl-p40: log-probs from every piece, or none\n"
         "\n"
         "        output = DataProto.concat(all_or_none(output))\n",
-        why="a decoder that fails after the step's first piece leaves the rest to generate(), which returns no "
-        "log-probs; verl's concat of pieces with other keys would stop the run, so the step keeps none and the "
-        "trainer runs its old_log_prob pass",
+        why="a decoder that fails after the step's first piece, or on one rank only, leaves the rest to generate(), "
+        "which returns no log-probs; verl's concat of pieces (or of the ranks' outputs) with other keys would stop "
+        "the run, so unless every piece of every rank has them (an all-reduce) the step keeps none and the trainer "
+        "runs its old_log_prob pass",
     ),
     Edit(
         name="p40-old-log-probs",
@@ -497,6 +514,32 @@ EDITS: list[Edit] = [
         "                    response_length,\n"
         "                    True,\n" + _MODEL_CALL_ARGS + "                    **extra_args,\n",
         why=_TRIM_WHY + " (actor updates, old log-probs and the reference)",
+    ),
+    Edit(
+        name="actor-trim-log-probs",
+        file="workers/actor/dp_actor.py",
+        old="                    logits = logits[:, -response_length - 1 : -1, :]  # (bsz, response_length, vocab_size)\n"
+        '                    log_probs = logprobs_from_logits(logits, micro_batch["responses"])\n',
+        new="                    # verl-p40: trimmed, the logits hold the last prompt column and the kept response columns\n"
+        "                    # only (kept + 1 <= response_length; p40_trim.py): each predicts the response token at its index\n"
+        "                    if logits.shape[1] > response_length:\n"
+        "                        logits = logits[:, -response_length - 1 : -1, :]  # (bsz, response_length, vocab_size)\n"
+        '                    log_probs = logprobs_from_logits(logits, micro_batch["responses"][:, : logits.shape[1]])\n',
+        why="forward_trimmed padded every row's logits back to response_length + 1 columns, and the log-prob path "
+        "holds ~3 copies of them: ~1 GB a Qwen2.5 row at 512 answer tokens whatever the row's length, so a "
+        "length-grouped update of many short rows ran out of memory (issue 67: 13.24 against 7.96 GB on the CPU); "
+        "the log-probs (and entropy) of the kept columns are computed, then padded (actor-trim-pad)",
+    ),
+    Edit(
+        name="actor-trim-pad",
+        file="workers/actor/dp_actor.py",
+        old="                            entropy = torch.utils.checkpoint.checkpoint(verl_F.entropy_from_logits, logits)\n"
+        "\n            return entropy, log_probs\n",
+        new="                            entropy = torch.utils.checkpoint.checkpoint(verl_F.entropy_from_logits, logits)\n"
+        "                    # verl-p40: (bsz, response_length), padded as from zero logits (p40_trim.py)\n"
+        "                    log_probs, entropy = pad_trimmed(response_length, logits.shape[-1], log_probs, entropy)\n"
+        "\n            return entropy, log_probs\n",
+        why="the kept columns' log-probs and entropy padded to verl's response width (actor-trim-log-probs)",
     ),
     Edit(
         name="actor-trim-grouping",

@@ -6,10 +6,13 @@ prompt plus the longest answer, `data.max_prompt_length + data.max_response_leng
 - states: the actor's weights (4 bytes a parameter), its gradients (4) and Adam states (8) during its update, the
   reference's weights (4) and the critic's (16 in all with its update); offloaded states are on the GPU only in the
   phase that uses them (verl loads an offloaded optimizer for the whole update). FSDP shards every state W ways.
-- a micro-batch's logits (micro x width x vocab x 4 bytes; in a length-grouped update, its token budget
-  `update_tokens` x vocab x 4: rows x columns, whatever the rows): UPDATE_LOGIT_COPIES of them in an actor update (the
+- a micro-batch's logits (micro x width x vocab x 4 bytes): UPDATE_LOGIT_COPIES of them in an actor update (the
   logits, their log-softmax, the gradient, the saved tensors of the loss), LOGPROB_LOGIT_COPIES in a log-prob pass
-  (the logits and the entropy's softmax);
+  (the logits and the entropy's softmax). In a length-grouped update (`update_tokens`, rows x trimmed columns) the
+  logits are the kept answer columns and one more a row (patches/p40_trim.py computes the log-probs of those and
+  pads the results, not the logits), so they are priced per token and per row: the budget's cells, or fewer where
+  the rows a micro-batch can hold (`update_rows`) cannot fill them, and each row's answer-wide tensors
+  (ROW_VALUES a column: log-probs, old and reference ones, advantages, masks, weights, entropy, gradients);
 - activations kept for the backward: one hidden state a layer with gradient checkpointing, every saved tensor of a
   layer without it (ACTIVATION_VALUES per token and layer);
 - generation: the KV cache of the longest answers for the whole chunk, one layer's prefill intermediates, and on
@@ -37,6 +40,7 @@ BUDGET = 0.8  # of what the allocator may use: fragmentation, and the model's er
 MAX_UPDATE_MICRO = 16  # sequences a micro-batch: past these an H200 is no faster (bench fast mode: 16 and 32)
 MAX_LOGPROB_MICRO = 32
 TOKEN_STEP = 256  # the grain of a regrouped update's token budget
+ROW_VALUES = 12  # fp32 values a row of an update micro-batch holds per answer column beside its logits
 
 
 def activation_values(hidden: int, intermediate: int, kv_dim: int) -> int:
@@ -116,6 +120,23 @@ class Step:
         return self.prompt_width + self.response_width
 
 
+def update_rows(step: Step, sizes: Sizes) -> int:
+    """The most rows an update micro-batch holds: verl's micro-batch, or in a length-grouped one as many as its token
+    budget takes at one prompt and one answer column a row, at most a mini-batch."""
+    if not sizes.update_tokens:
+        return sizes.update_micro
+    return max(1, min(step.mini_batch or step.sequences, sizes.update_tokens // 2))
+
+
+def update_logit_cells(step: Step, sizes: Sizes) -> int:
+    """Rows x columns of an update micro-batch's logits: verl's micro-batch at full width (as calibrated), or in a
+    length-grouped one each row's kept answer columns and one more (p40_trim.py): within the token budget, as every
+    row also has a prompt column, and within the rows it can hold at the widest answer."""
+    if not sizes.update_tokens:
+        return sizes.update_micro * step.width
+    return min(sizes.update_tokens, update_rows(step, sizes) * (step.response_width + 1))
+
+
 STATES = ("actor_optimizer", "reference_params", "critic_params", "critic_optimizer")
 UPDATES = ("update_actor", "update_critic")
 PASSES = ("old_log_prob", "ref", "values")
@@ -153,8 +174,9 @@ def phase_peaks(shape: Shape, step: Step, sizes: Sizes) -> dict[str, float]:
         "generation": kept + kv_cache + prefill + 3 * chunk * shape.vocab * FP32 + FIXED_BYTES + unsharded,
         "old_log_prob": kept + LOGPROB_LOGIT_COPIES * logits(sizes.logprob_micro) + FIXED_BYTES,
         "update_actor": with_("actor_grads", "actor_optimizer")
-        + UPDATE_LOGIT_COPIES * update_cells * shape.vocab * FP32
+        + UPDATE_LOGIT_COPIES * update_logit_cells(step, sizes) * shape.vocab * FP32
         + update_cells * per_token
+        + (update_rows(step, sizes) * step.response_width * ROW_VALUES * FP32 if sizes.update_tokens else 0)
         + FIXED_BYTES,
     }
     if step.reference:

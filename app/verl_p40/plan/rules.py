@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 from verl_p40 import VERL_VERSION, UserError, reward
-from verl_p40.plan.workload import ESTIMATOR_KEY, GPUS_KEYS, Workload
+from verl_p40.plan.workload import ESTIMATOR_KEY, GPUS_KEYS, LOSS_MODE_KEY, REGROUP_LOSS_MODES, Workload
 
 # Names verl 0.5.0 accepts (verl/trainer/ppo/core_algos.py AdvantageEstimator; the rollout and strategy switches).
 CHOICES = {
@@ -152,7 +152,7 @@ def check(cfg: Any, base: Any, origins: dict[str, str]) -> None:
         value = _get(cfg, key)
         if _is_number(value) and value < 0:
             problems.append(f"{_where(key, origins)}: {key} must be at least 0, got {value}")
-    problems += _reward_problems(cfg, origins)
+    problems += _reward_problems(cfg, origins) + _regroup_problems(cfg, origins)
     if problems:  # the arithmetic below needs sane numbers
         raise UserError("; ".join(problems))
     run = Workload.of(cfg)
@@ -193,6 +193,20 @@ def check(cfg: Any, base: Any, origins: dict[str, str]) -> None:
             )
     if problems:
         raise UserError("; ".join(problems))
+
+
+def _regroup_problems(cfg: Any, origins: dict[str, str]) -> list[str]:
+    """A token budget for the actor's update (patches/p40_update.py) with a policy loss whose regrouped gradient is
+    not verl's: the patch would keep verl's micro-batches, so the setting would do nothing it says."""
+    key = "actor_rollout_ref.actor.p40_update_tokens"
+    mode = Workload.of(cfg).loss_mode
+    if not _is_number(_get(cfg, key)) or _get(cfg, key) <= 0 or mode in REGROUP_LOSS_MODES:
+        return []
+    return [
+        f"{_all_where([key, LOSS_MODE_KEY], origins)}: {key} regroups the update only for the policy losses "
+        f"{', '.join(REGROUP_LOSS_MODES)}; {LOSS_MODE_KEY}={mode} chooses tokens per micro-batch, so regrouped rows "
+        f"would change its gradient: leave {key} unset"
+    ]
 
 
 def _reward_problems(cfg: Any, origins: dict[str, str]) -> list[str]:

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from verl_p40.patches.verl_050 import REGROUP_LOSS_MODES  # the losses the patch regroups (and why only those)
+
 ESTIMATOR_KEY = "algorithm.adv_estimator"
 GPUS_KEYS = ("trainer.n_gpus_per_node", "trainer.nnodes")  # verl's GPUs on each host, and its hosts
 KL_KEYS = ("algorithm.use_kl_in_reward", "actor_rollout_ref.actor.use_kl_loss")  # either one needs a reference
@@ -21,6 +23,7 @@ ROLLOUT_DTYPE_KEY = "actor_rollout_ref.rollout.dtype"
 ACTOR_DTYPE_KEY = "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype"
 FP32 = ("float32", "fp32")
 TRIM_KEY, RMPAD_KEY = "actor_rollout_ref.model.trim_padding", "actor_rollout_ref.model.use_remove_padding"
+LOSS_MODE_KEY = "actor_rollout_ref.actor.policy_loss.loss_mode"  # verl's policy loss (core_algos.py); vanilla: PPO's
 OFFLOAD_KEYS = {  # a state of the run -> the verl key that keeps it in host memory between the phases using it
     "actor_params": "actor_rollout_ref.actor.fsdp_config.param_offload",
     "actor_optimizer": "actor_rollout_ref.actor.fsdp_config.optimizer_offload",
@@ -46,6 +49,7 @@ class Workload:
     actor_dtype: str = "bf16"  # the actor's FSDP mixed_precision.param_dtype (verl's default)
     trims: bool = False  # the passes run on the columns some row uses (model.trim_padding, where rmpad is off)
     regroups: bool = False  # the update may run length-grouped micro-batches (patches/p40_update.py)
+    loss_mode: str = "vanilla"  # the actor's policy loss (LOSS_MODE_KEY)
 
     @classmethod
     def of(cls, config: Any) -> Workload:
@@ -57,10 +61,13 @@ class Workload:
         get = lambda key, default=None: OmegaConf.select(tree, key, default=default)  # noqa: E731
         # as verl_050.py's patch decides them in the workers (which also turns trimming off for the actor where
         # use_fused_kernels is on: a verl option no profile or recipe sets): trim_padding yields to
-        # use_remove_padding, and only token-mean's loss, without verl's dynamic batches, is regrouped by length
+        # use_remove_padding, and only token-mean's loss, without verl's dynamic batches, is regrouped by length, for
+        # the policy losses where that is exact (REGROUP_LOSS_MODES)
         trims = bool(get(TRIM_KEY, False)) and not get(RMPAD_KEY, False)
+        loss_mode = str(get(LOSS_MODE_KEY) or "vanilla")
         regroups = (
             trims
+            and loss_mode in REGROUP_LOSS_MODES
             and get("actor_rollout_ref.actor.loss_agg_mode", "token-mean") == "token-mean"
             and not get("actor_rollout_ref.actor.use_dynamic_bsz", False)
         )
@@ -76,6 +83,7 @@ class Workload:
             actor_dtype=str(get(ACTOR_DTYPE_KEY) or "bf16"),
             trims=trims,
             regroups=bool(regroups),
+            loss_mode=loss_mode,
         )
 
     @property
