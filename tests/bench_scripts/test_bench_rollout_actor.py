@@ -1,6 +1,7 @@
 """The rollout checks' actor (bench/lib/rollout_actor.py) applies the memory cap the bench scripts ask for and records
 it in every result (issue 67: the scripts set the product's VERL_P40_GPU_MEMORY_CAP_GB, memcap.apply() reads only the
-workers' VERL_P40_WORKER_MEMORY_CAP_GB, and the 2026-12-05 agreement ran uncapped: `memory_cap_fraction: null`)."""
+workers' VERL_P40_WORKER_MEMORY_CAP_GB, and the 2026-12-05 agreement ran uncapped: `memory_cap_fraction: null`);
+and its prompts, read with pyarrow (pandas.read_parquet aborted at exit on a fresh machine, issue 66)."""
 
 import re
 import sys
@@ -64,3 +65,18 @@ def test_the_validation_runs_the_update_budget_the_plan_offers(tmp_path):
     assert run.returncode == 0 and run.stdout.strip() == offer.group(1), (run.stdout, run.stderr)
     notes.write_text("[verl-p40] memory plan for 24.0 GB: ...\n")
     assert subprocess.run(["bash", str(script), "offered-update-tokens", str(notes)], capture_output=True).stdout == b""
+
+
+def test_prompts_are_the_splits_first_questions_left_padded(prepared, tokenizer_dir):
+    import pyarrow.parquet as pq
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    ids, mask, positions = rollout_actor.prompts(tokenizer, str(prepared / "test.parquet"), 3, 256)
+    rows = pq.read_table(prepared / "test.parquet").slice(0, 3).to_pylist()
+    assert ids.shape == mask.shape == positions.shape == (3, 256)
+    for k, row in enumerate(rows):
+        text = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
+        want = tokenizer(text).input_ids
+        assert ids[k, -len(want) :].tolist() == want and int(mask[k].sum()) == len(want)  # left-padded
+        assert positions[k, -len(want) :].tolist() == list(range(len(want)))
