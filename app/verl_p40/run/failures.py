@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from verl_p40.run import status
+
 # Which verl worker method ran out of memory, and the setting that bounds its memory.
 OOM_PHASES = [
     ("update_actor", "the actor's update", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"),
@@ -126,5 +128,6 @@ class Diagnosis:
             )
         if self.parquet:
             where = self.parquet_path or "the data folder"
-            return f"{where}: not a readable parquet file ({self.parquet}): make the data again with `verl-p40 prep`"
+            again = status.phrased("`docker compose run --rm data-prep`", "`verl-p40 prep`")
+            return f"{where}: not a readable parquet file ({self.parquet}): make the data again with {again}"
         return None
