@@ -380,3 +380,41 @@ def test_a_plan_that_fails_skips_only_the_checks_that_need_it(tmp_path, tiny_mod
     for name in ("disk", "ram"):
         assert results[name].status == doctor.SKIP
         assert results[name].detail.startswith("needs the run's config, which failed: --set no.such.key=1")
+
+
+def test_the_doctor_plans_as_the_trainer_will_and_fails_a_plan_the_trainer_refuses(tmp_path, tokenizer_dir):
+    """With 3 GPUs `config` refused while the doctor passed (disk and ram skip when the plan fails): the plan is now a
+    check of its own. No 3-GPU host was at hand; the cards are NVML stand-ins."""
+    three = Facts(gpus=(_p40(0), _p40(1), _p40(2)))
+    chosen = _one(_ctx(tmp_path, three, model=str(tokenizer_dir)), "plan")
+    assert chosen.status == doctor.PASS and "GPUs 0,1 of 3 train, left out: GPU 2 (Tesla P40)" in chosen.detail
+    refused = _one(_ctx(tmp_path, three, model=str(tokenizer_dir), gpus="0,1,2", algorithm="ppo"), "plan")
+    assert refused.status == doctor.FAIL and "must divide evenly over the GPUs" in refused.detail
+    assert "GPUS= in .env" in refused.detail and refused.fix
+
+
+@pytest.mark.usefixtures("p40_host")
+def test_doctor_with_a_display_card_and_three_p40s_names_what_it_leaves_out(tokenizer_dir):
+    cards = "NVIDIA GeForce GT 1030:6.1:2,Tesla P40:6.1:24,Tesla P40:6.1:24,Tesla P40:6.1:24"
+    env = {"VERL_P40_TEST_NVML_GPUS": cards}
+    result = cli("doctor", "--profile", "p40", "--model", str(tokenizer_dir), "--only", "plan", env=env)
+    assert result.returncode == 0 and "Traceback" not in result.stdout + result.stderr, result.stdout + result.stderr
+    line = result.stdout.splitlines()[0]
+    assert line.startswith("PASS  plan") and "left out: GPU 0 (NVIDIA GeForce GT 1030)" in line
+    assert "GPU 3 (Tesla P40)" in line and "GPUS=1,2 in .env" in line
+    refused = cli(
+        "doctor",
+        "--profile",
+        "p40",
+        "--model",
+        str(tokenizer_dir),
+        "--only",
+        "plan",
+        "--gpus",
+        "1,2,3",
+        "--algorithm",
+        "ppo",
+        env=env,
+    )
+    assert refused.returncode == 2 and "Traceback" not in refused.stdout + refused.stderr
+    assert refused.stdout.splitlines()[0].startswith("FAIL  plan") and "fix: change the option" in refused.stdout
