@@ -91,7 +91,8 @@ def test_a_subset_of_gpus_is_what_the_trainer_sees(monkeypatch, tokenizer_dir):
     run, cfg = composed(monkeypatch, gpus(P40, P40, P40), tokenizer_dir, profile="p40", gpus="2,0")
     assert cfg.trainer.n_gpus_per_node == 2 and cfg.data.train_batch_size == 64
     assert run.env["CUDA_VISIBLE_DEVICES"] == "2,0" and run.env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
-    with pytest.raises(UserError, match=r"--gpus 0,5: this host has no GPU 5 \(it has 0, 1, 2\)"):
+    gpus_in_env = r"; name GPUs it has \(--gpus; with compose GPUS= in \.env, e\.g\. GPUS=0,1\)"
+    with pytest.raises(UserError, match=r"--gpus 0,5: this host has no GPU 5 \(it has 0, 1, 2\)" + gpus_in_env):
         composed(monkeypatch, gpus(P40, P40, P40), tokenizer_dir, profile="p40", gpus="0,5")
     for bad in ("one", "0,0", "-1"):
         with pytest.raises(UserError, match="--gpus"):
@@ -133,7 +134,8 @@ def test_gpus_without_a_driver_is_one_line(tmp_path):
     result = cli("config", "--profile", "p40", "--gpus", "0,1")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
-        "verl-p40 config: error: --gpus 0,1: no GPU driver (NVML) here to check it against; leave it at all"
+        "verl-p40 config: error: --gpus 0,1: no GPU driver (NVML) here to check it against; leave it at all "
+        "(with compose: GPUS=all in .env)"
     )
 
 

@@ -60,7 +60,10 @@ def choose(gpus: list[GPUInfo] | None, spec: str, nodes: int = 1, batch: str = "
     wanted = parse_gpus(spec)
     if gpus is None:
         if wanted is not None:
-            raise UserError(f"--gpus {spec}: no GPU driver (NVML) here to check it against; leave it at all")
+            raise UserError(
+                f"--gpus {spec}: no GPU driver (NVML) here to check it against; leave it at all (with compose: "
+                "GPUS=all in .env)"
+            )
         return Layout((), nodes)
     if wanted is None:
         chosen, why = usable(gpus, batch)
@@ -70,7 +73,8 @@ def choose(gpus: list[GPUInfo] | None, spec: str, nodes: int = 1, batch: str = "
     if missing:
         raise UserError(
             f"--gpus {spec}: this host has no GPU {', '.join(map(str, missing))} "
-            f"(it has {', '.join(str(g.index) for g in gpus)})"
+            f"(it has {', '.join(str(g.index) for g in gpus)}); name GPUs it has (--gpus; with compose GPUS= in .env, "
+            f"e.g. GPUS={','.join(str(g.index) for g in gpus[:2])})"
         )
     chosen = tuple(have[i] for i in wanted)
     return Layout(chosen, nodes, subset=len(chosen) < len(gpus))
