@@ -357,3 +357,16 @@ def test_the_doctors_fix_is_phrased_for_compose_or_the_cli(tmp_path):
     in_stack = cli("doctor", "--only", "data", "--data", str(empty), env=service_env(tmp_path, "doctor"))
     assert in_stack.returncode == 2 and "docker compose run --rm data-prep" in in_stack.stdout
     assert "verl-p40 prep" not in in_stack.stdout
+
+
+def test_a_run_stopped_under_compose_says_the_compose_command_that_resumes_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("VERL_P40_SERVICE", "trainer")
+    status.write_run(tmp_path, state="starting", started=status.now())
+    status.write_run(tmp_path, state="stopped", ended=status.now(), exit_code=0, progress="step 7 of 60")
+    monkeypatch.setenv("VERL_P40_SERVICE", "")  # the status service reads it
+    said, code = status.lines(status.read(tmp_path))
+    assert code == 0 and said[0].endswith("step 7 of 60; `docker compose up -d trainer` resumes")
+    monkeypatch.setattr(status, "SESSION", "a CLI run")
+    status.write_run(tmp_path, state="starting", started=status.now())
+    status.write_run(tmp_path, state="stopped", ended=status.now(), exit_code=0, progress="step 7 of 60")
+    assert status.lines(status.read(tmp_path))[0][0].endswith("step 7 of 60; the same command resumes")

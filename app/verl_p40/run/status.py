@@ -238,9 +238,8 @@ def run_line(run: dict, at: float | None) -> tuple[str, bool]:
     if state == "running":
         return f"training: {progress or 'no step yet'} (updated {_ago(age)} ago){where}", False
     if state == "stopped":
-        return (
-            f"training stopped on request at {_clock(run['updated'])}: {progress}; the same command resumes{where}"
-        ), False
+        again = phrased(f"`docker compose up -d {run.get('service')}`", "the same command", run.get("service"))
+        return f"training stopped on request at {_clock(run['updated'])}: {progress}; {again} resumes{where}", False
     if state == "ended":
         return f"training ended at {_clock(run['updated'])}{_took(run)}: {progress or 'no step logged'}{where}", False
     after = f" after {progress}" if progress else " before its first step"
