@@ -101,7 +101,9 @@ RUN cuda=$(python -c "import torch; print(torch.version.cuda)") \
 WORKDIR /build/apex
 # Apex's setup.py asks nvcc for its version even when it compiles nothing (setup.py:137 of 25.01); only the
 # extension builds read it, so the Python-only build answers it with torch's CUDA version instead of a toolkit.
-RUN curl -fsSL -o /tmp/apex.tar.gz "${APEX_URL}" \
+# Timeouts: a blocked or stalled host (GitHub from mainland China) fails here in minutes, naming the URL, instead of
+# hanging the build; APEX_URL then names a mirror (.env.example).
+RUN curl -fsSL --connect-timeout 30 --max-time 900 --retry 3 -o /tmp/apex.tar.gz "${APEX_URL}" \
  && tar -xzf /tmp/apex.tar.gz --strip-components=1 \
  && rm /tmp/apex.tar.gz \
  && pip install "packaging==25.0" "ninja==1.11.1.4" \

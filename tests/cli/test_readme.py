@@ -160,3 +160,15 @@ def test_the_anchor_check_knows_githubs_slugs(tmp_path):
     page = tmp_path / "p.md"
     page.write_text("# Graceful stop (`stop-resume-2026-11-30/`)\n## P40 notes\n## P40 notes\n", encoding="utf-8")
     assert _anchors(page) == {"graceful-stop-stop-resume-2026-11-30", "p40-notes", "p40-notes-1"}
+
+
+def test_the_python_line_is_the_one_the_pins_allow():
+    """The pins install on 3.11 and 3.12 only (bench/results/python-versions-2026-12-06: Markdown 3.11.3 needs 3.11,
+    numpy 1.26.4 has no 3.13 wheel): pyproject and both READMEs say so, and nothing says >= 3.10."""
+    import tomllib
+
+    pyproject = tomllib.loads(_text("pyproject.toml"))
+    assert pyproject["project"]["requires-python"] == ">=3.11,<3.13"
+    assert "Python 3.11 or 3.12" in _text("README.md") and "Python 3.11 或 3.12" in _text("README.zh-CN.md")
+    for name in ("README.md", "README.zh-CN.md", "pyproject.toml"):
+        assert ">= 3.10" not in _text(name) and ">=3.10" not in _text(name), f"{name} still names Python 3.10"

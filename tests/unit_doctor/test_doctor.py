@@ -51,6 +51,7 @@ def test_gpu_check_without_a_driver_fails_with_the_fix():
     line = result.stdout.splitlines()[0]
     assert line.startswith("FAIL  gpu") and "no NVIDIA GPU visible through NVML" in line
     assert "fix: install the NVIDIA driver" in line and "Traceback" not in result.stdout + result.stderr
+    assert "a driver newer than R580 does not drive a P40" in line  # R590+ on a P40 host looks like no GPU at all
 
 
 def test_gpu_check_on_a_p40_host_passes(monkeypatch):
@@ -71,6 +72,31 @@ def test_gpu_check_refuses_a_driver_too_old_for_the_torch_build(tmp_path, monkey
     assert result.status == "FAIL" and "driver 418.67 (CUDA 10.1)" in result.detail
     assert "needs driver >= 450.80.02" in result.detail and result.fix.startswith("update the NVIDIA driver")
     assert _one(_ctx(tmp_path, Facts(gpus=(_p40(),), driver="535.183.01", driver_cuda=(12, 2))), "gpu").status == "PASS"
+
+
+def test_gpu_check_names_a_driver_branch_too_new_for_a_pascal_card(tmp_path, monkeypatch):
+    """NVIDIA's R580 is the last branch that drives Maxwell, Pascal and Volta; R590 and newer do not."""
+    import torch
+
+    monkeypatch.setattr(torch.version, "cuda", "11.8")
+    new = Facts(gpus=(_p40(0), _p40(1)), driver="590.44.01", driver_cuda=(13, 1))
+    result = _one(_ctx(tmp_path, new), "gpu")
+    assert result.status == "FAIL" and "driver branch R590 is too new for GPU 0 (Tesla P40, sm_61)" in result.detail
+    assert "GPU 1 (Tesla P40, sm_61)" in result.detail
+    assert result.fix.startswith("install an R580 driver or older (e.g. 580.xx")
+    last = Facts(gpus=(_p40(),), driver="580.105.08", driver_cuda=(13, 0))
+    assert _one(_ctx(tmp_path, last), "gpu").status == "PASS"
+    turing = gpu.GPUInfo(index=0, name="Tesla T4", compute_capability=(7, 5), memory_total_gib=15.0)
+    assert _one(_ctx(tmp_path, Facts(gpus=(turing,), driver="590.44.01", driver_cuda=(13, 1))), "gpu").status == "PASS"
+
+
+@pytest.mark.usefixtures("p40_host")
+def test_doctor_on_a_p40_host_with_an_r590_driver_fails_in_one_line():
+    result = cli("doctor", "--profile", "p40", "--only", "gpu", env={"VERL_P40_TEST_NVML_DRIVER": "590.44.01"})
+    assert result.returncode == 2 and "Traceback" not in result.stdout + result.stderr
+    line = result.stdout.splitlines()[0]
+    assert line.startswith("FAIL  gpu") and "driver branch R590 is too new for GPU 0 (Tesla P40, sm_61)" in line
+    assert "fix: install an R580 driver or older" in line
 
 
 @pytest.mark.parametrize(
@@ -354,3 +380,41 @@ def test_a_plan_that_fails_skips_only_the_checks_that_need_it(tmp_path, tiny_mod
     for name in ("disk", "ram"):
         assert results[name].status == doctor.SKIP
         assert results[name].detail.startswith("needs the run's config, which failed: --set no.such.key=1")
+
+
+def test_the_doctor_plans_as_the_trainer_will_and_fails_a_plan_the_trainer_refuses(tmp_path, tokenizer_dir):
+    """With 3 GPUs `config` refused while the doctor passed (disk and ram skip when the plan fails): the plan is now a
+    check of its own. No 3-GPU host was at hand; the cards are NVML stand-ins."""
+    three = Facts(gpus=(_p40(0), _p40(1), _p40(2)))
+    chosen = _one(_ctx(tmp_path, three, model=str(tokenizer_dir)), "plan")
+    assert chosen.status == doctor.PASS and "GPUs 0,1 of 3 train, left out: GPU 2 (Tesla P40)" in chosen.detail
+    refused = _one(_ctx(tmp_path, three, model=str(tokenizer_dir), gpus="0,1,2", algorithm="ppo"), "plan")
+    assert refused.status == doctor.FAIL and "must divide evenly over the GPUs" in refused.detail
+    assert "GPUS= in .env" in refused.detail and refused.fix
+
+
+@pytest.mark.usefixtures("p40_host")
+def test_doctor_with_a_display_card_and_three_p40s_names_what_it_leaves_out(tokenizer_dir):
+    cards = "NVIDIA GeForce GT 1030:6.1:2,Tesla P40:6.1:24,Tesla P40:6.1:24,Tesla P40:6.1:24"
+    env = {"VERL_P40_TEST_NVML_GPUS": cards}
+    result = cli("doctor", "--profile", "p40", "--model", str(tokenizer_dir), "--only", "plan", env=env)
+    assert result.returncode == 0 and "Traceback" not in result.stdout + result.stderr, result.stdout + result.stderr
+    line = result.stdout.splitlines()[0]
+    assert line.startswith("PASS  plan") and "left out: GPU 0 (NVIDIA GeForce GT 1030)" in line
+    assert "GPU 3 (Tesla P40)" in line and "GPUS=1,2 in .env" in line
+    refused = cli(
+        "doctor",
+        "--profile",
+        "p40",
+        "--model",
+        str(tokenizer_dir),
+        "--only",
+        "plan",
+        "--gpus",
+        "1,2,3",
+        "--algorithm",
+        "ppo",
+        env=env,
+    )
+    assert refused.returncode == 2 and "Traceback" not in refused.stdout + refused.stderr
+    assert refused.stdout.splitlines()[0].startswith("FAIL  plan") and "fix: change the option" in refused.stdout

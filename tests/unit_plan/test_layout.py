@@ -91,7 +91,8 @@ def test_a_subset_of_gpus_is_what_the_trainer_sees(monkeypatch, tokenizer_dir):
     run, cfg = composed(monkeypatch, gpus(P40, P40, P40), tokenizer_dir, profile="p40", gpus="2,0")
     assert cfg.trainer.n_gpus_per_node == 2 and cfg.data.train_batch_size == 64
     assert run.env["CUDA_VISIBLE_DEVICES"] == "2,0" and run.env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
-    with pytest.raises(UserError, match=r"--gpus 0,5: this host has no GPU 5 \(it has 0, 1, 2\)"):
+    gpus_in_env = r"; name GPUs it has \(--gpus; with compose GPUS= in \.env, e\.g\. GPUS=0,1\)"
+    with pytest.raises(UserError, match=r"--gpus 0,5: this host has no GPU 5 \(it has 0, 1, 2\)" + gpus_in_env):
         composed(monkeypatch, gpus(P40, P40, P40), tokenizer_dir, profile="p40", gpus="0,5")
     for bad in ("one", "0,0", "-1"):
         with pytest.raises(UserError, match="--gpus"):
@@ -133,7 +134,8 @@ def test_gpus_without_a_driver_is_one_line(tmp_path):
     result = cli("config", "--profile", "p40", "--gpus", "0,1")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
-        "verl-p40 config: error: --gpus 0,1: no GPU driver (NVML) here to check it against; leave it at all"
+        "verl-p40 config: error: --gpus 0,1: no GPU driver (NVML) here to check it against; leave it at all "
+        "(with compose: GPUS=all in .env)"
     )
 
 
@@ -182,3 +184,37 @@ def test_a_recipe_batch_in_prompts_is_kept_on_two_gpus_and_grows_with_per_gpu(mo
         one.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu
         == two.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu
     )
+
+
+DISPLAY = dict(name="NVIDIA GeForce GT 1030", compute_capability=(6, 1), memory_total_gib=2.0)
+MAXWELL = dict(name="NVIDIA GeForce GTX 750 Ti", compute_capability=(5, 0), memory_total_gib=2.0)
+
+
+def test_three_p40s_by_default_train_on_two_and_say_which_and_why(monkeypatch, tokenizer_dir):
+    """No 3-GPU host was at hand: the plans are checked here, not run. The recipes' sequences a step split evenly over
+    1, 2, 4 or 8 GPUs only, so `all` with the recipe's batch takes GPUs 0 and 1 and names GPU 2; per-gpu takes 3."""
+    run, cfg = composed(monkeypatch, gpus(P40, P40, P40), tokenizer_dir, profile="p40", algorithm="grpo")
+    assert cfg.trainer.n_gpus_per_node == 2 and run.env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    (line,) = [n for n in run.notes if "left out" in n]
+    assert line.startswith("layout: GPUs 0,1 of 3 train, left out: GPU 2 (Tesla P40): the recipe's sequences")
+    assert "BATCH=per-gpu" in line and "GPUS=0,1 in .env" in line
+    every, cfg3 = composed(monkeypatch, gpus(P40, P40, P40), tokenizer_dir, profile="p40", batch="per-gpu")
+    assert cfg3.trainer.n_gpus_per_node == 3 and "CUDA_VISIBLE_DEVICES" not in every.env
+    assert not [n for n in every.notes if "left out" in n]
+
+
+@pytest.mark.parametrize("card", [DISPLAY, MAXWELL])
+def test_a_display_card_beside_p40s_is_left_out_by_all_with_a_line_naming_it(monkeypatch, tokenizer_dir, card):
+    run, cfg = composed(monkeypatch, gpus(card, P40, P40), tokenizer_dir, profile="p40", algorithm="grpo")
+    assert cfg.trainer.n_gpus_per_node == 2 and run.env["CUDA_VISIBLE_DEVICES"] == "1,2"
+    (line,) = [n for n in run.notes if "left out" in n]
+    assert f"left out: GPU 0 ({card['name']}): " in line and "GPUS=1,2 in .env (--gpus 1,2)" in line
+    # with three P40s beside it: the display card and the third P40, each named
+    run, cfg = composed(monkeypatch, gpus(card, P40, P40, P40), tokenizer_dir, profile="p40", algorithm="grpo")
+    assert run.env["CUDA_VISIBLE_DEVICES"] == "1,2" and "GPU 0 (" in run.notes[-1] + "".join(run.notes)
+    assert any("GPU 3 (Tesla P40)" in n for n in run.notes)
+
+
+def test_cards_of_two_sizes_both_fit_to_train_are_kept(monkeypatch, tokenizer_dir):
+    run, cfg = composed(monkeypatch, gpus(P40, P100), tokenizer_dir, profile="auto")
+    assert cfg.trainer.n_gpus_per_node == 2 and not [n for n in run.notes if "left out" in n]

@@ -58,3 +58,15 @@ def test_a_worker_that_died_is_named_with_the_resume():
     assert said.startswith("a Ray worker of the trainer died (killed: on a P40 host usually the kernel's out-of-")
     assert said.endswith("the same command resumes from the newest complete checkpoint")
     assert _diagnose(["ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory."])
+
+
+def test_the_fixes_are_phrased_for_the_compose_trainer(monkeypatch):
+    """Under compose (VERL_P40_SERVICE=trainer) the user types `docker compose ...`, not `verl-p40 ...`."""
+    died = ["ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task."]
+    monkeypatch.setenv("VERL_P40_SERVICE", "trainer")
+    said = _diagnose(died)
+    assert "`docker compose run --rm --no-deps doctor` says how much a run needs" in said
+    assert said.endswith("`docker compose up -d trainer` resumes from the newest complete checkpoint")
+    assert "verl-p40" not in said
+    full = _diagnose(["OSError: [Errno 28] No space left on device"])
+    assert "`docker compose run --rm --no-deps doctor`" in full and "verl-p40" not in full

@@ -148,9 +148,9 @@ def test_a_failed_doctor_is_recorded_with_its_line_and_status_names_it(tmp_path)
     assert record["line"].startswith("data: ") and "fix: " in record["line"]
     said = cli("status", "--logs", str(tmp_path / "logs"))
     assert said.returncode == 1 and "Traceback" not in said.stderr
-    first, last = said.stdout.strip().splitlines()
-    assert first.startswith("doctor failed at ") and first.endswith(f"(exit 2): {record['line']}")
-    assert last.startswith("training ended at ")  # the run before it, said after
+    # only this attempt's story: the run that ended before the doctor failed is the previous one, not said
+    assert one_line(said).startswith("doctor failed at ") and one_line(said).endswith(f"(exit 2): {record['line']}")
+    assert "training ended" not in said.stdout
     # fixed and run again: the failure is gone
     (empty / "x").write_text("")
     passed = cli("doctor", "--only", "writable", env=service_env(tmp_path, "doctor"), cwd=tmp_path)
@@ -281,3 +281,92 @@ def test_a_service_failure_before_the_runs_start_is_history_and_the_runs_own_rec
     status.record_service("trainer", "failed", 2, "the same failure as the run's")  # this process: the run itself
     said, code = status.lines(status.read(tmp_path))
     assert code == 0 and len(said) == 1 and said[0].startswith("training: step 1 of 2 (updated ")
+
+
+def _aged(logs: Path, seconds: float) -> None:
+    """The run's record as a trainer that stopped writing `seconds` ago left it."""
+
+    def change(data: dict) -> None:
+        then = datetime.fromisoformat(data["run"]["updated"]) - timedelta(seconds=seconds)
+        data["run"]["updated"] = then.isoformat()
+
+    status.update(logs, change)
+
+
+@pytest.mark.parametrize("started_by", [None, "trainer"])
+def test_a_dead_trainer_is_not_said_to_be_running(tmp_path, monkeypatch, started_by):
+    """A trainer killed without a word (OOM killer, `docker kill`, a reboot) leaves its record at `running`: once it
+    is older than a few step times and the heartbeat, status says the trainer is likely dead, with the fix for the
+    way the run was started, and exits 1."""
+    monkeypatch.setenv("VERL_P40_SERVICE", started_by or "")
+    status.write_run(tmp_path, state="starting", started=status.now(), log="logs/train-1.log")
+    status.write_run(tmp_path, state="running", step=12, step_s=118.0, progress="step 12 of 60, 118.0 s a step")
+    _aged(tmp_path, 2 * 118)  # two step times and no heartbeat missed for long: still running
+    alive = cli("status", "--logs", str(tmp_path), env={"VERL_P40_SERVICE": ""})
+    assert alive.returncode == 0 and one_line(alive).startswith("training: step 12 of 60")
+    _aged(tmp_path, 25 * 60)
+    dead = cli("status", "--logs", str(tmp_path), env={"VERL_P40_SERVICE": ""})
+    assert dead.returncode == 1 and "Traceback" not in dead.stderr
+    line = one_line(dead)
+    assert line.startswith("training: the trainer stopped writing 29 min ago (step 12 of 60, 118.0 s a step)")
+    assert "it is likely dead" in line and "left" not in line
+    if started_by:
+        assert "`docker compose up -d trainer` resumes from the newest checkpoint" in line
+    else:
+        assert "the same verl-p40 train command resumes" in line and "docker" not in line
+
+
+def test_a_trainer_that_dies_while_starting_is_said_dead_too(tmp_path):
+    status.write_run(tmp_path, state="starting", started=status.now())
+    said, code = status.lines(status.read(tmp_path), at=datetime.now().timestamp() + 3600)
+    assert code == 1 and said[0].startswith("training: the trainer stopped writing 60 min ago (while starting")
+
+
+def test_the_heartbeat_keeps_a_slow_step_from_looking_dead(tmp_path):
+    """Between steps (a validation, a save) `verl-p40 train` still rewrites the run's record."""
+    import time
+
+    status.write_run(tmp_path, state="running", started=status.now(), step=1)
+    before = status.read(tmp_path)["run"]["updated"]
+    with status.heartbeat(tmp_path, every=0.05):
+        time.sleep(0.3)
+    run = status.read(tmp_path)["run"]
+    assert run["updated"] > before and run["heartbeat"] and run["state"] == "running" and run["step"] == 1
+
+
+def test_a_running_download_is_shown_and_the_previous_run_is_not(tmp_path, monkeypatch):
+    """`docker compose up -d trainer` after an earlier run: model-fetch downloads (~1 GB); status says so and how to
+    watch it, not the earlier run's end."""
+    logs = tmp_path / "logs"
+    status.write_run(logs, state="ended", started=status.now(), exit_code=0, progress="step 60 of 60")
+    monkeypatch.setenv("VERL_P40_LOGS", str(logs))
+    monkeypatch.setattr(status, "SESSION", "the model-fetch container")
+    status.record_service("model-fetch", "running")
+    said = cli("status", "--logs", str(logs))
+    assert said.returncode == 0 and "Traceback" not in said.stderr
+    line = one_line(said)
+    assert line.startswith("model-fetch running since ") and "downloading the model" in line
+    assert "`docker compose logs -f model-fetch`" in line and "training ended" not in line
+
+
+def test_the_doctors_fix_is_phrased_for_compose_or_the_cli(tmp_path):
+    empty = tmp_path / "empty-data"
+    empty.mkdir()
+    by_cli = cli("doctor", "--only", "data", "--data", str(empty), env={"VERL_P40_SERVICE": ""})
+    assert by_cli.returncode == 2 and f"verl-p40 prep --out {empty}" in by_cli.stdout
+    in_stack = cli("doctor", "--only", "data", "--data", str(empty), env=service_env(tmp_path, "doctor"))
+    assert in_stack.returncode == 2 and "docker compose run --rm data-prep" in in_stack.stdout
+    assert "verl-p40 prep" not in in_stack.stdout
+
+
+def test_a_run_stopped_under_compose_says_the_compose_command_that_resumes_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("VERL_P40_SERVICE", "trainer")
+    status.write_run(tmp_path, state="starting", started=status.now())
+    status.write_run(tmp_path, state="stopped", ended=status.now(), exit_code=0, progress="step 7 of 60")
+    monkeypatch.setenv("VERL_P40_SERVICE", "")  # the status service reads it
+    said, code = status.lines(status.read(tmp_path))
+    assert code == 0 and said[0].endswith("step 7 of 60; `docker compose up -d trainer` resumes")
+    monkeypatch.setattr(status, "SESSION", "a CLI run")
+    status.write_run(tmp_path, state="starting", started=status.now())
+    status.write_run(tmp_path, state="stopped", ended=status.now(), exit_code=0, progress="step 7 of 60")
+    assert status.lines(status.read(tmp_path))[0][0].endswith("step 7 of 60; the same command resumes")

@@ -55,3 +55,22 @@ class Context:
         if gpus is None:
             raise CheckSkipped("needs a GPU (see the gpu check)")
         return gpus
+
+
+def check_plan(ctx: Context) -> str:
+    """The run planned as `verl-p40 train` will plan it (same options, same machine): a plan the trainer would refuse
+    fails here, so the doctor never passes a run that cannot start (with `up -d`, a trainer that exits 2)."""
+    from verl_p40.run import status
+
+    try:
+        run = ctx.plan()
+    except CheckSkipped:
+        raise CheckFailed(
+            str(ctx._cache["plan"]),
+            status.phrased(
+                "change the setting it names in .env (GPUS=, BATCH=, TRAIN_ARGS=), then `docker compose up -d trainer`",
+                "change the option it names; `verl-p40 config` shows the plan",
+            ),
+        ) from None
+    layout = [note.removeprefix("layout: ") for note in run.notes if note.startswith("layout: ")]
+    return "; ".join(layout) or "planned"

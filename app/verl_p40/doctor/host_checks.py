@@ -9,6 +9,7 @@ from pathlib import Path
 
 from verl_p40.doctor.context import CheckFailed, CheckSkipped, Context
 from verl_p40.plan import budget
+from verl_p40.run import status
 
 MIN_SHM_BYTES = 2 * 10**9
 
@@ -19,7 +20,8 @@ def check_model(ctx: Context) -> str:
     folder = Path(ctx.options.model).expanduser()
     problems = verify.problems(folder)
     if problems:
-        raise CheckFailed(f"{folder}: {'; '.join(problems[:3])}", "verl-p40 fetch-model --out " + str(folder))
+        fix = status.phrased("docker compose run --rm model-fetch", f"verl-p40 fetch-model --out {folder}")
+        raise CheckFailed(f"{folder}: {'; '.join(problems[:3])}", fix)
     return f"{folder}: complete, {verify.parameters(folder) / 1e6:.0f}M parameters"
 
 
@@ -29,7 +31,8 @@ def check_data(ctx: Context) -> str:
     folder = Path(ctx.options.data).expanduser()
     problems, rows = folder_problems(folder)
     if problems:
-        raise CheckFailed(f"{folder}: {'; '.join(problems[:3])}", f"verl-p40 prep --out {folder}")
+        fix = status.phrased("docker compose run --rm data-prep", f"verl-p40 prep --out {folder}")
+        raise CheckFailed(f"{folder}: {'; '.join(problems[:3])}", fix)
     checked = {(folder / f"{split}.parquet").resolve() for split in rows}
     moved = _files_set_elsewhere(ctx, checked)
     for key, path in moved:  # what verl will read, where a KEY=VALUE took it out of --data

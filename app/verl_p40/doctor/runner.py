@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 from verl_p40 import VERL_VERSION, UserError, defaults
 from verl_p40.doctor.cluster_check import check_cluster
-from verl_p40.doctor.context import CheckFailed, CheckSkipped, Context
+from verl_p40.doctor.context import CheckFailed, CheckSkipped, Context, check_plan
 from verl_p40.doctor.host_checks import check_data, check_disk, check_model, check_ram, check_shm, check_writable
 from verl_p40.doctor.stack_checks import (
     check_apex,
@@ -61,6 +61,7 @@ CHECKS = [
     Check("kernels", check_kernels, "each GPU's compute capability against the torch build's kernel list"),
     Check("compute", check_compute, "fp32 matmul and SDPA forward/backward on every GPU against the CPU"),
     Check("verl", check_verl, f"verl {VERL_VERSION} installed and the verl-p40 patch set applied"),
+    Check("plan", check_plan, "the run planned as `verl-p40 train` will plan it (GPUs, batch, memory, verl's config)"),
     Check("model", check_model, "the model folder is complete (config, tokenizer, weights)"),
     Check("data", check_data, "train/test parquet in verl's RL schema"),
     Check("writable", check_writable, "checkpoints, logs and the Hugging Face cache are writable"),

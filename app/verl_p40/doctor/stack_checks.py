@@ -19,6 +19,15 @@ OLDEST_ARCH = capabilities.name(capabilities.MIN_SM["supported"])
 # Lowest driver for each CUDA major version under CUDA's minor-version compatibility (NVIDIA's CUDA
 # compatibility guide, "Minor Version Compatibility"): CUDA 11.x runs on >= 450.80.02, 12.x on >= 525.60.13.
 MIN_DRIVER = {11: "450.80.02", 12: "525.60.13"}
+# The newest driver branch that drives Maxwell, Pascal (P40, P100) and Volta: NVIDIA's Unix driver deprecation
+# schedule, "The Release 580 series will be the last to support GPUs based on the Maxwell, Pascal, and Volta
+# architectures". R590 and newer (what `cuda-drivers` installs once it is the newest) see no such card.
+LAST_DRIVER_BRANCH_FOR_OLD_GPUS = 580
+OLD_GPU_BELOW = (7, 5)  # compute capability: Maxwell 5.x, Pascal 6.x and Volta 7.0/7.2; Turing (7.5) and newer go on
+OLD_DRIVER_FIX = (
+    "install an R580 driver or older (e.g. 580.xx or 570.xx; CUDA 12 wants >= 525.60.13): NVIDIA's R580 is the last "
+    "branch that drives Pascal (P40) and Volta, R590 and newer do not"
+)
 APEX_EXTENSIONS = ("amp_C", "apex_C", "fused_layer_norm_cuda", "mlp_cuda", "syncbn")
 
 
@@ -120,8 +129,9 @@ def check_gpu(ctx: Context) -> str:
     if facts.gpus is None:
         raise CheckFailed(
             facts.no_gpu or "no NVIDIA GPU visible through NVML",
-            "install the NVIDIA driver; in Docker, run with the GPU reservation (compose) or "
-            "--gpus all, which needs the NVIDIA Container Toolkit",
+            "install the NVIDIA driver (for a P40 an R580 driver or older, e.g. 580.xx: a driver newer than R580 "
+            "does not drive a P40); in Docker, run with the GPU reservation (compose) or --gpus all, which needs the "
+            "NVIDIA Container Toolkit",
         )
     torch = _torch()
     gpus = "; ".join(g.describe() for g in facts.gpus)
@@ -129,6 +139,7 @@ def check_gpu(ctx: Context) -> str:
         return f"driver version not reported by NVML, {gpus}"
     driver, driver_cuda = facts.driver, facts.driver_cuda
     detail = f"driver {driver} (CUDA {driver_cuda[0]}.{driver_cuda[1]}), {gpus}"
+    _check_driver_branch(driver, facts.gpus, detail)
     if torch.version.cuda:
         major = int(torch.version.cuda.split(".")[0])
         needed = MIN_DRIVER.get(major)
@@ -139,6 +150,21 @@ def check_gpu(ctx: Context) -> str:
                 f"update the NVIDIA driver to {needed} or newer",
             )
     return detail
+
+
+def _check_driver_branch(driver: str, gpus, detail: str) -> None:
+    """A driver branch newer than R580 with a Maxwell, Pascal or Volta card: NVIDIA dropped them after R580."""
+    branch = (_version_tuple(driver) or (0,))[0]
+    old = [g for g in gpus if tuple(g.compute_capability) < OLD_GPU_BELOW]
+    if branch > LAST_DRIVER_BRANCH_FOR_OLD_GPUS and old:
+        named = ", ".join(
+            f"GPU {g.index} ({g.name}, sm_{g.compute_capability[0]}{g.compute_capability[1]})" for g in old
+        )
+        raise CheckFailed(
+            f"{detail}: driver branch R{branch} is too new for {named}; R{LAST_DRIVER_BRANCH_FOR_OLD_GPUS} is the "
+            "last that drives Maxwell, Pascal and Volta cards",
+            OLD_DRIVER_FIX,
+        )
 
 
 def _has_nvml_binding() -> bool:

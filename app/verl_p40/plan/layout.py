@@ -1,6 +1,11 @@
 """How many GPUs and hosts a run uses, and what that changes in verl's config.
 
-- This host's GPUs: every GPU NVML reports, or those `--gpus` (VERL_P40_GPUS) names, as NVML numbers them ("0,1").
+- This host's GPUs: every GPU NVML reports, or those `--gpus` (VERL_P40_GPUS; GPUS= in compose's .env) names, as NVML
+  numbers them ("0,1"). With `all`, a card unfit to train beside the others is left out with a line naming it: one
+  older than the oldest supported architecture, or with less than half the largest card's memory (a display card
+  beside P40s, which have no video output); and with the recipe's batch (`--batch recipe`) the count is taken down
+  to a power of two (3 P40s: GPUs 0 and 1), since the recipes' sequences a step split evenly over 1, 2, 4 or 8 GPUs
+  only; `--batch per-gpu` uses them all. No 3-GPU host was at hand to run either; the plans are tested.
   The trainer then sees exactly those (CUDA_VISIBLE_DEVICES, with CUDA numbering GPUs in NVML's PCI order), and
   verl's `trainer.n_gpus_per_node` is their count. Every host of a cluster is assumed to have as many (verl's own
   assumption).
@@ -33,6 +38,7 @@ class Layout:
     gpus: tuple[GPUInfo, ...]  # this host's GPUs the trainer uses
     nodes: int = 1
     subset: bool = False  # fewer than every GPU of the host
+    left_out: str | None = None  # with `all`: which GPUs were left out and why, in a line
 
     @property
     def per_node(self) -> int:
@@ -48,24 +54,63 @@ class Layout:
         return host + (f" on each of {self.nodes} hosts" if self.nodes > 1 else "")
 
 
-def choose(gpus: list[GPUInfo] | None, spec: str, nodes: int = 1) -> Layout:
-    """The layout for `gpus` (None: no driver here) restricted by `spec`, on `nodes` hosts."""
+def choose(gpus: list[GPUInfo] | None, spec: str, nodes: int = 1, batch: str = "recipe") -> Layout:
+    """The layout for `gpus` (None: no driver here) restricted by `spec`, on `nodes` hosts; with `all`, the GPUs fit
+    to train together (`usable`) for the batch mode."""
     wanted = parse_gpus(spec)
     if gpus is None:
         if wanted is not None:
-            raise UserError(f"--gpus {spec}: no GPU driver (NVML) here to check it against; leave it at all")
+            raise UserError(
+                f"--gpus {spec}: no GPU driver (NVML) here to check it against; leave it at all (with compose: "
+                "GPUS=all in .env)"
+            )
         return Layout((), nodes)
     if wanted is None:
-        return Layout(tuple(gpus), nodes)
+        chosen, why = usable(gpus, batch)
+        return Layout(chosen, nodes, subset=len(chosen) < len(gpus), left_out=why)
     have = {g.index: g for g in gpus}
     missing = [i for i in wanted if i not in have]
     if missing:
         raise UserError(
             f"--gpus {spec}: this host has no GPU {', '.join(map(str, missing))} "
-            f"(it has {', '.join(str(g.index) for g in gpus)})"
+            f"(it has {', '.join(str(g.index) for g in gpus)}); name GPUs it has (--gpus; with compose GPUS= in .env, "
+            f"e.g. GPUS={','.join(str(g.index) for g in gpus[:2])})"
         )
     chosen = tuple(have[i] for i in wanted)
     return Layout(chosen, nodes, subset=len(chosen) < len(gpus))
+
+
+def usable(gpus: list[GPUInfo], batch: str = "recipe") -> tuple[tuple[GPUInfo, ...], str | None]:
+    """The GPUs `all` trains on, and the line that names those left out (None: none): cards older than the oldest
+    supported architecture or with less than half the largest card's memory go, then, with the recipe's batch, the
+    last ones past a power of two."""
+    from verl_p40.plan import capabilities
+
+    oldest, largest = capabilities.MIN_SM["supported"], max(g.memory_total_gib for g in gpus)
+    reasons = {}
+    for g in gpus:
+        if capabilities.of(*g.compute_capability) < oldest:
+            reasons[g.index] = f"older than {capabilities.name(oldest)}"
+        elif g.memory_total_gib < largest / 2:
+            reasons[g.index] = f"{g.memory_total_gib:.1f} GiB, under half the {largest:.1f} GiB of the largest"
+    fit = [g for g in gpus if g.index not in reasons] or list(gpus)  # none fit: plan them all, the plan says why
+    reasons = {i: why for i, why in reasons.items() if i not in {g.index for g in fit}}
+    if batch == "recipe" and len(fit) not in (1, 2, 4, 8):
+        keep = 1 << (min(len(fit), 8).bit_length() - 1)
+        for g in fit[keep:]:
+            reasons[g.index] = (
+                f"the recipe's sequences a step split evenly over 1, 2, 4 or 8 GPUs, so {keep} of these "
+                f"{len(fit)} train (BATCH=per-gpu / --batch per-gpu trains on all {len(fit)}, each GPU its own batch)"
+            )
+        fit = fit[:keep]
+    if not reasons:
+        return tuple(fit), None
+    named = "; ".join(f"GPU {g.index} ({g.name}): {reasons[g.index]}" for g in gpus if g.index in reasons)
+    using = ",".join(str(g.index) for g in fit)
+    return tuple(fit), (
+        f"GPUs {using} of {len(gpus)} train, left out: {named}; GPUS={using} in .env (--gpus {using}) says so "
+        "explicitly, GPUS= picks others"
+    )
 
 
 def weakest(gpus: tuple[GPUInfo, ...] | list[GPUInfo]) -> GPUInfo:
@@ -83,7 +128,8 @@ def env(layout: Layout) -> dict[str, str]:
 def settings(layout: Layout) -> tuple[dict[str, int], list[str]]:
     """{verl key: value} for the layout (GPU and host counts) and its note."""
     counts = dict(zip(GPUS_KEYS, (layout.per_node, layout.nodes)))
-    return counts, [f"layout: {layout.describe()}, {layout.world} in all"]
+    notes = [f"layout: {layout.describe()}, {layout.world} in all"]
+    return counts, notes + ([f"layout: {layout.left_out}"] if layout.left_out else [])
 
 
 def batch(layout: Layout, verl: dict, mode: str = "recipe") -> tuple[dict[str, int], list[str]]:

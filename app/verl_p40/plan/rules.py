@@ -164,8 +164,8 @@ def check(cfg: Any, base: Any, origins: dict[str, str]) -> None:
         counts = [str(g) for g in range(1, 9) if sequences % g == 0]
         problems.append(
             f"{_all_where(keys, origins)}: {layout}: the sequences must divide evenly over the GPUs; train on "
-            f"{', '.join(counts)} GPUs (--gpus), or set data.train_batch_size to a multiple of "
-            f"{gpus // math.gcd(gpus, n)}"
+            f"{', '.join(counts)} GPUs (--gpus; with compose GPUS= in .env), or --batch per-gpu (BATCH=per-gpu), or "
+            f"set data.train_batch_size to a multiple of {gpus // math.gcd(gpus, n)}"
         )
     groups = [("actor_rollout_ref.actor", "actor_rollout_ref.actor.use_dynamic_bsz")]
     if run.critic:

@@ -104,7 +104,8 @@ def resolve_profile(
 
 def hardware(options: RunOptions, facts: Facts, user_sets: dict[str, str]) -> Hardware:
     """The layout of the GPUs and hosts, the profile for them, completed for what the machine has installed."""
-    layout = layout_mod.choose(list(facts.gpus) if facts.gpus is not None else None, options.gpus, options.nodes)
+    found = list(facts.gpus) if facts.gpus is not None else None
+    layout = layout_mod.choose(found, options.gpus, options.nodes, options.batch)
     profile, notes, sm = resolve_profile(options.profile, layout.gpus, facts.no_gpu)
     check_settings(profile.verl, str(profile.path))
     where = engines.Where(sm=sm, vllm=facts.vllm, triton=facts.triton)

@@ -52,7 +52,7 @@ def ray_start(extra: list[str], gpus: int, ip: str | None, base: int) -> list[st
 
 def _layout(options, gpus: tuple[GPUInfo, ...] | None) -> layout_mod.Layout:
     """This host's share of the cluster, from the GPUs the command read (`Facts`), as the plan chooses it."""
-    return layout_mod.choose(list(gpus) if gpus is not None else None, options.gpus, options.nodes)
+    return layout_mod.choose(list(gpus) if gpus is not None else None, options.gpus, options.nodes, options.batch)
 
 
 def _run(command: list[str], env: dict[str, str]) -> None:

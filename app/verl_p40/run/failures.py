@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from verl_p40.run import status
+
 # Which verl worker method ran out of memory, and the setting that bounds its memory.
 OOM_PHASES = [
     ("update_actor", "the actor's update", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"),
@@ -115,16 +117,23 @@ class Diagnosis:
             return (
                 f"disk full{where}: free space under the checkpoint folder, or keep fewer checkpoints "
                 "(trainer.max_actor_ckpt_to_keep=1 trainer.max_critic_ckpt_to_keep=1) or save less often "
-                "(trainer.save_freq); `verl-p40 doctor` says how much a run needs"
+                f"(trainer.save_freq); {_doctor()} says how much a run needs"
             )
         if self.worker_died:
             return (
                 "a Ray worker of the trainer died (killed: on a P40 host usually the kernel's out-of-memory killer, "
                 "which `dmesg` or `journalctl -k` names; host memory is the p40 plan's limit): free host memory or "
-                "lower the CPU offload (`verl-p40 doctor` says how much a run needs); the same command resumes from "
-                "the newest complete checkpoint"
+                f"lower the CPU offload ({_doctor()} says how much a run needs); "
+                + status.phrased("`docker compose up -d trainer`", "the same command")
+                + " resumes from the newest complete checkpoint"
             )
         if self.parquet:
             where = self.parquet_path or "the data folder"
-            return f"{where}: not a readable parquet file ({self.parquet}): make the data again with `verl-p40 prep`"
+            again = status.phrased("`docker compose run --rm data-prep`", "`verl-p40 prep`")
+            return f"{where}: not a readable parquet file ({self.parquet}): make the data again with {again}"
         return None
+
+
+def _doctor() -> str:
+    """The doctor as the user starts it: the compose one-off (not re-running model-fetch, data-prep) or the CLI."""
+    return status.phrased("`docker compose run --rm --no-deps doctor`", "`verl-p40 doctor`")

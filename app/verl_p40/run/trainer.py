@@ -52,7 +52,8 @@ def run_trainer(run: RunPlan, logs: str, locks: tuple[int, ...] = ()) -> int:
         previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
         code: int | None = None
         try:
-            code = _follow(child, log, watcher)
+            with status.heartbeat(logs):  # `verl-p40 status` tells a dead trainer from a slow step by it
+                code = _follow(child, log, watcher)
             if code == 0 and files.stop.exists():
                 _say("stopped on request with the last step saved; the same command resumes from it")
             return code

@@ -1,16 +1,36 @@
 """A stand-in for nvidia-ml-py's `pynvml` that reports one Tesla P40 (sm_61, 24 GiB) behind driver 535.183.01
 (CUDA 12.2), as a P40 host's NVML does: the tests run with it on the PYTHONPATH to check the suite on a GPU host
 (`VERL_P40_TEST_NVML=p40 bash tests/run.sh`; CI does). Only what verl-p40 reads (app/verl_p40/gpu/) is here; any
-other name is an AttributeError, so a new NVML call in the product shows up as a failing test, not a silent zero."""
+other name is an AttributeError, so a new NVML call in the product shows up as a failing test, not a silent zero.
+
+A test may describe another host through the environment (the `verl-p40` it starts reads it too):
+VERL_P40_TEST_NVML_DRIVER="590.44.01" for the driver, VERL_P40_TEST_NVML_GPUS="Tesla P40:6.1:24,..." for the cards
+(name, compute capability, GiB each, in NVML's index order)."""
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 NAME = b"Tesla P40"
 COMPUTE_CAPABILITY = (6, 1)
 MEMORY_TOTAL = 24 * 2**30  # a P40's 24 GiB (NVML reports 24,438,423,552 bytes usable on one; the card's size here)
-DRIVER = "535.183.01"
+DRIVER = os.environ.get("VERL_P40_TEST_NVML_DRIVER") or "535.183.01"
+
+
+def _cards() -> list[tuple[bytes, tuple[int, int], int]]:
+    spec = os.environ.get("VERL_P40_TEST_NVML_GPUS")
+    if not spec:
+        return [(NAME, COMPUTE_CAPABILITY, MEMORY_TOTAL)]
+    cards = []
+    for card in spec.split(","):
+        name, cc, gib = card.split(":")
+        major, minor = cc.split(".")
+        cards.append((name.encode(), (int(major), int(minor)), int(float(gib) * 2**30)))
+    return cards
+
+
+CARDS = _cards()
 CUDA_DRIVER = 12020
 
 NVML_TEMPERATURE_GPU = 0
@@ -54,7 +74,7 @@ def nvmlShutdown() -> None:
 
 
 def _handle(handle):
-    if handle != 0:
+    if not isinstance(handle, int) or not 0 <= handle < len(CARDS):
         raise NVMLError_InvalidArgument()
     return handle
 
@@ -68,7 +88,7 @@ def nvmlSystemGetCudaDriverVersion() -> int:
 
 
 def nvmlDeviceGetCount() -> int:
-    return 1
+    return len(CARDS)
 
 
 def nvmlDeviceGetHandleByIndex(index: int) -> int:
@@ -76,18 +96,16 @@ def nvmlDeviceGetHandleByIndex(index: int) -> int:
 
 
 def nvmlDeviceGetName(handle) -> bytes:
-    return NAME if _handle(handle) == 0 else b""
+    return CARDS[_handle(handle)][0]
 
 
 def nvmlDeviceGetCudaComputeCapability(handle) -> tuple[int, int]:
-    _handle(handle)
-    return COMPUTE_CAPABILITY
+    return CARDS[_handle(handle)][1]
 
 
 def nvmlDeviceGetMemoryInfo(handle):
-    _handle(handle)
-    used = 0
-    return SimpleNamespace(total=MEMORY_TOTAL, used=used, free=MEMORY_TOTAL - used)
+    total, used = CARDS[_handle(handle)][2], 0
+    return SimpleNamespace(total=total, used=used, free=total - used)
 
 
 def nvmlDeviceGetUtilizationRates(handle):
