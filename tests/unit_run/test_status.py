@@ -5,7 +5,7 @@ import json
 import os
 import subprocess
 import sys
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -338,7 +338,9 @@ def test_a_running_download_is_shown_and_the_previous_run_is_not(tmp_path, monke
     """`docker compose up -d trainer` after an earlier run: model-fetch downloads (~1 GB); status says so and how to
     watch it, not the earlier run's end."""
     logs = tmp_path / "logs"
-    status.write_run(logs, state="ended", started=status.now(), exit_code=0, progress="step 60 of 60")
+    an_hour_ago = (datetime.now(timezone.utc) - timedelta(hours=1)).isoformat(timespec="milliseconds")
+    status.write_run(logs, state="ended", started=an_hour_ago, exit_code=0, progress="step 60 of 60")
+    _aged(logs, 50 * 60)  # it ended 50 minutes ago: records written in the same millisecond would tie
     monkeypatch.setenv("VERL_P40_LOGS", str(logs))
     monkeypatch.setattr(status, "SESSION", "the model-fetch container")
     status.record_service("model-fetch", "running")
