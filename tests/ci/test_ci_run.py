@@ -32,6 +32,8 @@ def _layout(tmp_path: Path, failing: set[str]) -> Path:
         # run.sh's setup (--version) passes; its suite (-q ...) fails where "suite" is in `failing`
         said = "suite" if name == "run.sh" else name
         fail = '[ "$1" = --version ] || exit 1' if said in failing else ""
+        if name == "run.sh" and "setup" in failing:
+            fail = "exit 1"
         target.write_text(f'#!/bin/sh\necho "{name} $*" >> "$CI_TRACE"\n{fail}\nexit 0\n')
         target.chmod(0o755)
     return root
@@ -71,3 +73,30 @@ def test_all_steps_passing_exit_0_with_a_summary(tmp_path):
     assert lines[-1] == ".ci/run: every step passed"
     summary = lines[lines.index(next(x for x in lines if x.startswith("=== .ci/run summary"))) + 1 : -1]
     assert len(summary) == 8 and all(" passed " in line for line in summary), summary
+
+
+def test_a_failed_setup_runs_what_needs_no_venv_and_not_the_setup_again(tmp_path):
+    """The steps that need .venv are recorded as not run (tests/run.sh would start the binding's ~10-minute build
+    again); the lock check, the image build and the e2e still run."""
+    result, trace = _ci(_layout(tmp_path, {"setup"}), tmp_path)
+    assert result.returncode == 1
+    ran = [line.split()[0] for line in trace]
+    assert ran.count("run.sh") == 1 and "ruff" not in ran and "pytest-second-pass" not in ran
+    assert {"lock", "build", "e2e"} <= set(ran)
+    assert "suite under the P40 stand-in NVML (tests/run.sh): not run (setup failed)" in result.stdout
+    assert (
+        result.stdout.strip()
+        .splitlines()[-1]
+        .startswith(
+            ".ci/run: 5 step(s) failed: setup: .venv, the test stack, llama.cpp's binding (tests/run.sh); suite under"
+        )
+    )
+
+
+def test_a_background_step_that_dies_without_a_result_is_a_failure_not_a_hang(tmp_path):
+    root = _layout(tmp_path, set())
+    # the lock check's stand-in kills the subshell that would write its result
+    (root / "docker" / "check-lock.sh").write_text('#!/bin/sh\necho "lock" >> "$CI_TRACE"\nkill -9 $PPID\n')
+    result, _ = _ci(root, tmp_path)
+    assert result.returncode == 1, result.stdout
+    assert "image lock check (docker/check-lock.sh): FAILED (exit died)" in result.stdout

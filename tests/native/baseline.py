@@ -15,6 +15,7 @@ and that must not take the asking process with it.
 
 from __future__ import annotations
 
+import platform
 import re
 import signal
 import subprocess
@@ -59,7 +60,10 @@ _PROBE = (
 
 def installed(python: str = sys.executable) -> tuple[str, str] | str:
     """(version, system info) of the binding `python` imports, or why there is none (one line)."""
-    proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=120)
+    try:
+        proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return "llama_cpp does not import: no answer in 120 s"
     if proc.returncode < 0:
         return f"llama_cpp does not import: the process died with {signal.Signals(-proc.returncode).name}"
     if proc.returncode != 0:
@@ -69,8 +73,12 @@ def installed(python: str = sys.executable) -> tuple[str, str] | str:
     return version.strip(), info.strip()
 
 
-def cpu_lacks_avx2(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
-    """Why this CPU cannot run a baseline build (no AVX2 in its flags), or None. Not Linux: None (not known)."""
+def cpu_lacks_avx2(cpuinfo: Path = Path("/proc/cpuinfo"), machine: str | None = None) -> str | None:
+    """Why this CPU cannot run a baseline build (not x86-64, or no AVX2 in its flags), or None. An x86-64 machine
+    without /proc/cpuinfo (not Linux): None (not known)."""
+    machine = machine or platform.machine()
+    if machine.lower() not in ("x86_64", "amd64"):
+        return f"this CPU is {machine}, not x86-64 with AVX2"
     try:
         text = cpuinfo.read_text()
     except OSError:

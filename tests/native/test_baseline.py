@@ -63,8 +63,9 @@ def test_a_cpu_without_avx2_is_named(tmp_path):
         baseline.cpu_lacks_avx2(cpuinfo) == "this CPU has no AVX2 (/proc/cpuinfo), the baseline llama.cpp is built for"
     )
     cpuinfo.write_text("flags\t\t: fpu avx avx2 fma f16c avx512f amx_tile\n")
-    assert baseline.cpu_lacks_avx2(cpuinfo) is None
-    assert baseline.cpu_lacks_avx2(tmp_path / "absent") is None  # not Linux: not known, the tests run
+    assert baseline.cpu_lacks_avx2(cpuinfo, machine="x86_64") is None
+    assert baseline.cpu_lacks_avx2(tmp_path / "absent", machine="x86_64") is None  # not Linux: not known, they run
+    assert baseline.cpu_lacks_avx2(cpuinfo, machine="aarch64") == "this CPU is aarch64, not x86-64 with AVX2"
 
 
 def test_a_binding_that_does_not_import_is_said_in_one_line(tmp_path):

@@ -16,12 +16,19 @@ def _llama(path, n_ctx: int = 256):
     return Llama(str(path), n_ctx=n_ctx, n_threads=2, logits_all=True, verbose=False)
 
 
+def ends_answer(llm, token: int) -> bool:
+    """An end-of-generation token (<|im_end|>, <|endoftext|>, ...): where the chat API ends an answer."""
+    import llama_cpp
+
+    return bool(llama_cpp.llama_vocab_is_eog(llm._model.vocab, token))
+
+
 def continuation(llm, ids: list[int], limit: int = NEW_TOKENS) -> list[int]:
-    """The file's own greedy continuation of `ids`, up to `limit` tokens, ending before its end-of-answer token (where
-    the chat API ends an answer)."""
+    """The file's own greedy continuation of `ids`, up to `limit` tokens, ending before an end-of-generation token
+    (where the chat API ends an answer)."""
     out: list[int] = []
     for token in llm.generate(ids, temp=0.0, reset=True):
-        if token == llm.token_eos() or len(out) == limit:
+        if ends_answer(llm, token) or len(out) == limit:
             break
         out.append(token)
     return out
@@ -58,19 +65,20 @@ def chat(path, chats: list, ids: list[list[int]]) -> dict:
             seen["completion"].append(token)
             yield token
 
-    llm.generate = recording
     replies = []
     for messages, want in zip(chats, ids):
+        llm.generate = recording  # the chat API's own call of generate(), recorded; the continuation below is not
         reply = llm.create_chat_completion(messages, max_tokens=NEW_TOKENS, temperature=0.0)
-        completion = seen["completion"]  # what generate() yielded: the answer, and its end-of-answer token if it came
-        if completion and completion[-1] == llm.token_eos():
+        del llm.generate
+        prompt, completion = seen["prompt"], seen["completion"]  # the answer, and its end token if one came
+        if completion and ends_answer(llm, completion[-1]):
             completion = completion[:-1]
         direct = continuation(llm, want)
         replies.append(
             {
                 "usage": reply["usage"],
                 "content": reply["choices"][0]["message"]["content"],
-                "prompt_ids": seen["prompt"],
+                "prompt_ids": prompt,
                 "completion_ids": completion,
                 "direct": direct,
                 "direct_text": llm.detokenize(direct).decode(errors="ignore"),

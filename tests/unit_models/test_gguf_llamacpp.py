@@ -24,9 +24,10 @@ from native.child import in_child
 from verl_p40.models import export
 from verl_p40.models.options import ExportOptions
 
-pytestmark = pytest.mark.skipif(
+# the tests that load llama.cpp; the others (the chat comparison's message, export's refusals) run everywhere
+needs_the_baseline = pytest.mark.skipif(
     baseline.cpu_lacks_avx2() is not None,
-    reason=f"{baseline.cpu_lacks_avx2()}: the llama.cpp tests need it (requirements/llamacpp.txt)",
+    reason=f"{baseline.cpu_lacks_avx2()}: llama.cpp is built for that baseline here (requirements/llamacpp.txt)",
 )
 
 # chat-formatted prompts with Chinese, digits, runs of spaces and newlines: where a pre-tokenizer differs, ids differ
@@ -74,6 +75,7 @@ def _prompt(tokenizer, chat) -> str:
     return tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
 
 
+@needs_the_baseline
 @pytest.mark.parametrize("kind", ["f16", "q8_0"])
 def test_llamacpp_tokenizes_chat_prompts_as_qwen25(exported, hf, kind):
     tokenizer, _ = hf
@@ -90,6 +92,7 @@ def test_llamacpp_tokenizes_chat_prompts_as_qwen25(exported, hf, kind):
     assert int(meta["tokenizer.ggml.padding_token_id"]) == tokenizer.pad_token_id
 
 
+@needs_the_baseline
 def test_special_tokens_from_a_folder_with_only_vocab_and_merges(exported, hf, tmp_path):
     """Qwen2.5's own folder (tests/fixtures, ../shared) has vocab.json and merges.txt but no tokenizer.json: the
     eos, padding and BOS settings llama.cpp reads are the tokenizer's all the same."""
@@ -121,6 +124,7 @@ def chat_differences(want_prompt: list[int], reply: dict) -> list[str]:
     return said
 
 
+@needs_the_baseline
 def test_llamacpp_chat_api_applies_the_checkpoints_template_from_the_file(exported, hf):
     """The chat API's prompt is transformers' prompt token for token, and its greedy answer is the file's own greedy
     continuation of that prompt, ending at the same end-of-answer token. A failure lists both, in token ids."""
@@ -184,6 +188,7 @@ def _gap(ours: np.ndarray, reference: np.ndarray) -> float:
     return gap
 
 
+@needs_the_baseline
 def test_llamacpp_f16_greedy_answers_are_transformers_answers(exported, hf):
     """Token for token, or parting only where transformers' own top two tokens are closer than f16's rounding (0.5 %
     of the logits' spread: llama.cpp rounds the activations to f16 before each f16 product); and the logits along
@@ -204,6 +209,7 @@ def test_llamacpp_f16_greedy_answers_are_transformers_answers(exported, hf):
         assert _gap(scores[: len(prefix)], _logits(model, prefix)) < 0.005
 
 
+@needs_the_baseline
 def test_llamacpp_q8_0_logits_are_transformers_logits_within_8_bit_precision(exported, hf):
     """Along the chat-formatted prompts, within 15 % of their spread (12.5 % seen): weights and activations in
     8-bit blocks, on a random model of 32-wide rows whose large weights (initializer_range 0.5) carry the rounding
@@ -216,6 +222,7 @@ def test_llamacpp_q8_0_logits_are_transformers_logits_within_8_bit_precision(exp
         assert _gap(scores, _logits(model, ids)) < 0.15
 
 
+@needs_the_baseline
 def test_the_binding_in_use_is_built_for_the_baseline():
     """The llama.cpp these tests load reads AVX2 = 1 and no AVX-512/AVX-VNNI/AMX in llama_print_system_info()
     (requirements/llamacpp.txt): a native build (issue 66's SIGILL) fails here in words, not in a crash."""
