@@ -471,6 +471,7 @@ def test_doctor_entrypoint_reports_every_check(tmp_path):
         "kernels",
         "compute",
         "verl",
+        "plan",
         "model",
         "data",
         "writable",
