@@ -5,6 +5,7 @@ cannot do goes to generate() with a line. Its CUDA graph runs only on a GPU (ben
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -185,3 +186,39 @@ def test_a_decoder_that_fails_hands_the_rest_of_the_process_to_generate(tiny, mo
         assert p40_decode.generator(model, {"p40_decode": "eager"}) == model.generate
     finally:
         p40_decode._failed.clear()
+
+
+_ONE_RANK_FAILS = """
+import torch
+
+
+def body(r, decode):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, eos_token_id=63, pad_token_id=0)
+    model = Qwen2ForCausalLM(config).eval()
+    kwargs = {"input_ids": torch.randint(1, 60, (2, 5)), "attention_mask": torch.ones(2, 5, dtype=torch.long),
+              "max_new_tokens": 6, "do_sample": False, "eos_token_id": 63, "pad_token_id": 0}
+    if r == 1:  # a path the decoder was never run on, on this rank only
+        def broken(*args, **kw):
+            raise RuntimeError("weights not found on rank 1")
+        decode._plain_copy = broken
+    out = decode.generator(model, {"p40_decode": "eager"})(**kwargs)
+    return {
+        "as_generate": isinstance(out, torch.Tensor) and bool(torch.equal(out, model.generate(**kwargs))),
+        "later_calls_generate": decode.generator(model, {"p40_decode": "eager"}) == model.generate,
+    }
+"""
+
+
+def test_a_decoder_failing_on_one_rank_sends_every_rank_to_generate(tmp_path):
+    """On 2 and 4 GPUs, generate() on the FSDP model all-gathers every layer and all-reduces every token (transformers
+    turns synced_gpus on), while the decoder runs none: a rank falling back alone would leave the others' collectives
+    unmatched and hang NCCL. The ranks agree after each decode (an all-reduce of success): rank 1's decoder fails, so
+    both ranks answer with generate() for that call and every later one (gloo, two processes)."""
+    from conftest import run_two_ranks
+
+    first, second = run_two_ranks(tmp_path, _ONE_RANK_FAILS, Path(p40_decode.__file__))
+    assert first == second == {"as_generate": True, "later_calls_generate": True}

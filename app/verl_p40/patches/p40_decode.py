@@ -353,18 +353,25 @@ def _generate(module, graph: bool, log_probs_at, input_ids=None, attention_mask=
     )
     stopping = inner._get_stopping_criteria(generation_config=config, stopping_criteria=StoppingCriteriaList())
     _register_attention()
+    out = None
     try:
         with _full_weights(module) as weights:
             model = _plain_copy(inner, weights)
-            return decode(model, input_ids, attention_mask, config, processors, stopping, graph, log_probs_at)
+            out = decode(model, input_ids, attention_mask, config, processors, stopping, graph, log_probs_at)
     except torch.cuda.OutOfMemoryError:
         raise  # generate() would need the same memory: the plan's sizes are what to change
     except Exception as exc:  # noqa: BLE001 - a path the decoder was never run on (a torch, a sharding): not fatal
         _failed.append(f"{type(exc).__name__}: {str(exc)[:300]}")
-        _say_once(f"the decoder failed ({_failed[0]}); transformers' generate() decodes from here on")
-        return module.generate(
-            input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config, **kwargs
-        )
+    # every rank decodes or every rank generates: generate() on the FSDP model all-gathers each layer and all-reduces
+    # each token (transformers' synced_gpus), the decoder none of that, so one rank falling back alone would hang
+    if every_rank(out is not None):
+        return out
+    if not _failed:
+        _failed.append("it failed on another rank")
+    _say_once(f"the decoder failed ({_failed[0]}); transformers' generate() decodes from here on, on every rank")
+    return module.generate(
+        input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config, **kwargs
+    )
 
 
 def wants_log_probs(config) -> bool:
