@@ -151,3 +151,17 @@ def test_best_after_a_record_kept_aside_names_it(tmp_path, case):
     aside = next(root.glob("verl-p40-run.json.damaged-*"))
     with pytest.raises(UserError, match=f"kept aside as {aside}"):
         checkpoints.best_checkpoint(tmp_path / case)
+
+
+def test_a_resumed_train_names_a_record_kept_aside_and_writes_no_new_one(tmp_path):
+    """`verl-p40 train` on a folder whose record the trainer kept aside: the one line, never a record from empty."""
+    from verl_p40 import UserError
+    from verl_p40.models import checkpoints
+    from verl_p40.patches import p40_checkpoints as pc
+
+    root = Path(_world(tmp_path)["cut-short"]).parent
+    pc.record_validation(str(root), 3, {KEY: 0.5}, False)
+    aside = next(root.glob("verl-p40-run.json.damaged-*"))
+    with pytest.raises(UserError, match=f"kept aside as {aside}; repair that file and move it back"):
+        checkpoints.write_run_record({"checkpoints": str(root), "algorithm": "ppo", "lora": None})
+    assert not (root / "verl-p40-run.json").exists()
