@@ -21,8 +21,8 @@ BASE_LEVELS = {
     "child": 0,
     "reward": 0,  # loaded by verl by file path: it stands alone
     "options": 1,  # option declarations (UserError)
-    "state_files": 1,  # the files verl-p40 reads back, checked as read (UserError)
-    "outputs": 2,  # output folders (atomic writes, their ledgers read as state files)
+    "state_files": 2,  # the files verl-p40 reads back, checked as read (UserError; the run folder's reader of patches)
+    "outputs": 3,  # output folders (atomic writes, their ledgers read as state files)
     "patches": 1,  # the verl 0.5.0 patch set (atomic writes, the worker settings of defaults)
     "memcap": 2,  # the memory cap's rule and its application (defaults, options)
     "worker_hooks": 3,  # what verl's workers import: the memory cap, TF32, cuDNN attention

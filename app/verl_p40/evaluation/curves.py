@@ -6,12 +6,13 @@ from pathlib import Path
 
 from verl_p40.gpu.csv_log import read_gpu_csv
 from verl_p40.gpu.plots import pyplot
+from verl_p40.patches.p40_run_folder import VALIDATION_KEY
 from verl_p40.run.trainer_log import read_steps
 
 CURVES = [
     ("critic/score/mean", "reward (score) mean"),
     ("reward/acc/mean", "sampled answers correct (the reward's method)"),
-    ("val-core/openai/gsm8k/acc/mean@1", "validation accuracy, greedy (val.parquet, held out by prep)"),
+    (VALIDATION_KEY, "validation accuracy, greedy (val.parquet, held out by prep)"),
     ("reward/format/mean", "answers in the '#### N' format"),
     ("actor/reward_kl_penalty", "KL to reference (in reward)"),
     ("actor/kl_loss", "KL to reference (as a loss: GRPO)"),

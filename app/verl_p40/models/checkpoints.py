@@ -5,6 +5,9 @@ weights with the run's alpha.
 verl's merger writes a LoRA checkpoint as the base weights plus a `lora_adapter/` folder whose config says
 `lora_alpha: 0` (verl 0.5.0 does not know the run's alpha there); `verl-p40 train` records the alpha in
 `verl-p40-run.json` beside the checkpoints, and the adapter is kept, with the right alpha, beside the merged model.
+
+The run's folder is read by `verl_p40.patches.p40_run_folder`, the reader verl's trainer uses too; this module turns
+what it finds wrong into the one line that ends the command (`UserError`), with the fix.
 """
 
 from __future__ import annotations
@@ -19,16 +22,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from verl_p40 import UserError, state_files
+from verl_p40 import UserError
 from verl_p40.atomic import staged
 from verl_p40.models.options import BEST, LATEST
 from verl_p40.patches import p40_best
 from verl_p40.patches import p40_checkpoints as checkpoint_files
+from verl_p40.patches import p40_run_folder as run_folder
 
-TRACKER = checkpoint_files.TRACKER
+TRACKER = run_folder.TRACKER
 
 MERGED = "merged_hf_fp32"
-RUN_RECORD = checkpoint_files.RUN_RECORD  # written by `verl-p40 train` in <checkpoints>/<experiment>/
+RUN_RECORD = run_folder.RUN_RECORD  # written by `verl-p40 train` in <checkpoints>/<experiment>/
 
 
 def latest_checkpoint(root: Path) -> Path:
@@ -63,32 +67,17 @@ def latest_checkpoint(root: Path) -> Path:
 def read_tracker(tracker: Path) -> tuple[int, str | None]:
     """(the step verl's tracker names, None), or (-1 when it cannot be read, -2 when it is not a step; what is
     wrong with it)."""
-    text, problem = state_files.read_text(tracker)
-    if text is None:
-        if problem and problem.startswith("not UTF-8"):
-            return -2, f"cannot read it ({problem})"
-        return -1, problem or "cannot read it (not there)"
-    step = text.strip()
-    if not re.fullmatch(r"[0-9]+", step):
-        return -2, f"says {step[:40]!r}, not a step number"
-    return int(step), None
+    return run_folder.read_tracker(tracker)
 
 
 def complete_steps(experiment: Path) -> list[int]:
-    """The steps of an experiment folder whose save completed (verl-p40's marker, written after every file of the
-    step was fsynced). An experiment saved without markers (an older verl-p40: no `verl-p40-marked-saves` file) is
-    taken as verl took it: the tracker's step, when its folder is there."""
-    if (Path(experiment) / checkpoint_files.MARKED).exists():
-        return checkpoint_files.complete_steps(str(experiment))
-    step, problem = read_tracker(Path(experiment) / TRACKER)
-    return [step] if problem is None and (Path(experiment) / f"global_step_{step}" / "actor").is_dir() else []
+    """The steps of an experiment folder whose save completed (`p40_run_folder.complete_steps`)."""
+    return run_folder.complete_steps(str(experiment))
 
 
 def half_written(experiment: Path) -> list[str]:
     """The step folders whose save was cut short (no completion marker), by name."""
-    done = set(complete_steps(experiment))
-    folders = checkpoint_files.step_folders(str(experiment))
-    return [Path(folders[s]).name for s in sorted(folders) if s not in done]
+    return run_folder.half_written(str(experiment))
 
 
 def resume_line(experiment: Path) -> str:
@@ -132,11 +121,20 @@ RECORD_FIX = (
     "restore it from a copy, or move it away (the next verl-p40 train writes a new one, without the validations it "
     "held) and pass the step you mean as .../global_step_N/actor instead of best"
 )
+KEPT_ASIDE_FIX = (
+    "repair that file and move it back (or restore a copy), or remove it to go on without its validations (best "
+    "then takes the newest step); or pass the step you mean as .../global_step_N/actor instead of best"
+)
 
 
 def read_run_record(experiment: Path) -> dict:
-    """The run record of an experiment folder, read whole ({} when there is none); else the one line naming it."""
-    return state_files.load_json(Path(experiment) / RUN_RECORD, RECORD_FIX) or {}
+    """The run record of an experiment folder, read whole and of its shape ({} when there is none); else the one
+    line naming it and the fix."""
+    path = Path(experiment) / RUN_RECORD
+    record, problem = run_folder.read_record(str(experiment))
+    if problem:
+        raise UserError(f"{path}: {problem}; {RECORD_FIX if path.exists() else KEPT_ASIDE_FIX}")
+    return record or {}
 
 
 def validated_history(experiment: Path) -> dict[int, float]:
@@ -144,46 +142,11 @@ def validated_history(experiment: Path) -> dict[int, float]:
     folders: a record that cannot be read whole, a validation that is not a step with an accuracy from 0 to 1, or a
     best step whose folder is gone, whose save did not complete or whose accuracy is not its validation's, is the one
     line naming the record and the fix, never a history of fewer steps (which would hand over another step)."""
-    path = Path(experiment) / RUN_RECORD
     record = read_run_record(experiment)
-    found = record.get("validations", {})
-    if not isinstance(found, dict):
-        raise UserError(f"{path}: its validations are {state_files.kind_of(found)}, not an object; {RECORD_FIX}")
-    validations = {}
-    for key, value in found.items():
-        if not re.fullmatch(r"[0-9]+", str(key)):
-            raise UserError(f"{path}: validation {key!r} is not a step number; {RECORD_FIX}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-            raise UserError(
-                f"{path}: the validation accuracy of step {key} is {json.dumps(value)}, not a number from 0 to 1; "
-                + RECORD_FIX
-            )
-        validations[int(key)] = float(value)
-    best = record.get("best")
-    if best is None:
-        return validations
-    step = best.get("step") if isinstance(best, dict) else None
-    if isinstance(step, bool) or not isinstance(step, int):
-        raise UserError(f"{path}: its best step is {json.dumps(best)[:60]}, not a step; {RECORD_FIX}")
-    folder = Path(experiment) / f"global_step_{step}"
-    if not (folder / "actor").is_dir():
-        said = "is not there" if not folder.exists() else "has no actor folder"
-        raise UserError(
-            f"{path}: names step {step} as the best, but {folder} {said}; restore that folder, or pass the step you "
-            "mean as .../global_step_N/actor instead of best"
-        )
-    if step not in complete_steps(experiment):
-        raise UserError(
-            f"{path}: names step {step} as the best, but the save of {folder} did not complete; pass the step you "
-            "mean as .../global_step_N/actor instead of best"
-        )
-    if step not in validations or best.get("accuracy") != validations[step]:
-        said = "no validation" if step not in validations else f"validation accuracy {validations[step]}"
-        raise UserError(
-            f"{path}: names step {step} as the best with accuracy {json.dumps(best.get('accuracy'))}, but its "
-            f"validations give that step {said}: the record disagrees with itself; {RECORD_FIX}"
-        )
-    return validations
+    problem = run_folder.best_problem(str(experiment), record, RECORD_FIX)
+    if problem:
+        raise UserError(f"{Path(experiment) / RUN_RECORD}: {problem}")
+    return run_folder.validations(record)
 
 
 def is_fsdp_checkpoint(path: Path) -> bool:
@@ -378,8 +341,8 @@ def write_run_record(record: dict) -> Path:
 
     folder = Path(record["checkpoints"])
     path = folder / RUN_RECORD
-    if path.is_file():
-        before = read_run_record(folder)  # a damaged one is said, never replaced by one without its validations
+    before = read_run_record(folder)  # a damaged one (or one kept aside) is said, never replaced by one without it
+    if before:
         # what the trainer keeps in the record (every validation, the best step) outlives the resume
         record = {**record, **{k: before[k] for k in ("validations", "best") if k in before}}
         for key in ("algorithm", "lora"):

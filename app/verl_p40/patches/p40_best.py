@@ -1,5 +1,6 @@
-# Installed into verl by verl-p40's patch set as verl/utils/p40_best.py, beside p40_checkpoints.py, which imports it;
-# verl_p40.models.checkpoints uses the same file for `best`. Standard library only: it runs in verl's trainer process.
+# Installed into verl by verl-p40's patch set as verl/utils/p40_best.py, beside p40_checkpoints.py, which imports it,
+# and p40_run_folder.py, which it reads the per-question results through; verl_p40.models.checkpoints uses the same
+# file for `best`. Standard library only: it runs in verl's trainer process.
 """Which saved step `best` hands over: the newest validated one, unless an earlier one beats it beyond the noise.
 
 The rule, decided before any test score was looked at (issue 59):
@@ -29,16 +30,12 @@ several answers per prompt, a question's result is the mean of its answers.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 
-FOLDER = "validation"  # in the experiment folder: <step>.jsonl, verl's per-question validation results
+from .p40_run_folder import VALIDATION_FOLDER as FOLDER  # noqa: F401 (the plan names the folder by it)
+from .p40_run_folder import read_results, results_path
+
 LEVEL = 0.05  # the family-wise one-sided level of the paired test
-
-
-def results_path(root: str, step: int) -> str:
-    return os.path.join(root, FOLDER, f"{step}.jsonl")
 
 
 def sign_test(wins: int, losses: int) -> float:
@@ -47,32 +44,6 @@ def sign_test(wins: int, losses: int) -> float:
     if n == 0:
         return 1.0
     return sum(math.comb(n, k) for k in range(wins, n + 1)) / 2**n
-
-
-def read_results(path: str) -> tuple[dict[str, float] | None, str | None]:
-    """(question -> its result, the mean of its answers' `acc`, else `score`), or (None, what is wrong, in words)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except FileNotFoundError:
-        return None, f"{path} is not there (validated before verl-p40 kept each validation's answers)"
-    except (OSError, UnicodeDecodeError) as exc:
-        return None, f"{path}: cannot read it ({getattr(exc, 'strerror', None) or exc})"
-    lines = text.split("\n")
-    if lines[-1] != "":  # verl ends every line, the last one too
-        return None, f"{path}:{len(lines)}: cut short (its last line is not whole); the step cannot be paired"
-    sums: dict[str, list[float]] = {}
-    for number, line in enumerate(lines[:-1], 1):
-        try:
-            row = json.loads(line)
-            result = float(row["acc"] if "acc" in row else row["score"])
-            question = row["input"]
-        except (ValueError, TypeError, KeyError):
-            return None, f"{path}:{number}: not a line of verl's validation results (input, score); cut short?"
-        sums.setdefault(question, []).append(result)
-    if not sums:
-        return None, f"{path}: empty"
-    return {q: sum(r) / len(r) for q, r in sums.items()}, None
 
 
 def paired(root: str, challenger: int, reference: int) -> tuple[int, int, str | None]:

@@ -1,5 +1,6 @@
-# Installed into verl by verl-p40's patch set as verl/utils/p40_checkpoints.py; verl_p40.models.checkpoints imports
-# the same file to read what it writes. Standard library only: it runs in verl's trainer process.
+# Installed into verl by verl-p40's patch set as verl/utils/p40_checkpoints.py, beside p40_run_folder.py (which
+# reads what it writes, here and for verl_p40.models.checkpoints) and p40_best.py. Standard library only: it runs in
+# verl's trainer process.
 """Durable, atomic checkpoint bookkeeping for verl 0.5.0's trainer, and the best step kept in the run record.
 
 verl 0.5.0 writes `latest_checkpointed_iteration.txt` with a plain open("w") (a power cut can leave it empty or
@@ -14,23 +15,32 @@ from a list kept in memory (empty after a resume). With this module a save is:
    accuracy (the only earlier step `best` can hand over later).
 
 So at every moment the tracker names a complete step, and at least one complete step is on disk.
+
+A run record the trainer finds damaged (p40_run_folder.read_record: not whole JSON, not an object, a validation that
+is not an accuracy) is said in one line, kept aside as `verl-p40-run.json.damaged-<time>` and never rewritten from
+empty (which would drop how the run was made: its algorithm, LoRA's alpha). Training goes on: until a whole record is
+put back, no validation is kept and retention removes nothing (it cannot know which step `best` would take).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
+import time
 
 from .p40_best import challenger_step, choose, line
-
-TRACKER = "latest_checkpointed_iteration.txt"
-COMPLETE = "verl-p40-complete"  # in global_step_N/: every file of the step is on disk
-MARKED = "verl-p40-marked-saves"  # in the experiment folder: its saves are marked (a step without COMPLETE is not)
-RUN_RECORD = "verl-p40-run.json"  # the run record (verl-p40 train); validations and the best step are kept in it
-# p40_best.py's rule reads each validation's answers from <experiment>/validation (trainer.validation_data_dir)
-_STEP = re.compile(r"global_step_([0-9]+)")
+from .p40_run_folder import (
+    COMPLETE,
+    MARKED,
+    RUN_RECORD,
+    TRACKER,
+    accuracy_of,
+    complete_steps,
+    read_record,
+    step_folders,
+    validations,
+)
 
 
 def fsync_path(path: str) -> None:
@@ -61,24 +71,6 @@ def write_durably(path: str, text: str) -> None:
     fsync_path(os.path.dirname(os.path.abspath(path)))
 
 
-def step_folders(root: str) -> dict[int, str]:
-    """Step number -> its `global_step_N` folder under `root`."""
-    try:
-        names = os.listdir(root)
-    except FileNotFoundError:
-        return {}
-    found = {int(m.group(1)): os.path.join(root, n) for n in names if (m := _STEP.fullmatch(n))}
-    return {step: path for step, path in found.items() if os.path.isdir(path)}
-
-
-def is_complete(folder: str) -> bool:
-    return os.path.isfile(os.path.join(folder, COMPLETE))
-
-
-def complete_steps(root: str) -> list[int]:
-    return sorted(step for step, folder in step_folders(root).items() if is_complete(folder))
-
-
 def begin(step_folder: str) -> None:
     """A save of `step_folder` starts: it is not complete until `commit` says so again."""
     marker = os.path.join(step_folder, COMPLETE)
@@ -107,11 +99,14 @@ def retain(root: str, current: int, keep: int | None) -> list[str]:
     short leaves an incomplete folder, never a complete-looking partial one. `keep` None or < 1: keep everything."""
     if not keep or keep < 1:
         return []
+    record, _problem = open_record(root)
+    if record is None:  # a damaged record: which step `best` takes is unknown, so none goes (said when kept aside)
+        return []
     complete = [s for s in complete_steps(root) if s <= current]
     kept = set(complete[-keep:]) | {current}
-    validations = read_validations(root)
-    best = choose(root, validations, complete)
-    kept |= {s for s in (best and best["step"], challenger_step(validations, complete)) if s}
+    found = validations(record)
+    best = choose(root, found, complete)
+    kept |= {s for s in (best and best["step"], challenger_step(found, complete)) if s}
     removed = []
     for step, folder in sorted(step_folders(root).items()):
         if step < current and step not in kept:
@@ -122,36 +117,49 @@ def retain(root: str, current: int, keep: int | None) -> list[str]:
     return removed
 
 
-def accuracy_of(metrics: dict) -> float | None:
-    """The validation accuracy among verl's validation metrics: `val-core/<source>/acc/mean@N` (verl-p40's reward
-    gives `acc`), else the first `val-core/` mean (verl's `reward`)."""
-    core = [k for k in metrics if k.startswith("val-core/") and "/mean@" in k]
-    preferred = [k for k in core if "/acc/" in k] or core
-    return float(metrics[preferred[0]]) if preferred else None
-
-
-def _read_record(root: str) -> dict:
+def keep_aside(root: str, problem: str) -> str:
+    """Move the damaged run record out of the way (renamed, never rewritten) and say so in one line."""
+    path = os.path.join(root, RUN_RECORD)
+    aside = f"{path}.damaged-{time.strftime('%Y%m%dT%H%M%S')}"
+    while os.path.exists(aside):
+        aside += "-1"
     try:
-        with open(os.path.join(root, RUN_RECORD), encoding="utf-8") as handle:
-            record = json.load(handle)
-        return record if isinstance(record, dict) else {}
-    except (OSError, ValueError):
-        return {}
+        os.replace(path, aside)
+        fsync_path(root)
+    except OSError as exc:  # left where it is, and still never written over
+        aside = f"nowhere: cannot move it ({exc.strerror or exc}), left as it is"
+    print(
+        f"verl-p40: {path}: {problem}; kept aside as {aside}, never rewritten from empty; training goes on, but no "
+        "validation is kept and no checkpoint removed until a whole record is put back there (repair the one kept "
+        "aside, or restore a copy)",
+        flush=True,
+    )
+    return aside
 
 
-def read_validations(root: str) -> dict[int, float]:
-    return {int(k): float(v) for k, v in _read_record(root).get("validations", {}).items()}
+def open_record(root: str) -> tuple[dict | None, str | None]:
+    """The run record to add to ({} when there is none yet), or (None, why it cannot be: a damaged one, kept aside now
+    or earlier in the run)."""
+    record, problem = read_record(root)
+    if problem is None:
+        return record or {}, None
+    if os.path.exists(os.path.join(root, RUN_RECORD)):  # damaged now: kept aside, said once
+        problem = f"the run record was damaged and is kept aside as {keep_aside(root, problem)}"
+    return None, problem
 
 
-def update_best(root: str, validations: dict[int, float] | None = None, saving: int | None = None) -> dict | None:
-    """Write the validations and the best saved step (`saving`: a step whose save follows) into the run record."""
-    record = _read_record(root)
-    validations = read_validations(root) if validations is None else validations
-    saved = set(complete_steps(root)) | ({saving} if saving is not None else set())
-    best = choose(root, validations, saved)
-    if not validations and "best" not in record:
+def update_best(root: str, found: dict[int, float] | None = None, saving: int | None = None) -> dict | None:
+    """Write the validations and the best saved step (`saving`: a step whose save follows) into the run record; None
+    when no step is best, or the record is damaged (kept aside, not written)."""
+    record, _problem = open_record(root)
+    if record is None:
         return None
-    record["validations"] = {str(k): v for k, v in sorted(validations.items())}
+    found = validations(record) if found is None else found
+    saved = set(complete_steps(root)) | ({saving} if saving is not None else set())
+    best = choose(root, found, saved)
+    if not found and "best" not in record:
+        return None
+    record["validations"] = {str(k): v for k, v in sorted(found.items())}
     record["best"] = best
     os.makedirs(root, exist_ok=True)
     write_durably(os.path.join(root, RUN_RECORD), json.dumps(record, indent=2) + "\n")
@@ -163,12 +171,15 @@ def record_validation(root: str, step: int, metrics: dict, saving: bool) -> str 
     accuracy = accuracy_of(metrics)
     if accuracy is None:
         return None
-    validations = {**read_validations(root), step: accuracy}
-    best = update_best(root, validations, step if saving else None)
     said = f"verl-p40: validation accuracy {accuracy:.1%} at step {step}"
-    if best is None:
-        said += "; no validated step is saved yet" + ("" if step == 0 else " (save at every validation)")
+    record, problem = open_record(root)
+    if record is None:
+        said += f"; not kept ({problem})"
     else:
-        said += f"; best: {line(best)}"
+        best = update_best(root, {**validations(record), step: accuracy}, step if saving else None)
+        if best is None:
+            said += "; no validated step is saved yet" + ("" if step == 0 else " (save at every validation)")
+        else:
+            said += f"; best: {line(best)}"
     print(said, flush=True)
     return said

@@ -16,6 +16,7 @@ _P40_DTYPES = (Path(__file__).parent / "p40_dtypes.py").read_text(encoding="utf-
 _P40_TRIM = (Path(__file__).parent / "p40_trim.py").read_text(encoding="utf-8")
 _P40_CHECKPOINTS = (Path(__file__).parent / "p40_checkpoints.py").read_text(encoding="utf-8")
 _P40_BEST = (Path(__file__).parent / "p40_best.py").read_text(encoding="utf-8")
+_P40_RUN_FOLDER = (Path(__file__).parent / "p40_run_folder.py").read_text(encoding="utf-8")
 _P40_DECODE = (Path(__file__).parent / "p40_decode.py").read_text(encoding="utf-8")
 _P40_PHASE_PEAKS = (Path(__file__).parent / "p40_phase_peaks.py").read_text(encoding="utf-8")
 _P40_UPDATE = (Path(__file__).parent / "p40_update.py").read_text(encoding="utf-8")
@@ -636,6 +637,15 @@ EDITS: list[Edit] = [
         why="the rule naming the step `best` hands over (the newest validated one unless an earlier one beats it on "
         "the same validation questions by a paired exact test), imported by p40_checkpoints.py; `best` in eval and "
         "export reads the same file",
+    ),
+    Edit(
+        name="p40-run-folder",
+        file="utils/p40_run_folder.py",
+        old=None,
+        new=_P40_RUN_FOLDER,
+        why="the one reader of a run's folder (the tracker, complete steps, the run record, each validation's "
+        "answers, the validation metric's key), imported by p40_checkpoints.py and p40_best.py; eval, export and "
+        "train's resume check read the same file, so a damaged record is found the same way in both processes",
     ),
     Edit(
         name="save-starts-incomplete",

@@ -6,6 +6,8 @@ import ast
 import re
 from pathlib import Path
 
+from verl_p40.patches.p40_run_folder import VALIDATION_KEY
+
 _STEP_LINE = re.compile(r"step:(\d+) - (.*)$")
 _NUMPY_SCALAR = re.compile(r"^np\.\w+\((.*)\)$")  # verl 0.5.0 prints numpy scalars as np.float64(0.5)
 _NON_FINITE = ("nan", "inf", "-inf")  # how Python prints them (np.float64(nan) too)
@@ -46,9 +48,6 @@ def read_steps(path: str | Path) -> list[dict[str, float]]:
             if record is not None:
                 steps[int(record["step"])] = record
     return [steps[k] for k in sorted(steps)]
-
-
-VALIDATION_KEY = "val-core/openai/gsm8k/acc/mean@1"  # verl's validation accuracy with verl_p40.reward's parts
 
 
 class ValidationWatch:
