@@ -19,6 +19,7 @@ from verl_p40.perf import projection
 RESULTS = REPO / "bench" / "results"
 # (README.md's row label, README.zh-CN.md's)
 ROWS = {
+    "host": ("host memory", "内存"),
     "time": ("time on a P40", "P40 上的时间"),
     "changed": ("what it changed", "训练改变了什么"),
     "ppo": ("the seed tutorial's PPO", "种子教程的 PPO"),
@@ -204,3 +205,21 @@ def test_the_multi_card_paragraph_divides_the_one_figure_by_the_projections_spee
     assert not has(paragraph, *wanted), (readme, wanted)
     hours = [f"{r['p40_hours_for_the_run']:.2f}" for r in rows if r["p40s"] == 1]
     assert has(paragraph, *hours) == hours, (readme, hours)  # no uncalibrated one-card hours
+
+
+@pytest.mark.parametrize("readme", READMES)
+def test_the_host_memory_is_the_doctors_for_the_default_run_and_ppo_on_one_p40(readme):
+    """The requirements row's figures are plan/budget.py's for the default and the seed's PPO planned on one P40, and
+    its per-card worker term (measured: timing-pair-2026-12-06/host-memory.json), called an estimate."""
+    from verl_p40.plan import budget
+    from verl_p40.plan.planner import plan
+    from verl_p40.plan.run_options import RunOptions
+
+    parameters = budget.model_parameters(REPO / "tests" / "fixtures" / "qwen2.5-0.5b-instruct")
+    runs = (RunOptions(profile="p40"), RunOptions(profile="p40", algorithm="ppo"))  # the default, the seed's PPO
+    needs = [budget.needs(plan(options).config(), parameters) for options in runs]
+    assert {n.host_workers for n in needs} == {1}
+    figures = [f"{n.host_bytes / 1e9:.1f}" for n in needs] + [f"{budget.HOST_PER_GPU_WORKER_BYTES / 1e9:.1f}"]
+    text = row(readme, "host")
+    assert not has(text, *figures), (figures, text)
+    assert ("estimate" if readme == "README.md" else "估计") in text
