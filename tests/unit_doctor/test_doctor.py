@@ -317,6 +317,9 @@ def test_the_ram_line_names_the_terms_and_calls_more_than_one_card_an_estimate(t
     monkeypatch.setattr(host_checks, "_needs", lambda ctx: host_checks.budget.needs(two_gpus, 10**6))
     two = _one(_ctx(tmp_path, model=str(model)), "ram")
     assert "6.3 GB a GPU worker x 2 (measured on one GPU: an estimate for 2-4 cards)" in two.detail
+    monkeypatch.setattr(host_checks, "_host_memory", lambda: (10**9, "MemAvailable"))
+    short = _one(_ctx(tmp_path, model=str(model)), "ram")
+    assert short.status == "FAIL" and "or train on fewer GPUs (--gpus; with compose GPUS= in .env)" in short.fix
 
 
 def test_shm_and_ram_checks(tmp_path, tokenizer_dir, monkeypatch):

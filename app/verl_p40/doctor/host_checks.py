@@ -168,9 +168,10 @@ def check_ram(ctx: Context) -> str:
         f"worker x {need.host_workers}{estimate}, {budget.gb(need.host_offloaded_bytes)} offloaded state"
     )
     if available < need.host_bytes:
+        fewer = ", or train on fewer GPUs (--gpus; with compose GPUS= in .env)" if need.host_workers > 1 else ""
         raise CheckFailed(
             detail,
             "free host memory, or offload less (--set critic.model.fsdp_config.param_offload=false "
-            "... costs GPU memory)",
+            f"... costs GPU memory){fewer}",
         )
     return detail
