@@ -19,6 +19,7 @@ from verl_p40.perf import projection
 RESULTS = REPO / "bench" / "results"
 # (README.md's row label, README.zh-CN.md's)
 ROWS = {
+    "host": ("host memory", "内存"),
     "time": ("time on a P40", "P40 上的时间"),
     "changed": ("what it changed", "训练改变了什么"),
     "ppo": ("the seed tutorial's PPO", "种子教程的 PPO"),
@@ -57,21 +58,82 @@ def has(text: str, *figures: str) -> list[str]:
     return [f for f in figures if not re.search(rf"(?<![\d.]){re.escape(f)}(?![\d])", text)]
 
 
+P40_TIME = "p40-time-2026-12-06"  # the one source of the default run's P40 time (bench/p40_time.py)
+# Every other place that states the default run's P40 time, and what of the figure it states
+TIME_PLACES = {
+    "docs/configuration.md": ("hours", "step", "limit"),
+    "docs/results.md": ("hours", "step", "by_step"),
+    "docs/multi-gpu.md": ("hours",),
+    "docs/p40.md": ("step",),
+    "docker-compose.yml": ("step", "limit", "worst"),
+    "config/algorithms/grpo-gsm8k.yaml": ("hours",),
+}
+
+
+def p40_time() -> dict:
+    return _json(f"{P40_TIME}/p40-time.json")
+
+
+def _hours(span: dict) -> str:
+    return f"{span['low']:.1f}-{span['high']:.1f}"  # 1.71-1.90 -> 1.7-1.9
+
+
+def time_figures(figure: dict, parts: tuple[str, ...]) -> list[str]:
+    """The figures a place states for `parts` of the one P40 time."""
+    step, limit = figure["step_s"], figure["step_at_answer_limit_s"]
+    wanted = {
+        "hours": [_hours(figure["run_hours"])],
+        "step": [f"{step['low']:.1f}-{step['high']:.1f}"],
+        "limit": [f"{limit['high']:.1f}"],
+        "worst": [f"{figure['worst_step_and_save_s']:.1f}", f"{figure['save_s']:.1f}"],
+        "by_step": [f"{h['low']:.2f}-{h['high']:.2f}" for n, h in figure["hours_at_step"].items() if int(n) % 20 == 0],
+    }
+    return [f for part in parts for f in wanted[part]]
+
+
 @pytest.mark.parametrize("readme", READMES)
-def test_the_p40_time_is_both_projections_of_the_default_run(readme):
-    """88.1 s by the passes' own tokens (plan-check-2026-12-03, p40-after) and 118.6 s by every pass at the step's
-    longest (bench/project.py, p40-path-2026-12-04), times the recipe's steps; the H200's minutes of the 60-step run."""
-    own_tokens = _json("plan-check-2026-12-03/p40-after.json")["p40_projection"]["step"]
-    longest = _json("p40-path-2026-12-04/horizon-2026-12-04.json")["p40_step_s"]
+def test_the_p40_time_is_the_one_figure(readme):
+    """The row gives p40-time's hours, its steps at the corrected band (and the model's own figure), its validations
+    and saves with their costs; the H200's minutes of the 60-step run."""
+    figure = p40_time()
     steps = _default_steps()
+    assert figure["steps"] == steps
     h200 = _json("horizon-2026-12-03/learning-2026-12-03.json")["training"]
     assert h200["steps"] == steps
-    low, high = steps * own_tokens / 3600, steps * longest / 3600
+    step = figure["step_s"]
     text = row(readme, "time")
-    hours = f"{round(low, 1):g}-{round(high):g}"  # 1.47 -> 1.5, 1.98 -> 2
-    minutes = str(round(h200["wall_s"] / 60))
-    assert not has(text, f"{own_tokens:.1f}", f"{longest:.1f}", str(steps), hours, minutes), text
-    assert "plan-check-2026-12-03" in text and "p40-after" in text and "p40-path-2026-12-04" in text
+    wanted = [_hours(figure["run_hours"]), str(steps), f"{step['low']:.1f}-{step['high']:.1f}"]
+    wanted += [f"{step['projected']:.1f}", str(figure["validations"]), f"{figure['validation_s']:.1f}"]
+    wanted += [str(figure["saves"]), f"{figure['save_s']:.1f}"]
+    wanted += [str(round(h200["wall_s"] / 60))]
+    assert not has(text, *wanted), (wanted, text)
+    low, high = (round(-max(step["errors_pct"])), round(-min(step["errors_pct"])))
+    assert not has(text, f"{low}-{high}"), text  # "11-20 % short"
+    assert P40_TIME in text and "timing-pair-2026-12-06" in text
+
+
+@pytest.mark.parametrize("place", sorted(TIME_PLACES))
+def test_every_other_place_quotes_the_one_p40_time(place):
+    text = (REPO / place).read_text(encoding="utf-8")
+    wanted = time_figures(p40_time(), TIME_PLACES[place])
+    assert P40_TIME in text, place
+    assert not has(text, *wanted), (place, wanted)
+
+
+@pytest.mark.parametrize("place", [*READMES, *TIME_PLACES, ".env.example"])
+def test_no_place_gives_another_hours_figure_for_the_default_run(place):
+    """A "~X-Y h" (or P40 hours, 小时) span is the one figure, or one of the others p40-time gives, or not the
+    default run's (an epoch, a lower bound of an older path: named in ELSEWHERE)."""
+    figure = p40_time()
+    limit = figure["run_hours_at_answer_limit"]
+    ours = {_hours(figure["run_hours"]), f"{limit['low']:.2f}-{limit['high']:.2f}"}
+    ours |= {f"{h['low']:.2f}-{h['high']:.2f}" for h in figure["hours_at_step"].values()}
+    # results.md's record of 12-01's P40 path before the decoder (20 steps, an epoch, from the fast runs' steps), and
+    # the default's 225-step epoch
+    elsewhere = {"0.85-1.05", "9.9-12.3", "9.5-9.6", "6-7"}
+    text = (REPO / place).read_text(encoding="utf-8")
+    spans = re.findall(r"(\d+(?:\.\d+)?-\d+(?:\.\d+)?)\** ?(?:h\b|P40[ -]hours|小时)", text)
+    assert not [s for s in spans if s not in ours | elsewhere], (place, spans)
 
 
 @pytest.mark.parametrize("readme", READMES)
@@ -130,13 +192,34 @@ def test_the_first_build_is_the_committed_logs(readme):
 
 
 @pytest.mark.parametrize("readme", READMES)
-def test_the_multi_card_hours_are_the_projections(readme):
-    """The "One, two or four cards" paragraph's P40 hours, read from the projection it names."""
+def test_the_multi_card_paragraph_divides_the_one_figure_by_the_projections_speedups(readme):
+    """The "One, two or four cards" paragraph gives no hours of its own (the one-card figure is p40-time's): it divides
+    that time by the speed-ups of the projection it names."""
     text = (REPO / readme).read_text(encoding="utf-8")
     heading = "### One, two or four cards" if readme == "README.md" else "### 一张、两张或四张卡"
     paragraph = text[text.index(heading) :].split("\n\n")[0]
     assert "multi-gpu-plan-2026-12-04" in paragraph
     rows = _json("multi-gpu-plan-2026-12-04/projection.json")["rows"]
-    hours = {(r["recipe"], r["p40s"]): f"{r['p40_hours_for_the_run']:.2f}" for r in rows}
-    wanted = [hours[(recipe, n)] for recipe in ("grpo-gsm8k", "ppo-gsm8k") for n in (1, 2, 4)]
+    speedups = {(r["recipe"], r["p40s"]): f"{r['speedup_vs_one_p40']:.2f}" for r in rows}
+    wanted = [speedups[(recipe, n)] for recipe in ("grpo-gsm8k", "ppo-gsm8k") for n in (2, 4)]
     assert not has(paragraph, *wanted), (readme, wanted)
+    hours = [f"{r['p40_hours_for_the_run']:.2f}" for r in rows if r["p40s"] == 1]
+    assert has(paragraph, *hours) == hours, (readme, hours)  # no uncalibrated one-card hours
+
+
+@pytest.mark.parametrize("readme", READMES)
+def test_the_host_memory_is_the_doctors_for_the_default_run_and_ppo_on_one_p40(readme):
+    """The requirements row's figures are plan/budget.py's for the default and the seed's PPO planned on one P40, and
+    its per-card worker term (measured: timing-pair-2026-12-06/host-memory.json), called an estimate."""
+    from verl_p40.plan import budget
+    from verl_p40.plan.planner import plan
+    from verl_p40.plan.run_options import RunOptions
+
+    parameters = budget.model_parameters(REPO / "tests" / "fixtures" / "qwen2.5-0.5b-instruct")
+    runs = (RunOptions(profile="p40"), RunOptions(profile="p40", algorithm="ppo"))  # the default, the seed's PPO
+    needs = [budget.needs(plan(options).config(), parameters) for options in runs]
+    assert {n.host_workers for n in needs} == {1}
+    figures = [f"{n.host_bytes / 1e9:.1f}" for n in needs] + [f"{budget.HOST_PER_GPU_WORKER_BYTES / 1e9:.1f}"]
+    text = row(readme, "host")
+    assert not has(text, *figures), (figures, text)
+    assert ("estimate" if readme == "README.md" else "估计") in text

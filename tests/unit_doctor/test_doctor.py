@@ -279,10 +279,47 @@ def test_disk_and_memory_estimates_for_the_real_05b_shape(tokenizer_dir):
     need = budget.needs(plan(RunOptions(algorithm="ppo", profile="p40")).config(), parameters)
     assert need.checkpoints_kept == 2
     assert round(need.checkpoint_bytes / 1e9, 1) == 11.9  # actor and critic: fp32 weights + Adam states
-    # offloaded on a P40 by the memory plan: critic weights 1.98 + optimizer 3.95, and Ray 4 (the actor's Adam states
-    # and the reference stay on the GPU)
-    assert round(need.host_bytes / 1e9, 1) == 9.9
+    # offloaded on a P40 by the memory plan: critic weights 1.98 + optimizer 3.95 (the actor's Adam states and the
+    # reference stay on the GPU); the CLI, verl's driver and Ray 5.2, one GPU worker 6.3 (timing-pair-2026-12-06)
+    assert round(need.host_bytes / 1e9, 1) == 17.4
+    assert (need.host_fixed_bytes, need.host_workers, need.host_worker_bytes) == (5.2e9, 1, 6.3e9)
     assert round(need.disk_bytes / 1e9, 1) == 47.4  # 2 kept + the one being written + the best validated one
+
+
+def test_host_memory_adds_a_gpu_worker_per_card_and_the_offloaded_state_once():
+    """Ray runs one worker process a GPU (actor, rollout and reference): its resident memory is paid per card; the
+    offloaded state is sharded over the cards by FSDP, so it is counted once."""
+    from omegaconf import OmegaConf
+
+    from verl_p40.plan import budget
+
+    base = {"algorithm": {"adv_estimator": "grpo"}, "actor_rollout_ref": {"actor": {"use_kl_loss": True}}}
+    base["actor_rollout_ref"]["ref"] = {"fsdp_config": {"param_offload": True}}
+    one, four = (
+        budget.needs(OmegaConf.merge(base, {"trainer": {"n_gpus_per_node": n, "nnodes": 1}}), 10**9) for n in (1, 4)
+    )
+    assert one.host_bytes == budget.HOST_FIXED_BYTES + budget.HOST_PER_GPU_WORKER_BYTES + 4 * 10**9  # the reference
+    assert four.host_bytes - one.host_bytes == 3 * budget.HOST_PER_GPU_WORKER_BYTES
+    assert (one.host_workers, four.host_workers) == (1, 4)
+
+
+def test_the_ram_line_names_the_terms_and_calls_more_than_one_card_an_estimate(tmp_path, tokenizer_dir, monkeypatch):
+    from conftest import make_tiny_qwen
+
+    model = make_tiny_qwen(tokenizer_dir, tmp_path / "tiny")
+    monkeypatch.setattr(host_checks, "_host_memory", lambda: (10**12, "MemAvailable"))
+    one = _one(_ctx(tmp_path, model=str(model)), "ram")
+    assert one.status == "PASS" and "5.2 GB the CLI, verl's driver and Ray, 6.3 GB a GPU worker x 1" in one.detail
+    assert "estimate" not in one.detail
+    from omegaconf import OmegaConf
+
+    two_gpus = OmegaConf.create({"trainer": {"n_gpus_per_node": 2, "nnodes": 1}})
+    monkeypatch.setattr(host_checks, "_needs", lambda ctx: host_checks.budget.needs(two_gpus, 10**6))
+    two = _one(_ctx(tmp_path, model=str(model)), "ram")
+    assert "6.3 GB a GPU worker x 2 (measured on one GPU: an estimate for 2-4 cards)" in two.detail
+    monkeypatch.setattr(host_checks, "_host_memory", lambda: (10**9, "MemAvailable"))
+    short = _one(_ctx(tmp_path, model=str(model)), "ram")
+    assert short.status == "FAIL" and "or train on fewer GPUs (--gpus; with compose GPUS= in .env)" in short.fix
 
 
 def test_shm_and_ram_checks(tmp_path, tokenizer_dir, monkeypatch):

@@ -161,11 +161,17 @@ def _host_memory() -> tuple[int, str]:
 def check_ram(ctx: Context) -> str:
     need = _needs(ctx)
     available, where = _host_memory()
-    detail = f"{budget.gb(available)} available ({where}); offloaded state and Ray need ~{budget.gb(need.host_bytes)}"
+    estimate = " (measured on one GPU: an estimate for 2-4 cards)" if need.host_workers > 1 else ""
+    detail = (
+        f"{budget.gb(available)} available ({where}); the run needs ~{budget.gb(need.host_bytes)}: "
+        f"{budget.gb(need.host_fixed_bytes)} the CLI, verl's driver and Ray, {budget.gb(need.host_worker_bytes)} a GPU "
+        f"worker x {need.host_workers}{estimate}, {budget.gb(need.host_offloaded_bytes)} offloaded state"
+    )
     if available < need.host_bytes:
+        fewer = ", or train on fewer GPUs (--gpus; with compose GPUS= in .env)" if need.host_workers > 1 else ""
         raise CheckFailed(
             detail,
             "free host memory, or offload less (--set critic.model.fsdp_config.param_offload=false "
-            "... costs GPU memory)",
+            f"... costs GPU memory){fewer}",
         )
     return detail

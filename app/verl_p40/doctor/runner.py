@@ -67,7 +67,7 @@ CHECKS = [
     Check("writable", check_writable, "checkpoints, logs and the Hugging Face cache are writable"),
     Check("disk", check_disk, "free disk for the checkpoints the run keeps"),
     Check("shm", check_shm, "/dev/shm for Ray's object store and NCCL"),
-    Check("ram", check_ram, "host memory for offloaded state and Ray"),
+    Check("ram", check_ram, "host memory for Ray, its GPU workers and offloaded state"),
     Check(
         "cluster",
         check_cluster,

@@ -15,8 +15,14 @@ from verl_p40.plan.workload import Workload
 
 FP32 = 4  # bytes per parameter
 ADAM_STATES = 2  # exp_avg and exp_avg_sq, fp32 each
-# Ray, the dataloader workers and the driver process: seen at 3-4 GB resident on the GPU machine.
-HOST_OVERHEAD_BYTES = 4 * 10**9
+# Host memory besides the offloaded state, measured as every process's resident memory during the default recipe's
+# bench on one GPU under the Pascal mask (bench/results/timing-pair-2026-12-06/host-memory.json, bench/host_memory.py),
+# each rounded up to 0.1 GB: the verl-p40 CLI, verl's driver and its dataloader workers, Ray's TaskRunner and its own
+# processes (5.17 GB), and the one GPU worker (Ray's WorkerDict: actor, rollout and reference in one process a GPU,
+# 8.18 GB at its peak less the 1.98 GB of reference weights the plan kept in host memory: 6.20 GB). Ray starts a worker
+# a GPU, so that part is paid per card; never measured with more than one: an estimate for 2-4 cards.
+HOST_FIXED_BYTES = int(5.2e9)
+HOST_PER_GPU_WORKER_BYTES = int(6.3e9)
 
 
 def parameter_count(config: dict[str, Any]) -> int:
@@ -45,8 +51,16 @@ class Needs:
     checkpoint_bytes: int  # one global_step_N folder (actor + critic)
     checkpoints_kept: int
     disk_bytes: int  # free space the run needs under the checkpoint folder
-    host_bytes: int  # host memory for offloaded state plus Ray's own
+    host_bytes: int  # host memory: fixed + a worker a GPU + the offloaded state
     notes: list[str]
+    host_fixed_bytes: int = HOST_FIXED_BYTES  # the CLI, verl's driver and Ray's own processes
+    host_workers: int = 1  # Ray's GPU workers on this host (one a GPU)
+    host_worker_bytes: int = HOST_PER_GPU_WORKER_BYTES  # each, less the offloaded state
+
+    @property
+    def host_offloaded_bytes(self) -> int:
+        """The offloaded state (FSDP shards it over the cards: counted once, not per worker)."""
+        return self.host_bytes - self.host_fixed_bytes - self.host_workers * self.host_worker_bytes
 
 
 def _get(cfg: Any, dotted: str, default: Any = None) -> Any:
@@ -80,7 +94,8 @@ def needs(cfg: Any, parameters: int) -> Needs:
     # is kept beside the newest ones: two more than kept, at most
     disk = checkpoint * (kept_n + 2) if kept_n else 0
 
-    host = HOST_OVERHEAD_BYTES
+    workers = int(run.gpus_per_node)  # this host's GPUs: Ray runs one worker process on each
+    host = HOST_FIXED_BYTES + workers * HOST_PER_GPU_WORKER_BYTES
     if run.on_host("actor_params"):
         host += model_state
     if run.on_host("actor_optimizer") and not lora:
@@ -92,7 +107,7 @@ def needs(cfg: Any, parameters: int) -> Needs:
             host += model_state
         if run.on_host("critic_optimizer"):
             host += optim_state
-    return Needs(checkpoint, kept_n, disk, host, notes)
+    return Needs(checkpoint, kept_n, disk, host, notes, host_workers=workers)
 
 
 def gb(n: int | float) -> str:
