@@ -15,6 +15,7 @@ from pathlib import Path
 
 from lib.learning_recipe import MODES, RECIPE, VAL_SIZE, train_command
 from lib.real_runs import State, monitor_peaks
+from verl_p40.plan.workload import Workload
 from verl_p40.run.trainer_log import read_steps
 
 
@@ -26,7 +27,7 @@ def report(work: Path, out: Path, state: State) -> dict:
     steps = [s for s in read_steps(log) if "timing_s/step" in s]  # step 0 is validation only
     validated = [s for s in read_steps(log) if any(k.startswith("val-core/") for k in s)]
     setting = trainer_settings(log)
-    gpus = int(setting["trainer.n_gpus_per_node"]) * int(setting.get("trainer.nnodes", 1))
+    gpus = Workload.of(nested(setting)).gpus
     per_step = int(setting["data.train_batch_size"]) * int(setting["actor_rollout_ref.rollout.n"])
     sequences = len(steps) * per_step
     train_minutes = data["wall_s"] / 60
@@ -156,6 +157,19 @@ def trainer_settings(log: Path) -> dict[str, str]:
     """The verl overrides the run was started with: the first line of verl-p40's train log is the trainer command."""
     first = log.read_text(errors="replace").splitlines()[0]
     return dict(word.lstrip("+").split("=", 1) for word in shlex.split(first.removeprefix("$ ")) if "=" in word)
+
+
+def nested(setting: dict[str, str]) -> dict:
+    """The run's dotted overrides as the nested config Workload.of reads (`a.b=1` -> {"a": {"b": "1"}})."""
+    tree: dict = {}
+    for key, value in setting.items():
+        *parents, leaf = key.split(".")
+        node: object = tree
+        for part in parents:
+            node = node.setdefault(part, {}) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node[leaf] = value
+    return tree
 
 
 def standard_error(accuracy: float, questions: int = VAL_SIZE) -> float:

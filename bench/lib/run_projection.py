@@ -10,11 +10,11 @@ import shlex
 import statistics
 from pathlib import Path
 
-from verl_p40.gpu.nvml import GPUInfo
 from verl_p40.perf import projection
 from verl_p40.plan.facts import Facts
 from verl_p40.plan.planner import plan
 from verl_p40.plan.run_options import RunOptions
+from verl_p40.plan.workload import Workload
 
 # Qwen2.5-0.5B-Instruct's config.json (the tokenizer folder the tests carry): the shape every projection prices
 SHARED = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "qwen2.5-0.5b-instruct"
@@ -51,19 +51,20 @@ def options_from(command: str) -> RunOptions:
     return RunOptions(profile=profile, sets=sets, gpus=gpus or "all", algorithm=algorithm, batch=batch)
 
 
-def masked_p40s(options: RunOptions) -> list[GPUInfo]:
-    """The GPUs the run's layout saw: P40s under the mask, as many as it was given (one where it named none)."""
+def masked_p40s(options: RunOptions) -> Facts:
+    """The machine the run's layout saw: P40s under the mask (the product's P40 card), as many as it was given (one
+    where it named none)."""
     count = 1 if options.gpus == "all" else len(options.gpus.split(","))
-    return [GPUInfo(index=i, name="Tesla P40", compute_capability=(6, 1), memory_total_gib=23.9) for i in range(count)]
+    return Facts.of_card("p40", count)
 
 
 def project_run(name: str, command: str, steps: list[dict], shape: projection.Shape, recent: bool) -> dict:
     """`recent`: run since trim_padding exists, so its config says whether it trimmed; older runs ran at full width."""
     options = options_from(command)
-    cfg = plan(options, Facts(gpus=tuple(masked_p40s(options)))).config()  # the machine that ran it, not this one
+    cfg = plan(options, masked_p40s(options)).config()  # the machine that ran it, not this one
     phases = projection.median_phases(steps)
     generated = statistics.median(s.get("response_length/max", 0.0) for s in steps)
-    trimming = recent and bool(cfg.actor_rollout_ref.model.get("trim_padding", False))
+    trimming = recent and Workload.of(cfg).trims
     run = projection.run_from_config(cfg, generated, projection.longest_lengths(steps) if trimming else None)
     host = projection.host_overhead_per_token(phases.get("gen", 0.0), shape, run, H200)
     here, p40 = projection.project(shape, run, H200, host), projection.project(shape, run, projection.P40, host)
