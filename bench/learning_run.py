@@ -8,7 +8,7 @@ Qwen2.5-0.5B-Instruct's exact shape, staged as in bench/results/README.md, "Real
   on an H200, TF32 by `--tf32 auto`, and the memory plan's sizes for the card: states kept on the GPU, generation in
   one chunk), so that a learning check of tens of steps fits one GPU session. Its curve stands for the P40 path
   when a p40-mode run tracks it.
-After `bash /tmp/bundle/install.sh && VERL_P40_NO_RANDOM=1 source bench/device/gpu_setup.sh`, in device calls kept
+After `bash /tmp/bundle/install.sh && BENCH_NO_RANDOM=1 source bench/device/gpu_setup.sh`, in device calls kept
 back to back (/tmp lives only while the machine stays warm):
 
     python3 bench/learning_run.py prepare --out $OUT
