@@ -27,8 +27,8 @@ def report(work: Path, out: Path, state: State) -> dict:
     steps = [s for s in read_steps(log) if "timing_s/step" in s]  # step 0 is validation only
     validated = [s for s in read_steps(log) if any(k.startswith("val-core/") for k in s)]
     setting = trainer_settings(log)
-    gpus = Workload.of(nested(setting)).gpus
-    per_step = int(setting["data.train_batch_size"]) * int(setting["actor_rollout_ref.rollout.n"])
+    run = Workload.of(nested(setting))
+    gpus, per_step = run.gpus, int(setting["data.train_batch_size"]) * run.samples
     sequences = len(steps) * per_step
     train_minutes = data["wall_s"] / 60
     eval_minutes = data.get("final_eval", {}).get("wall_s", 0) / 60
