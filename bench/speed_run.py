@@ -154,7 +154,7 @@ def summary(name: str, command: list[str], code: int, wall: float, log: Path | N
         return out
     options, facts = options_of(command)
     run = plan(options, facts)
-    model = command[command.index("--model") + 1]
+    model = options.model
     shape = projection.Shape.of_folder(model)
     timed = product_bench.summarise(training, run.config(), shape, _h200())
     generated = statistics.median(s.get("response_length/max", 0.0) for s in training)
