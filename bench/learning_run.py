@@ -8,7 +8,7 @@ Qwen2.5-0.5B-Instruct's exact shape, staged as in bench/results/README.md, "Real
   on an H200, TF32 by `--tf32 auto`, and the memory plan's sizes for the card: states kept on the GPU, generation in
   one chunk), so that a learning check of tens of steps fits one GPU session. Its curve stands for the P40 path
   when a p40-mode run tracks it.
-After `bash /tmp/bundle/install.sh && VERL_P40_NO_RANDOM=1 source bench/device/gpu_setup.sh`, in device calls kept
+After `bash /tmp/bundle/install.sh && BENCH_NO_RANDOM=1 source bench/device/gpu_setup.sh`, in device calls kept
 back to back (/tmp lives only while the machine stays warm):
 
     python3 bench/learning_run.py prepare --out $OUT
@@ -64,26 +64,25 @@ from lib.learning_report import AXES, compare, plot, report
 from lib.learning_session import audit, session
 from lib.real_runs import State, wait
 
+PHASES = (
+    "prepare",
+    "session",
+    "wait",
+    "stop",
+    "audit",
+    "final",
+    "horizon",
+    "horizon-report",
+    "rescore",
+    "report",
+    "plot-record",
+    "compare",
+)
 
-def main() -> None:
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "phase",
-        choices=(
-            "prepare",
-            "session",
-            "wait",
-            "stop",
-            "audit",
-            "final",
-            "horizon",
-            "horizon-report",
-            "rescore",
-            "report",
-            "plot-record",
-            "compare",
-        ),
-    )
+    parser.add_argument("phase", choices=PHASES)
     parser.add_argument("--runs", type=Path, nargs="+", help="compare: the runs' learning-<date>.json")
     parser.add_argument("--axis", choices=sorted(AXES), default="prompts", help="compare: what the curves are against")
     parser.add_argument(
@@ -96,6 +95,12 @@ def main() -> None:
     parser.add_argument("--gsm8k", default=".gpu-shared/gsm8k")
     parser.add_argument("--out", default="/tmp/learn/out")
     parser.add_argument("--work", default="/tmp/learn")
+    _add_run_arguments(parser)
+    return parser
+
+
+def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The training session's, the wait's and the held-out evaluation's arguments."""
     parser.add_argument("--steps", type=int, default=500, help="trainer.total_training_steps (the budget ends it)")
     parser.add_argument("--save-freq", type=int, default=20)
     parser.add_argument("--test-freq", type=int, default=10)
@@ -117,26 +122,50 @@ def main() -> None:
         "--score-steps", default="", help="horizon: the saved steps scored on the test split, named before the run"
     )
     parser.add_argument("--heldout-limit", type=int, help="final: only the first N test questions (a smoke check)")
-    args = parser.parse_args()
-    work, out = Path(args.work), Path(args.out)
+
+
+def _stateless_phase(args: argparse.Namespace, work: Path) -> bool:
+    """Run a phase that keeps no state of its own (wait, plot-record, compare, rescore, stop); False for the others."""
     if args.phase == "wait":  # reads only: the session process owns state.json
         wait(args, work)
-        return
-    if args.phase == "plot-record":  # a run whose logs were lost: the curve from what its calls printed
+    elif args.phase == "plot-record":  # a run whose logs were lost: the curve from what its calls printed
         record = json.loads(args.record.read_text())
         steps = [{"step": int(k), "critic/score/mean": v} for k, v in record["training_reward_per_step"].items()]
         plot(steps, args.record.with_suffix(".png"))
-        return
-    if args.phase == "compare":  # no GPU: the runs' validation curves against prompts seen, --out a .png
+    elif args.phase == "compare":  # no GPU: the runs' validation curves against prompts seen, --out a .png
         table = compare(args.runs, Path(args.out), args.axis)
         Path(args.out).with_suffix(".md").write_text(table)
         print(table, end="")
-        return
-    if args.phase == "rescore":  # then `report` to redraw the run record from it
+    elif args.phase == "rescore":  # then `report` to redraw the run record from it
         rescore(work)
-        return
-    if args.phase == "stop":  # the session sees the file and stops its trainer (nothing else is signalled)
+    elif args.phase == "stop":  # the session sees the file and stops its trainer (nothing else is signalled)
         (work / "stop").touch()
+    else:
+        return False
+    return True
+
+
+def _state_phase(args: argparse.Namespace, work: Path, out: Path, state: State) -> None:
+    """Run a phase that reads or writes the run's state file (the caller saves it into --out after)."""
+    if args.phase == "prepare":
+        prepare(args, work, out, state)
+    elif args.phase == "session":
+        session(args, work, out, state)
+    elif args.phase == "audit":
+        print(json.dumps(audit(args, work, out)["audit"], indent=1))
+    elif args.phase in ("horizon", "horizon-report"):  # the report alone: from a returned work bundle, no GPU
+        steps = [int(s) for s in args.score_steps.split(",")]
+        result = horizon(args, work, out, state) if args.phase == "horizon" else horizon_report(work, out, state, steps)
+        print(json.dumps([{k: r[k] for k in ("step", "accuracy", "against_base")} for r in result["steps"]], indent=1))
+    else:
+        result = final(args, work, out, state) if args.phase == "final" else report(work, out, state)
+        print(json.dumps({k: result[k] for k in ("eval", "comparison", "rollouts_per_gpu_minute")}, indent=1))
+
+
+def main() -> None:
+    args = _parser().parse_args()
+    work, out = Path(args.work), Path(args.out)
+    if _stateless_phase(args, work):
         return
     work.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -144,23 +173,7 @@ def main() -> None:
     if args.phase in ("report", "final", "horizon", "horizon-report") and not state.path.exists():
         raise SystemExit(f"{state.path}: no state; unpack learning-work.tgz into --work first")
     try:
-        if args.phase == "prepare":
-            prepare(args, work, out, state)
-        elif args.phase == "session":
-            session(args, work, out, state)
-        elif args.phase == "audit":
-            print(json.dumps(audit(args, work, out)["audit"], indent=1))
-        elif args.phase in ("horizon", "horizon-report"):  # the report alone: from a returned work bundle, no GPU
-            steps = [int(s) for s in args.score_steps.split(",")]
-            result = (
-                horizon(args, work, out, state) if args.phase == "horizon" else horizon_report(work, out, state, steps)
-            )
-            print(
-                json.dumps([{k: r[k] for k in ("step", "accuracy", "against_base")} for r in result["steps"]], indent=1)
-            )
-        else:
-            result = final(args, work, out, state) if args.phase == "final" else report(work, out, state)
-            print(json.dumps({k: result[k] for k in ("eval", "comparison", "rollouts_per_gpu_minute")}, indent=1))
+        _state_phase(args, work, out, state)
     finally:
         state.save(out)
 

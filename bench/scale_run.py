@@ -29,6 +29,8 @@ from lib.device_runs import markdown_table, mask_env, pack_logs, save, torch_of,
 WORK = Path("/tmp/scale")
 COMMON = ["--profile", "p40", "--gpu-memory-cap-gb", "24", "--data", "/tmp/gsm8k"]
 CLI = [sys.executable, "-m", "verl_p40.cli"]
+# the second host: GPU 1, joining the head's Ray on this machine
+JOIN = ["cluster", "join", "--gpus", "1", "--address", "127.0.0.1:6379", "--port", "6579", "--node-ip", "127.0.0.1"]
 
 
 NAMES = {1: "one-gpu", 2: "two-gpus", 4: "four-gpus", 8: "eight-gpus"}
@@ -84,6 +86,17 @@ def cluster(out: Path) -> None:
     steps = ["trainer.total_training_steps=2", "trainer.save_freq=2"]  # right after the role: argparse's order
     train = [*COMMON, "--model", "/tmp/qwen-random", "--logs", str(WORK / "logs-cluster"), "--checkpoints", str(ckpt)]
     result: dict = {}
+    result["two_hosts"] = _two_hosts(env, steps, train)
+    result["resume_on_one_gpu"] = _resume_on_one_gpu(env, ckpt)
+    result["eval_of_the_2gpu_checkpoint"] = _eval_checkpoint(env, ckpt)
+    result["torch"] = torch_of()
+    (out / "scale-cluster.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k != "two_hosts"}, indent=2))
+    pack_logs(WORK, out / "logs-scale-cluster.tgz")
+
+
+def _two_hosts(env: dict, steps: list[str], train: list[str]) -> dict:
+    """`verl-p40 cluster head --nodes 2 --gpus 0` training beside `verl-p40 cluster join --gpus 1` on this machine."""
     started = time.time()
     with open(WORK / "head.log", "w") as head_log, open(WORK / "worker.log", "w") as worker_log:
         head = subprocess.Popen(
@@ -110,19 +123,7 @@ def cluster(out: Path) -> None:
         )
         time.sleep(15)
         worker = subprocess.Popen(
-            [
-                *CLI,
-                "cluster",
-                "join",
-                "--gpus",
-                "1",
-                "--address",
-                "127.0.0.1:6379",
-                "--port",
-                "6579",
-                "--node-ip",
-                "127.0.0.1",
-            ],
+            [*CLI, *JOIN],
             env=env,
             stdout=worker_log,
             stderr=subprocess.STDOUT,
@@ -137,13 +138,17 @@ def cluster(out: Path) -> None:
     from verl_p40.run.trainer_log import read_steps
 
     log = next((WORK / "logs-cluster").glob("train-*.log"), None)
-    result["two_hosts"] = {
+    return {
         "command": "verl-p40 cluster head --nodes 2 --gpus 0 ... / verl-p40 cluster join --gpus 1",
         "train_args": [*steps, *train],
         "exit_code": code,
         "wall_s": round(time.time() - started, 1),
         "steps": read_steps(log) if log else [],
     }
+
+
+def _resume_on_one_gpu(env: dict, ckpt: Path) -> dict:
+    """The two hosts' checkpoint resumed on one GPU: expected to exit 2 with one line that says why."""
     resume = subprocess.run(
         [
             *CLI,
@@ -164,10 +169,14 @@ def cluster(out: Path) -> None:
         text=True,
         timeout=300,
     )
-    result["resume_on_one_gpu"] = {
+    return {
         "exit_code": resume.returncode,
         "last_line": (resume.stderr.strip().splitlines() or [""])[-1],
     }
+
+
+def _eval_checkpoint(env: dict, ckpt: Path) -> dict:
+    """`verl-p40 eval --model latest` of the two hosts' checkpoint."""
     evaluated = subprocess.run(
         [
             *CLI,
@@ -192,15 +201,11 @@ def cluster(out: Path) -> None:
         text=True,
         timeout=300,
     )
-    result["eval_of_the_2gpu_checkpoint"] = {
+    return {
         "exit_code": evaluated.returncode,
         "output": evaluated.stdout.strip().splitlines()[-3:],
         "error": evaluated.stderr.strip().splitlines()[-1:],
     }
-    result["torch"] = torch_of()
-    (out / "scale-cluster.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({k: v for k, v in result.items() if k != "two_hosts"}, indent=2))
-    pack_logs(WORK, out / "logs-scale-cluster.tgz")
 
 
 def kept_on_gpu(notes: list[str]) -> str:

@@ -116,19 +116,13 @@ def train_command(name: str, work: Path, steps: int, model: Path | None = None) 
 
 
 def options_of(command: list[str]) -> tuple[RunOptions, Facts]:
-    """The RunOptions and Facts a run's plan had: a P40 under the mask, this machine's GPU otherwise (the H200 where
-    it has none: resummarised here, every unmasked run ran on the lent H200)."""
-    words = command[4:]
-    opts = RunOptions()
-    value = lambda flag: words[words.index(flag) + 1] if flag in words else None  # noqa: E731
-    opts.algorithm = value("--algorithm") or opts.algorithm
-    opts.profile = value("--profile") or "auto"
-    opts.tf32 = value("--tf32") or opts.tf32
-    opts.model = value("--model")
-    cap = value("--gpu-memory-cap-gb")
-    opts.gpu_memory_cap_gb = float(cap) if cap else None
-    opts.sets = [w for w in words if "=" in w and not w.startswith("-")]
-    if "--skip-check" in words:
+    """The RunOptions and Facts a run's plan had: its command read by the product's parser, and a P40 under the mask,
+    this machine's GPU otherwise (the H200 where it has none: resummarised here, every unmasked run ran on the lent
+    H200)."""
+    from lib.run_projection import recorded_options
+
+    opts = recorded_options(command[3:])
+    if "--skip-check" in command[4:]:
         return opts, Facts.of_card("p40")
     here = Facts.here()  # resummarised on a machine without a GPU: the lent H200 every unmasked run ran on
     return opts, (here if here.gpus else Facts.of_card("h200"))
@@ -160,7 +154,7 @@ def summary(name: str, command: list[str], code: int, wall: float, log: Path | N
         return out
     options, facts = options_of(command)
     run = plan(options, facts)
-    model = command[command.index("--model") + 1]
+    model = options.model
     shape = projection.Shape.of_folder(model)
     timed = product_bench.summarise(training, run.config(), shape, _h200())
     generated = statistics.median(s.get("response_length/max", 0.0) for s in training)

@@ -13,6 +13,12 @@ uses the key as a name to write. What this does not catch: a key put into a vari
 through it (`key = "algorithm.adv_estimator"; get(key)`), or a config read by another spelling (`cfg.get(k)` over a
 loop of all keys, as the rules' value checks do through workload's key names). patches/ is text written into verl's
 own files, not code of ours that reads a config, and is left out.
+
+bench/ is held to the same rule (its results are the project's evidence, and a benchmark that decides what a run is
+on its own can disagree with the product it measures): every script and helper, bench/results/ left out (the
+commands as they ran). `BENCH_COPIES` lists the one kind of read allowed there, with its reason: an experiment that
+stands in for verl's worker copies the model's keys into the actor's config as verl's fsdp_workers does, so that the
+patched actor decides from them as it does in a run.
 """
 
 from __future__ import annotations
@@ -23,6 +29,11 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "app" / "verl_p40"
 HOME = PACKAGE / "plan" / "workload.py"
+BENCH = PACKAGE.parents[1] / "bench"
+BENCH_COPIES = {  # bench file -> why it may read the keys itself
+    "experiments/rollout_log_probs.py": "copies the model's trim_padding and use_remove_padding into the actor's "
+    "config, as verl's fsdp_workers does before the patched actor decides from them",
+}
 NAMES = re.compile(
     r"^(use_kl_in_reward|use_kl_loss|n_gpus_per_node|adv_estimator|\w+_offload|trim_padding|use_remove_padding)$"
 )
@@ -108,3 +119,24 @@ def test_only_the_workload_reads_what_a_run_is():
         for line, what in reads(ast.parse(path.read_text(), str(path))):
             readers.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {what}")
     assert not readers, "read these from plan.workload.Workload.of(config) instead:\n" + "\n".join(readers)
+
+
+def _bench_files() -> list[Path]:
+    return sorted(p for p in BENCH.rglob("*.py") if "results" not in p.relative_to(BENCH).parts)
+
+
+def test_bench_reads_what_a_run_is_from_the_workload_too():
+    readers = []
+    for path in _bench_files():
+        if str(path.relative_to(BENCH)) in BENCH_COPIES:
+            continue
+        for line, what in reads(ast.parse(path.read_text(), str(path))):
+            readers.append(f"{path.relative_to(BENCH.parent)}:{line}: {what}")
+    assert not readers, "read these from plan.workload.Workload.of(config) instead:\n" + "\n".join(readers)
+    assert len(_bench_files()) > 30  # the check reads bench/
+
+
+def test_each_bench_copy_is_still_a_reader():
+    """An entry of BENCH_COPIES whose file no longer reads a key is taken out, so the list stays the exceptions."""
+    stale = [name for name in BENCH_COPIES if not reads(ast.parse((BENCH / name).read_text()))]
+    assert not stale, f"no longer read the keys themselves: {stale}"

@@ -57,6 +57,27 @@ WORKER_MEMORY_CAP_ENV = "VERL_P40_WORKER_MEMORY_CAP_GB"  # the cap train's plan 
 TF32_ENV = "VERL_P40_WORKER_TF32"  # set by train for its workers; users set --tf32 ($VERL_P40_TF32)
 NO_CUDNN_ATTENTION_ENV = "VERL_P40_WORKER_NO_CUDNN_ATTENTION"  # set by train for its workers on sm_80+
 
+# Every other VERL_P40_ variable the project reads, so that this module names them all (tests/test_environment_names.py
+# fails on a name in app/, entrypoints/ or bench/ that is not declared here): the options' variables, each declared
+# with its option in the stage that takes it (plan/run_options.py; the monitor's in cli_options.py), and the stack's.
+ENVIRONMENT = {
+    "VERL_P40_PROFILE": "--profile",
+    "VERL_P40_REWARD_METHOD": "--reward-method",
+    "VERL_P40_FORMAT_BONUS": "--format-bonus",
+    "VERL_P40_ALGORITHM": "--algorithm",
+    "VERL_P40_SAMPLES_PER_PROMPT": "--samples-per-prompt",
+    "VERL_P40_LORA_RANK": "--lora-rank",
+    "VERL_P40_LORA_ALPHA": "--lora-alpha",
+    "VERL_P40_GPUS": "--gpus",
+    "VERL_P40_BATCH": "--batch",
+    "VERL_P40_NODES": "--nodes",
+    "VERL_P40_TF32": "--tf32 (the user's; train hands its workers TF32_ENV)",
+    "VERL_P40_MONITOR_INTERVAL": "monitor --interval",
+    "VERL_P40_MONITOR_ALERT_MEM_PCT": "monitor --alert-mem-pct",
+    "VERL_P40_SERVICE": "the compose service a process is (run/status.py)",
+    "VERL_P40_APEX_CUDA_EXT": "the image's APEX_CUDA_EXT build argument (doctor/stack_checks.py)",
+}
+
 
 def is_worker_setting(name: str) -> bool:
     """An environment variable verl_p40.worker_hooks applies in the trainer's workers (the memory cap, TF32, cuDNN

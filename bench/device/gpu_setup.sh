@@ -22,6 +22,6 @@ if [ -d .gpu-shared/pascal-mask ]; then mkdir -p /tmp/pascal-mask && cp .gpu-sha
 # trainer's validation on): the benches time steps; those that validate make their own folder (learning_run prepare)
 [ -f /tmp/gsm8k/train.parquet ] || verl_p40 prep --source "$GPU_DATA/gsm8k" --out /tmp/gsm8k --val-size 0 \
   --tokenizer "$GPU_DATA/qwen2.5-0.5b-instruct"
-[ -n "${VERL_P40_NO_RANDOM:-}" ] || [ -f /tmp/qwen-random/config.json ] || python3 bench/device/make_random_model.py \
+[ -n "${BENCH_NO_RANDOM:-}" ] || [ -f /tmp/qwen-random/config.json ] || python3 bench/device/make_random_model.py \
   --config "$GPU_DATA/qwen2.5-0.5b-instruct" --out /tmp/qwen-random
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader

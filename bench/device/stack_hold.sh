@@ -22,7 +22,7 @@ trap 'touch "$S/done"' EXIT
 exec > "$S/hold.log" 2>&1
 STACKS=${STACKS:-machine image}
 python3 bench/device/chunks.py join --chunks /tmp/chunks/bundle --out /tmp/bundle && bash /tmp/bundle/install.sh || exit 1
-export VERL_P40_NO_RANDOM=1
+export BENCH_NO_RANDOM=1
 source bench/device/gpu_setup.sh || exit 1
 set +e
 python3 bench/device/chunks.py join --chunks /tmp/chunks/model --out /tmp/model.gguf || exit 1

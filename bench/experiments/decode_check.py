@@ -8,7 +8,7 @@ generate()'s token for token, the first divergence shown as text.
 Run it under the Pascal mask with the product's 24 GB cap for the P40 path (the op audit records what the decoder
 runs when PASCAL_MASK_AUDIT is set):
 
-    PYTHONPATH=/tmp/pascal-mask:$PYTHONPATH PASCAL_MASK=1 VERL_P40_WORKER_MEMORY_CAP_GB=24 \\
+    PYTHONPATH=/tmp/pascal-mask:$PYTHONPATH PASCAL_MASK=1 VERL_P40_GPU_MEMORY_CAP_GB=24 \\
       python3 bench/experiments/decode_check.py --model /tmp/qwen-real --data /tmp/gsm8k/test.parquet \\
       --questions 256 --out $OUT/decode
 """

@@ -21,7 +21,7 @@ offered_update_tokens() {  # the actor's token budget in the plan's `update: ...
 PHASE=${1:?agreement, validate or wait}
 OUT=${OUT:?set by the device call}
 [ -f /tmp/model.gguf ] || python3 bench/device/chunks.py join --chunks /tmp/chunks/model --out /tmp/model.gguf
-[ "$PHASE" = agreement ] || export VERL_P40_NO_RANDOM=1  # only the bench runs on random weights
+[ "$PHASE" = agreement ] || export BENCH_NO_RANDOM=1  # only the bench runs on random weights
 source bench/device/gpu_setup.sh
 MASKED=(env "PYTHONPATH=/tmp/pascal-mask:$PYTHONPATH" PASCAL_MASK=1)
 git rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null || true

@@ -8,7 +8,7 @@ with the audit on (its times are audited times: the same on both stacks, not a P
 the two stacks side by side: exit codes, the torch each ran, half-precision ops and SDPA kernels the audit saw, step
 times, torch's peaks, accuracy, and the 64 greedy answers (identical, or the first divergence shown).
 
-On the GPU machine, after `bash /tmp/bundle/install.sh && VERL_P40_NO_RANDOM=1 source bench/device/gpu_setup.sh`, the
+On the GPU machine, after `bash /tmp/bundle/install.sh && BENCH_NO_RANDOM=1 source bench/device/gpu_setup.sh`, the
 real-weights model at /tmp/qwen-real and the image's torch unpacked (bench/device/stage_torch.py) into /tmp/torch26:
 
     python3 bench/experiments/stack_check.py run --stack machine --model /tmp/qwen-real --out $OUT/stack

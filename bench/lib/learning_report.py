@@ -15,6 +15,7 @@ from pathlib import Path
 
 from lib.learning_recipe import MODES, RECIPE, VAL_SIZE, train_command
 from lib.real_runs import State, monitor_peaks
+from verl_p40.plan.workload import Workload
 from verl_p40.run.trainer_log import read_steps
 
 
@@ -26,8 +27,8 @@ def report(work: Path, out: Path, state: State) -> dict:
     steps = [s for s in read_steps(log) if "timing_s/step" in s]  # step 0 is validation only
     validated = [s for s in read_steps(log) if any(k.startswith("val-core/") for k in s)]
     setting = trainer_settings(log)
-    gpus = int(setting["trainer.n_gpus_per_node"]) * int(setting.get("trainer.nnodes", 1))
-    per_step = int(setting["data.train_batch_size"]) * int(setting["actor_rollout_ref.rollout.n"])
+    run = Workload.of(nested(setting))
+    gpus, per_step = run.gpus, int(setting["data.train_batch_size"]) * run.samples
     sequences = len(steps) * per_step
     train_minutes = data["wall_s"] / 60
     eval_minutes = data.get("final_eval", {}).get("wall_s", 0) / 60
@@ -50,33 +51,10 @@ def report(work: Path, out: Path, state: State) -> dict:
             "train": data.get("train_command"),
             "eval": data.get("final_eval", {}).get("commands"),
         },
-        "held_out": {
-            "questions": evaluation["questions"],
-            "split": f"GSM8K test, the first {evaluation['questions']} of 1,319 (validation: val.parquet, "
-            f"{VAL_SIZE} train rows)",
-            "dtype": evaluation["dtype"],
-            "greedy": True,
-            "max_new_tokens": evaluation["max_new_tokens"],
-        }
-        if evaluation
-        else "not evaluated: this run gives its validation curve only (session --no-eval)",
+        "held_out": _held_out(evaluation),
         "eval": evaluation["models"] if evaluation else None,
         "comparison": evaluation["comparison"] if evaluation else None,
-        "training": {
-            "steps": len(steps),
-            "stop": {"returncode": data.get("returncode"), "sigterm_at_s": data.get("stop_sent_at_s")},
-            "prompts_per_step": int(setting["data.train_batch_size"]),
-            "sequences_per_step": per_step,
-            "prompts_seen": len(steps) * int(setting["data.train_batch_size"]),
-            "rollouts": sequences,
-            "gpus": gpus,
-            "median_step_s": round(statistics.median(step_s), 2) if step_s else None,
-            "wall_s": data["wall_s"],
-            "checkpoints": data.get("checkpoints"),
-            "evaluated_checkpoint": data.get("evaluated_checkpoint"),
-            "prompts_seen_by_evaluated": (data.get("evaluated_checkpoint") or {}).get("step", len(steps))
-            * int(setting["data.train_batch_size"]),
-        },
+        "training": _training(data, steps, setting, gpus, per_step),
         "gpu_minutes": {
             "train": round(gpus * train_minutes, 2),
             "final_eval": round(eval_gpus * eval_minutes, 2),
@@ -84,20 +62,7 @@ def report(work: Path, out: Path, state: State) -> dict:
         },
         "rollouts_per_gpu_minute": round(sequences / (gpus * train_minutes), 1) if train_minutes else None,
         "p40_projection": projected,
-        "validation": [
-            {
-                "step": int(s["step"]),
-                "prompts_seen": int(s["step"]) * int(setting["data.train_batch_size"]),
-                # GPU-minutes of the training steps before it (start-up and validation left out: the same for any
-                # recipe), and the P40 hours the same steps project to
-                "train_gpu_minutes": round(gpus * trained_s.get(int(s["step"]), 0.0) / 60, 2),
-                "p40_hours": round(int(s["step"]) * projected["p40_s_per_step"] / 3600, 3)
-                if projected.get("p40_s_per_step")
-                else None,
-                **{k: v for k, v in s.items() if k.startswith("val-core/")},
-            }
-            for s in validated
-        ],
+        "validation": _validation(validated, setting, gpus, trained_s, projected),
         "memory": monitor_peaks(work / "logs" / "gpu", 24.0 if mode == "p40" else None),
     }
     stamp = result["date"]
@@ -106,6 +71,61 @@ def report(work: Path, out: Path, state: State) -> dict:
         shutil.copy(work / "eval-final" / name, out / f"learning-eval-{name}")
     plot(read_steps(log), out / f"learning-{stamp}.png", int(setting["data.train_batch_size"]))
     return result
+
+
+def _held_out(evaluation: dict | None) -> dict | str:
+    """The report's held_out entry: the test questions the final evaluation scored, or why there are none."""
+    if not evaluation:
+        return "not evaluated: this run gives its validation curve only (session --no-eval)"
+    return {
+        "questions": evaluation["questions"],
+        "split": f"GSM8K test, the first {evaluation['questions']} of 1,319 (validation: val.parquet, "
+        f"{VAL_SIZE} train rows)",
+        "dtype": evaluation["dtype"],
+        "greedy": True,
+        "max_new_tokens": evaluation["max_new_tokens"],
+    }
+
+
+def _training(data: dict, steps: list[dict], setting: dict[str, str], gpus: int, per_step: int) -> dict:
+    """The report's training entry: steps, how the run stopped, prompts and rollouts, checkpoints."""
+    step_s = [s["timing_s/step"] for s in steps]
+    return {
+        "steps": len(steps),
+        "stop": {"returncode": data.get("returncode"), "sigterm_at_s": data.get("stop_sent_at_s")},
+        "prompts_per_step": int(setting["data.train_batch_size"]),
+        "sequences_per_step": per_step,
+        "prompts_seen": len(steps) * int(setting["data.train_batch_size"]),
+        "rollouts": len(steps) * per_step,
+        "gpus": gpus,
+        "median_step_s": round(statistics.median(step_s), 2) if step_s else None,
+        "wall_s": data["wall_s"],
+        "checkpoints": data.get("checkpoints"),
+        "evaluated_checkpoint": data.get("evaluated_checkpoint"),
+        "prompts_seen_by_evaluated": (data.get("evaluated_checkpoint") or {}).get("step", len(steps))
+        * int(setting["data.train_batch_size"]),
+    }
+
+
+def _validation(
+    validated: list[dict], setting: dict[str, str], gpus: int, trained_s: dict[int, float], projected: dict
+) -> list[dict]:
+    """The report's validation entries: each validated step's scores, with the prompts, GPU-minutes and P40 hours
+    before it."""
+    return [
+        {
+            "step": int(s["step"]),
+            "prompts_seen": int(s["step"]) * int(setting["data.train_batch_size"]),
+            # GPU-minutes of the training steps before it (start-up and validation left out: the same for any
+            # recipe), and the P40 hours the same steps project to
+            "train_gpu_minutes": round(gpus * trained_s.get(int(s["step"]), 0.0) / 60, 2),
+            "p40_hours": round(int(s["step"]) * projected["p40_s_per_step"] / 3600, 3)
+            if projected.get("p40_s_per_step")
+            else None,
+            **{k: v for k, v in s.items() if k.startswith("val-core/")},
+        }
+        for s in validated
+    ]
 
 
 def p40_projection(
@@ -156,6 +176,19 @@ def trainer_settings(log: Path) -> dict[str, str]:
     """The verl overrides the run was started with: the first line of verl-p40's train log is the trainer command."""
     first = log.read_text(errors="replace").splitlines()[0]
     return dict(word.lstrip("+").split("=", 1) for word in shlex.split(first.removeprefix("$ ")) if "=" in word)
+
+
+def nested(setting: dict[str, str]) -> dict:
+    """The run's dotted overrides as the nested config Workload.of reads (`a.b=1` -> {"a": {"b": "1"}})."""
+    tree: dict = {}
+    for key, value in setting.items():
+        *parents, leaf = key.split(".")
+        node: object = tree
+        for part in parents:
+            node = node.setdefault(part, {}) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node[leaf] = value
+    return tree
 
 
 def standard_error(accuracy: float, questions: int = VAL_SIZE) -> float:

@@ -34,31 +34,12 @@ def session(args: argparse.Namespace, work: Path, out: Path, state: State) -> No
     try:
         ray_stop()
         monitor = subprocess.Popen(cli("monitor", "--interval", "1", "--out", str(logs / "gpu")), env=env)
-        state.data["gpu_name"] = (
-            subprocess.run(
-                ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", "0"], capture_output=True, text=True
-            ).stdout.strip()
-            or "unknown GPU"
-        )
+        state.data["gpu_name"] = _gpu_name()
         state.data["torch"] = torch_of(env)  # here, on the GPU machine: report and horizon may run elsewhere
         command = train_command(args, work)
         print("$ " + shlex.join(command), flush=True)
-        started, stop_sent = time.time(), None
-        proc = subprocess.Popen(command, env=env)
-        while proc.poll() is None:
-            time.sleep(2)
-            why = (
-                "budget"
-                if time.time() - started > args.budget_s - args.stop_s
-                else "asked to stop"
-                if (work / "stop").exists()
-                else None
-            )
-            if stop_sent is None and why:
-                print(f"[learning_run] {why}: SIGTERM (the trainer saves this step and exits)", flush=True)
-                proc.send_signal(signal.SIGTERM)
-                stop_sent = time.time() - started
-        code = proc.wait()
+        started = time.time()
+        code, stop_sent = _train_under_budget(args, work, command, env, started)
         ray_stop()
         monitor.send_signal(signal.SIGTERM)
         monitor.wait(timeout=30)
@@ -83,6 +64,39 @@ def session(args: argparse.Namespace, work: Path, out: Path, state: State) -> No
             final(args, work, out, state)
     finally:
         pid_file.unlink(missing_ok=True)
+
+
+def _gpu_name() -> str:
+    """The first GPU's name as nvidia-smi says it."""
+    return (
+        subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", "0"], capture_output=True, text=True
+        ).stdout.strip()
+        or "unknown GPU"
+    )
+
+
+def _train_under_budget(
+    args: argparse.Namespace, work: Path, command: list[str], env: dict, started: float
+) -> tuple[int, float | None]:
+    """The trainer run to its end, sent one SIGTERM (a graceful stop) when the budget would run out or the stop file
+    appears: (its exit code, the seconds after `started` the stop was sent, or None)."""
+    stop_sent = None
+    proc = subprocess.Popen(command, env=env)
+    while proc.poll() is None:
+        time.sleep(2)
+        why = (
+            "budget"
+            if time.time() - started > args.budget_s - args.stop_s
+            else "asked to stop"
+            if (work / "stop").exists()
+            else None
+        )
+        if stop_sent is None and why:
+            print(f"[learning_run] {why}: SIGTERM (the trainer saves this step and exits)", flush=True)
+            proc.send_signal(signal.SIGTERM)
+            stop_sent = time.time() - started
+    return proc.wait(), stop_sent
 
 
 def audit(args: argparse.Namespace, work: Path, out: Path) -> dict:

@@ -6,15 +6,17 @@ that ran it, whose constants `verl-p40 bench` measured on 2026-11-30).
 
 from __future__ import annotations
 
+import os
 import shlex
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 
-from verl_p40.gpu.nvml import GPUInfo
 from verl_p40.perf import projection
 from verl_p40.plan.facts import Facts
 from verl_p40.plan.planner import plan
 from verl_p40.plan.run_options import RunOptions
+from verl_p40.plan.workload import Workload
 
 # Qwen2.5-0.5B-Instruct's config.json (the tokenizer folder the tests carry): the shape every projection prices
 SHARED = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "qwen2.5-0.5b-instruct"
@@ -24,46 +26,52 @@ H200 = projection.Card(
 )
 
 
+# What a recorded command that names neither ran with: the CLI's defaults when the projected results were made (ppo
+# until 167111d made the GSM8K recipe the default on 2026-12-02; the P40 profile, the one these runs were on)
+RECORDED_DEFAULTS = {"--algorithm": ("algorithm", "ppo"), "--profile": ("profile", "p40")}
+
+
+def recorded_options(words: Sequence[str], then: dict[str, tuple[str, str]] | None = None) -> RunOptions:
+    """The options a recorded `verl-p40 train|bench|config ...` command ran with (`words`: what follows `verl-p40`),
+    read by the product's own parser and options: flags, verl keys (`--set` and bare `KEY=VALUE`), defaults. `then`:
+    {flag: (field, value)} for the defaults of the command's day where it does not give the flag. This process's
+    environment is left out (the run had its own): the options' variables are unset while they are read."""
+    from verl_p40.cli import build_parser
+    from verl_p40.options import option_fields, resolve
+
+    words = list(words)
+    args = build_parser().parse_args(words)
+    cls = args.command_spec.options
+    given = {w.split("=", 1)[0] for w in words if w.startswith("--")}
+    values = {name: value for flag, (name, value) in (then or {}).items() if flag not in given}
+    names = [f.metadata["option"].env for f in option_fields(cls) if f.metadata["option"].env]
+    saved = {name: os.environ.pop(name) for name in names if name in os.environ}
+    try:
+        return resolve(cls, args, **values)
+    finally:
+        os.environ.update(saved)
+
+
 def options_from(command: str) -> RunOptions:
-    """The verl config a recorded `verl-p40 train|bench ...` command ran with (paths do not matter here)."""
-    words, sets, profile, gpus, algorithm, batch = shlex.split(command)[2:], [], "p40", None, "ppo", "recipe"
-    i = 0
-    while i < len(words):
-        word = words[i]
-        if word == "--profile":
-            profile, i = words[i + 1], i + 2
-        elif word == "--algorithm":
-            algorithm, i = words[i + 1], i + 2
-        elif word == "--gpus":
-            gpus, i = words[i + 1], i + 2
-        elif word == "--batch":
-            batch, i = words[i + 1], i + 2
-        elif word == "--set":
-            sets.append(words[i + 1])
-            i += 2
-        elif word.startswith("--"):
-            i += 1 if word in ("--dry-run",) else 2
-        elif "=" in word:
-            sets.append(word)
-            i += 1
-        else:
-            i += 1
-    return RunOptions(profile=profile, sets=sets, gpus=gpus or "all", algorithm=algorithm, batch=batch)
+    """The verl config a recorded `verl-p40 train|bench ...` command ran with (RECORDED_DEFAULTS where it names no
+    algorithm or profile)."""
+    return recorded_options(shlex.split(command)[1:], RECORDED_DEFAULTS)
 
 
-def masked_p40s(options: RunOptions) -> list[GPUInfo]:
-    """The GPUs the run's layout saw: P40s under the mask, as many as it was given (one where it named none)."""
+def masked_p40s(options: RunOptions) -> Facts:
+    """The machine the run's layout saw: P40s under the mask (the product's P40 card), as many as it was given (one
+    where it named none)."""
     count = 1 if options.gpus == "all" else len(options.gpus.split(","))
-    return [GPUInfo(index=i, name="Tesla P40", compute_capability=(6, 1), memory_total_gib=23.9) for i in range(count)]
+    return Facts.of_card("p40", count)
 
 
 def project_run(name: str, command: str, steps: list[dict], shape: projection.Shape, recent: bool) -> dict:
     """`recent`: run since trim_padding exists, so its config says whether it trimmed; older runs ran at full width."""
     options = options_from(command)
-    cfg = plan(options, Facts(gpus=tuple(masked_p40s(options)))).config()  # the machine that ran it, not this one
+    cfg = plan(options, masked_p40s(options)).config()  # the machine that ran it, not this one
     phases = projection.median_phases(steps)
     generated = statistics.median(s.get("response_length/max", 0.0) for s in steps)
-    trimming = recent and bool(cfg.actor_rollout_ref.model.get("trim_padding", False))
+    trimming = recent and Workload.of(cfg).trims
     run = projection.run_from_config(cfg, generated, projection.longest_lengths(steps) if trimming else None)
     host = projection.host_overhead_per_token(phases.get("gen", 0.0), shape, run, H200)
     here, p40 = projection.project(shape, run, H200, host), projection.project(shape, run, projection.P40, host)
