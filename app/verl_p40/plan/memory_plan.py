@@ -1,6 +1,8 @@
 """The memory plan, in one place: the verl keys it sizes (`KEYS`, and the states it keeps on the GPU, `STATE_KEYS`),
 the sizes it chooses for the card by `plan/memory.py`'s model, its console line, its refusal of a card or cap the run
-cannot fit, and what the run record keeps of it. No other module of app/ looks these keys up by name
+cannot fit, and what the run record keeps of it. Which states a run holds at all is `memory.Step.holds`, the one
+decision the estimate and the note both read (LoRA's reference is the actor with its adapter off: no reference
+weights). No other module of app/ looks these keys up by name
 (tests/unit_plan/test_memory_plan_home.py): the projection reads them through `setting`.
 """
 
@@ -204,13 +206,15 @@ def _fixed_by(user: list[Override], tree: Any, profile: profiles_mod.Profile) ->
 def _said(sizes: mem.Sizes, step: mem.Step, peaks: dict[str, float], usable: float, budget: float) -> tuple[str, dict]:
     """The memory plan's console line, and what the run record keeps of it."""
     top = max(peaks, key=peaks.get)
-    kept = [STATE_WORDS[s] for s in mem.STATES if s in sizes.resident and _state_used(s, step)]
+    held = [s for s in mem.STATES if step.holds(s)]  # the states the estimate counts
+    kept = [STATE_WORDS[s] for s in held if s in sizes.resident]
+    offloaded = "the rest offloaded" if held else "the run holds no other states"
     ckpt = "with" if sizes.checkpointing else "without"
     regrouped = f" (length-grouped within {sizes.update_tokens} tokens)" if sizes.update_tokens else ""
     note = (
         f"memory plan for {usable / 1e9:.1f} GB: generation {sizes.generation} sequences at once, update micro-batch "
         f"{sizes.update_micro} {ckpt} gradient checkpointing{regrouped}, log-prob micro-batch {sizes.logprob_micro}; "
-        f"on the GPU: {', '.join(kept) if kept else 'weights only (the rest offloaded)'}; predicted peak "
+        f"on the GPU: {', '.join(kept) if kept else f'weights only ({offloaded})'}; predicted peak "
         f"{peaks[top] / 1e9:.1f} GB ({top}), "
         + (f"within {budget / 1e9:.1f} GB" if peaks[top] <= budget else "the profile's measured sizes")
     )
@@ -229,14 +233,6 @@ def _said(sizes: mem.Sizes, step: mem.Step, peaks: dict[str, float], usable: flo
         },
     }
     return note, record
-
-
-def _state_used(state: str, step: mem.Step) -> bool:
-    return (
-        (state.startswith("critic") and step.critic)
-        or (state == "reference_params" and step.reference)
-        or (state == "actor_optimizer" and not step.lora)
-    )
 
 
 def _refused(fit: Fit, user: list[Override]) -> str:
