@@ -20,6 +20,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from test_workload_home import _callee, readers
+from test_workload_home import reads as workload_reads
+
 PACKAGE = Path(__file__).resolve().parents[2] / "app" / "verl_p40"
 HOME = PACKAGE / "plan" / "memory_plan.py"
 KEYS = {
@@ -34,7 +37,6 @@ KEYS = {
 }
 LAST_NAMES = {key.rsplit(".", 1)[-1] for key in KEYS}
 TABLES = {"KEYS", "MEMORY_KEYS"}  # the memory plan's table, by the names it has had
-LOOKUPS = {"get", "_get", "select", "getattr", "pop"}
 
 
 def _names_a_key(node: ast.AST) -> bool:
@@ -51,24 +53,10 @@ def _through_the_table(node: ast.AST) -> bool:
     return name in TABLES
 
 
-def _callee(call: ast.Call) -> str:
-    func = call.func
-    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-
-
 def reads(tree: ast.AST) -> list[tuple[int, str]]:
-    """(line, what) for every read of a memory key in `tree`, as the module docstring defines a read."""
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and node.attr in LAST_NAMES:
-            found.append((node.lineno, f".{node.attr}"))
-        elif isinstance(node, ast.Call) and _callee(node) in LOOKUPS:
-            for arg in node.args:
-                if _names_a_key(arg) or _through_the_table(arg):
-                    found.append((arg.lineno, f"{_callee(node)}({ast.unparse(arg)})"))
-        elif isinstance(node, ast.Subscript) and _names_a_key(node.slice):
-            found.append((node.lineno, f"[{node.slice.value!r}]"))
-    return found
+    """(line, what) for every read of a memory key in `tree`, as the module docstring defines a read (the workload
+    check's reader, with these keys and the table)."""
+    return workload_reads(tree, LAST_NAMES.__contains__, lambda arg: _names_a_key(arg) or _through_the_table(arg))
 
 
 def test_the_check_sees_each_kind_of_read():
@@ -91,13 +79,8 @@ def test_the_table_is_the_homes():
 
 
 def test_only_the_memory_plan_reads_its_keys():
-    readers = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        if path == HOME or "patches" in path.relative_to(PACKAGE).parts:
-            continue
-        for line, what in reads(ast.parse(path.read_text(), str(path))):
-            readers.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {what}")
-    assert not readers, "read these through plan.memory_plan (setting, or the plan itself):\n" + "\n".join(readers)
+    found = readers(HOME, reads)
+    assert not found, "read these through plan.memory_plan (setting, or the plan itself):\n" + "\n".join(found)
 
 
 def _callers(name: str) -> list[str]:
