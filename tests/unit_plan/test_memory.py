@@ -168,3 +168,19 @@ def test_a_token_budget_is_priced_by_its_rows_as_well_as_its_tokens():
     for rows in range(1, 2048 // 2 + 1):  # the widest answer a row may have beside one prompt column
         answer = min(RECIPE.response_width, 2048 // rows - 1)
         assert rows * (answer + 1) <= memory.update_logit_cells(RECIPE, sizes), rows
+
+
+def test_the_note_names_the_states_the_estimate_counts():
+    """One decision of which states a run holds (memory.Step.holds), read by the estimate and the note alike: a LoRA
+    run's reference is the actor with its adapter off, so its note names no reference weights on the GPU, as its
+    estimate counts none (`verl-p40 config --card a100-80gb --lora-rank 32` said "on the GPU: reference weights")."""
+    run = plan(RunOptions(profile="auto", lora_rank=32), Facts.of_card("a100-80gb"))
+    note = next(n for n in run.notes if n.startswith("memory plan for"))
+    assert "reference weights" not in note and "actor Adam states" not in note
+    step = replace(RECIPE, lora=True)
+    assert not step.holds("reference_params") and not step.holds("actor_optimizer")
+    assert memory.phase_peaks(memory.QWEN_05B, step, memory.Sizes(64, 4, 8, True, frozenset())) == (
+        memory.phase_peaks(memory.QWEN_05B, step, memory.Sizes(64, 4, 8, True, ALL))
+    )  # a state the run does not hold weighs nothing, on the GPU or off it
+    full = next(n for n in plan(RunOptions(profile="auto"), Facts.of_card("a100-80gb")).notes if "memory plan" in n)
+    assert "reference weights" in full  # a full-weights GRPO run keeps its reference on a card this size

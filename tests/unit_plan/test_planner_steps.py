@@ -50,9 +50,10 @@ def test_each_step_takes_what_it_needs_and_returns_what_it_decides():
     with pytest.raises(dataclasses.FrozenInstanceError):
         hw.sm = 8.0
     with pytest.raises(dataclasses.FrozenInstanceError):
-        batch.notes = []
-    batch_keys = {o.key: int(o.value) for o in batch.overrides}
+        batch.part.notes = []
+    batch_keys = {o.key: int(o.value) for o in batch.part.overrides}
     assert batch_keys["data.train_batch_size"] == 32 and batch_keys["actor_rollout_ref.actor.ppo_mini_batch_size"] == 16
+    assert (batch.prompts, batch.mini_batch) == (32, 16)  # the typed value later steps take
     assert not {o.key for o in steps.profile_settings(hw.profile).overrides} & set(layout.BATCH_KEYS)
     assert "algorithm.adv_estimator" in {o.key for o in steps.recipe_settings(chosen).overrides}
     assert not {o.key for o in steps.reward_settings().overrides} & {"algorithm.adv_estimator", "data.train_batch_size"}

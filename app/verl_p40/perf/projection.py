@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from verl_p40.data import gsm8k
-from verl_p40.plan import memory
+from verl_p40.plan import memory, memory_plan
 from verl_p40.plan.budget import ADAM_STATES, FP32
 from verl_p40.plan.memory import Shape  # the model's dimensions, one home for the plan and the projection
 from verl_p40.plan.workload import Workload
@@ -226,9 +226,11 @@ def run_from_config(
     gpus = workload.gpus
     sequences = int(get("data.train_batch_size")) * workload.samples // gpus
 
-    def micro(size_key: str, epochs_key: str | None = None) -> int:  # micro-batches per step on each GPU
+    def micro(size: Any, epochs_key: str | None = None) -> int:  # micro-batches per step on each GPU
         passes = int(get(epochs_key, 1)) if epochs_key else 1
-        return passes * math.ceil(sequences / int(get(size_key) or sequences))
+        return passes * math.ceil(sequences / int(size or sequences))
+
+    size = lambda name, role=0: memory_plan.setting(cfg, name, role)  # noqa: E731  (the memory plan's keys)
 
     return Run(
         sequences=sequences,
@@ -240,19 +242,17 @@ def run_from_config(
         lora=workload.lora,
         offload={state: workload.on_host(state) for state in memory.STATES},
         pass_width=min(float(sum(longest)), full) if workload.trims and longest else None,
-        recompute=bool(get("actor_rollout_ref.model.enable_gradient_checkpointing", False)),
+        recompute=bool(size("checkpointing") or False),
         tokens=tokens,
         epochs=int(get("actor_rollout_ref.actor.ppo_epochs", 1) or 1),
         log_probs_in_rollout=log_probs_in_rollout(cfg),
         gpus=gpus,
         micro_batches={
-            "old_log_prob": micro("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"),
-            "ref": micro("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"),
-            "values": micro("critic.forward_micro_batch_size_per_gpu"),
-            "update_actor": micro(
-                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "actor_rollout_ref.actor.ppo_epochs"
-            ),
-            "update_critic": micro("critic.ppo_micro_batch_size_per_gpu", "critic.ppo_epochs"),
+            "old_log_prob": micro(size("logprob_micro")),
+            "ref": micro(size("logprob_micro", 1)),
+            "values": micro(get("critic.forward_micro_batch_size_per_gpu")),
+            "update_actor": micro(size("update_micro"), "actor_rollout_ref.actor.ppo_epochs"),
+            "update_critic": micro(size("update_micro", 1), "critic.ppo_epochs"),
         },
     )
 

@@ -18,7 +18,7 @@
   does alone, and a step takes W times the prompts (a recipe whose learning was not measured). Micro-batches are
   per GPU either way (the memory plan's).
 - Memory: FSDP shards the weights, gradients and Adam states over the W GPUs; which of them then stay on each GPU is
-  the memory plan's choice (verl_p40.plan.memory, the plan's `memory_plan` step).
+  the memory plan's choice (verl_p40.plan.memory_plan, by verl_p40.plan.memory's model).
 """
 
 from __future__ import annotations

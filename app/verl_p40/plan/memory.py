@@ -119,6 +119,18 @@ class Step:
     def width(self) -> int:
         return self.prompt_width + self.response_width
 
+    def holds(self, state: str) -> bool:
+        """Whether the run has `state` (of STATES) at all, on the GPU or off it: Adam states with full training only,
+        reference weights where a KL term needs them and the actor is not LoRA's (LoRA's reference is the actor with
+        its adapter off), the critic's for GAE. The estimate (`phase_peaks`) and the memory plan's note read it."""
+        held = {
+            "actor_optimizer": not self.lora,
+            "reference_params": self.reference and not self.lora,
+            "critic_params": self.critic,
+            "critic_optimizer": self.critic,
+        }
+        return held[state]
+
 
 def update_rows(step: Step, sizes: Sizes) -> int:
     """The most rows an update micro-batch holds: verl's micro-batch, or in a length-grouped one as many as its token
@@ -147,10 +159,10 @@ def _state_bytes(shape: Shape, step: Step) -> dict[str, float]:
     return {
         "actor_weights": FP32 * p / w,
         "actor_grads": 0.0 if step.lora else FP32 * p / w,
-        "actor_optimizer": 0.0 if step.lora else 2 * FP32 * p / w,
-        "reference_params": FP32 * p / w if step.reference and not step.lora else 0.0,
-        "critic_params": 2 * FP32 * p / w if step.critic else 0.0,  # weights and gradients
-        "critic_optimizer": 2 * FP32 * p / w if step.critic else 0.0,
+        "actor_optimizer": 2 * FP32 * p / w if step.holds("actor_optimizer") else 0.0,
+        "reference_params": FP32 * p / w if step.holds("reference_params") else 0.0,
+        "critic_params": 2 * FP32 * p / w if step.holds("critic_params") else 0.0,  # weights and gradients
+        "critic_optimizer": 2 * FP32 * p / w if step.holds("critic_optimizer") else 0.0,
     }
 
 

@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from verl_p40.plan import memory_plan
+from verl_p40.plan import paths as run_paths
 from verl_p40.plan import profiles as profiles_mod
 from verl_p40.plan import steps as plan_steps
 from verl_p40.plan.facts import Facts
 from verl_p40.plan.run_options import RunOptions
 from verl_p40.plan.schedule import Schedule, parquet_rows
-from verl_p40.plan.verlconfig import Override, compose, parse_set, to_hydra
+from verl_p40.plan.verlconfig import Override, compose, parse_set, preview, to_hydra
 from verl_p40.plan.workload import Workload
 
 
@@ -64,21 +66,22 @@ def plan(options: RunOptions, facts: Facts | None = None) -> RunPlan:
         hw.part,
         plan_steps.profile_settings(hw.profile),
         plan_steps.placement(hw.layout),
-        plan_steps.batch(options, hw, chosen),
+        (batch := plan_steps.batch(options, hw, chosen)).part,
         plan_steps.reward_settings(),
         plan_steps.recipe_settings(chosen),
         plan_steps.reward_options(options),
         plan_steps.lora(options),
         algorithm,
     ]
-    sized = plan_steps.memory_plan(options, hw, _overrides(parts) + user, user)
-    parts += [sized.part, plan_steps.tensorboard(hw.profile, facts), plan_steps.paths(options, user, hw.layout)]
-    counted = plan_steps.schedule(_overrides(parts) + user, user)
+    run_batch = batch.as_run_sets(user)
+    sized = memory_plan.plan(options, hw, run_batch, _so_far(parts, user), user)
+    parts += [sized.part, plan_steps.tensorboard(hw.profile, facts), run_paths.paths(options, user, hw.layout)]
+    counted = plan_steps.schedule(run_batch, _so_far(parts, user), _overrides(parts) + user, user)
     parts += [counted.part, plan_steps.worker_hooks(options, hw.sm, user_sets)]
     parts += [
         plan_steps.user_settings(user),
         # after the user's settings: it resolves their p40_log_probs=auto (and keeps pass or rollout as they are)
-        plan_steps.old_log_probs(options, hw.sm, _overrides(parts) + user, user_sets),
+        plan_steps.old_log_probs(options, hw.sm, _so_far(parts, user), user_sets),
     ]
     overrides, notes = _overrides(parts), [note for part in parts for note in part.notes]
     hydra_overrides = to_hydra(overrides)
@@ -102,6 +105,16 @@ def plan(options: RunOptions, facts: Facts | None = None) -> RunPlan:
 
 def _overrides(parts: list[plan_steps.Part]) -> list[Override]:
     return [override for part in parts for override in part.overrides]
+
+
+def _so_far(parts: list[plan_steps.Part], user: list[Override]):
+    """verl's settings the steps so far and the run's own give, for a step that reads them (None: one is no value
+    Hydra can read; to_hydra names it with its fix once the steps are done). The one place the plan reads its own
+    overrides back (tests/unit_plan/test_memory_plan_home.py counts the callers of `preview`)."""
+    try:
+        return preview(_overrides(parts) + user)
+    except Exception:  # e.g. a whole section set as a value
+        return None
 
 
 def run_record(cfg: Any, profile: str, algorithm: str, memory: dict | None, schedule: Schedule | None) -> dict:
