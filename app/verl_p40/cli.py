@@ -32,11 +32,8 @@ def _stop_on_sigterm() -> None:
 
 def cmd_prep(options: o.PrepOptions) -> int:
     from verl_p40.data import prep
-    from verl_p40.data.gsm8k import DEFAULT_INSTRUCTION
 
     _stop_on_sigterm()
-    if options.instruction is None:
-        options.instruction = DEFAULT_INSTRUCTION
     return prep.main(options)
 
 
@@ -243,7 +240,7 @@ class Parser(argparse.ArgumentParser):
 class Command:
     name: str
     run: Callable[[Any], int]
-    options: type  # the command's options dataclass (verl_p40.cli_options)
+    options: type  # the command's options dataclass (verl_p40.cli_options names them all)
     help: str
     hidden: tuple[str, ...] = ()  # fields of `options` that are not flags of this command (their defaults hold)
 

@@ -1,7 +1,8 @@
 """What every command takes, declared once: one dataclass per command, each field its flag, default, environment
 variable, checks and help (`verl_p40.options`). The commands that plan a run (config, train, cluster, bench, doctor)
-share `RunOptions`; eval's and export's live with the stage that takes them whole (`evaluation/options.py`,
-`models/options.py`), as `RunOptions` lives in the plan."""
+share `RunOptions`; prep's, monitor's, eval's and export's live with the stage that takes them whole
+(`data/options.py`, `gpu/options.py`, `evaluation/options.py`, `models/options.py`), as `RunOptions` lives in the
+plan."""
 
 from __future__ import annotations
 
@@ -9,18 +10,17 @@ import os
 from dataclasses import dataclass
 
 from verl_p40 import VERL_VERSION, defaults
+from verl_p40.data.options import PrepOptions
 from verl_p40.doctor.runner import SKIP_ENV, names_help
 from verl_p40.evaluation.options import EvalOptions
-from verl_p40.gpu.nvml import parse_gpus
+from verl_p40.gpu.options import MonitorOptions
 from verl_p40.models.options import ExportOptions
 from verl_p40.options import FILE, FOLDER, option
 from verl_p40.plan.facts import CARDS
 from verl_p40.plan.run_options import RunOptions
 
-__all__ = ["EvalOptions", "ExportOptions", "RunOptions"]  # declared in their stage, named here with the others
-
-MONITOR_INTERVAL_ENV = "VERL_P40_MONITOR_INTERVAL"
-MONITOR_ALERT_ENV = "VERL_P40_MONITOR_ALERT_MEM_PCT"  # the gpu-monitor service's warning (MONITOR_ALERT_MEM_PCT)
+# declared in the stage that takes them whole, named here with the others
+__all__ = ["EvalOptions", "ExportOptions", "MonitorOptions", "PrepOptions", "RunOptions"]
 
 
 def _logs(*parts: str) -> str:
@@ -33,37 +33,6 @@ def _skip_check():
         f"skip a preflight check by name (also ${SKIP_ENV}); checks: {names_help()}",
         many=True,
         metavar="NAME[,NAME]",
-    )
-
-
-@dataclass
-class PrepOptions:
-    source: str = option(
-        defaults.GSM8K_SOURCE.value,
-        "folder with train/test.jsonl or parquet, or hf:openai/gsm8k",
-        env=defaults.GSM8K_SOURCE.env,
-        path=FOLDER,
-        exists=True,
-        unless=("hf:",),
-    )
-    out: str = option(defaults.DATA.value, "output folder", env=defaults.DATA.env, path=FOLDER)
-    limit: int | None = option(None, "at most N rows per split", kind=int, low=1)
-    skip_invalid: bool = option(False, "skip bad rows (and count them) instead of stopping", switch=True)
-    val_size: int | None = option(
-        None,
-        "also write val.parquet: N train rows held out for validation, so choosing settings never sees the test split;"
-        " 0: none",
-        shown=f"{defaults.VAL_SIZE.value} where the train split has {defaults.VAL_FROM_TRAIN}x that many rows, else 0",
-        env=defaults.VAL_SIZE.env,
-        kind=int,
-        low=0,
-    )
-    instruction: str | None = option(None, "text appended to each question", shown="the GSM8K instruction")
-    tokenizer: str | None = option(None, "model/tokenizer folder: also print prompt-token statistics", path=FOLDER)
-    cache_dir: str | None = option(None, "datasets cache for hf: sources", env=defaults.DATASETS_CACHE.env, path=FOLDER)
-    summary_json: str | None = option(None, "also write the summary as JSON here", path=FILE)
-    skip_existing: bool = option(
-        False, "do nothing when the folder holds what this prep would write (its manifest says so)", switch=True
     )
 
 
@@ -167,23 +136,6 @@ class PatchVerlOptions:
     )
     check: bool = option(False, "report each patch; exit 1 unless all are applied", switch=True)
     force: bool = option(False, f"patch a verl other than {VERL_VERSION}", switch=True)
-
-
-@dataclass
-class MonitorOptions:
-    interval: float = option(1.0, "seconds between samples", env=MONITOR_INTERVAL_ENV, kind=float, low=0.05)
-    out: str = option(_logs("gpu"), "output folder", env=defaults.LOGS.env, below="gpu", path=FOLDER)
-    port: int | None = option(None, "serve Prometheus metrics on this port", kind=int, low=1, high=65535)
-    bind: str = option("127.0.0.1", "address for the metrics port")
-    gpus: str = option("all", "all, or GPU indices as nvidia-smi numbers them (e.g. 0,1)", check=parse_gpus)
-    once: bool = option(False, "take one sample, print it, exit", switch=True)
-    samples: int | None = option(None, "stop after N samples", kind=int, low=1, shown="run until SIGTERM/SIGINT")
-    alert_mem_pct: float | None = option(
-        None, "warn when a GPU's memory use crosses N %%", env=MONITOR_ALERT_ENV, kind=float, low=0, high=100
-    )
-    max_csv_mb: float = option(50.0, "rotate gpu.csv at this size", kind=float, low=0.01)
-    plot: str | None = option(None, "only redraw the picture from a gpu.csv", metavar="CSV", path=FILE)
-    plot_out: str | None = option(None, "with --plot: where to write the PNG", shown="beside the CSV", path=FILE)
 
 
 @dataclass

@@ -59,7 +59,7 @@ NO_CUDNN_ATTENTION_ENV = "VERL_P40_WORKER_NO_CUDNN_ATTENTION"  # set by train fo
 
 # Every other VERL_P40_ variable the project reads, so that this module names them all (tests/test_environment_names.py
 # fails on a name in app/, entrypoints/ or bench/ that is not declared here): the options' variables, each declared
-# with its option in the stage that takes it (plan/run_options.py; the monitor's in cli_options.py), and the stack's.
+# with its option in the stage that takes it (plan/run_options.py; the monitor's in gpu/options.py), and the stack's.
 ENVIRONMENT = {
     "VERL_P40_PROFILE": "--profile",
     "VERL_P40_REWARD_METHOD": "--reward-method",

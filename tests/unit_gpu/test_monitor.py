@@ -342,17 +342,17 @@ def test_nvml_is_initialised_once_per_process(monkeypatch):
 
 def test_the_alert_threshold_comes_from_the_environment_the_service_sets(monkeypatch):
     """The gpu-monitor service passes .env's MONITOR_ALERT_MEM_PCT as this variable; a flag still wins."""
-    from verl_p40 import cli_options
     from verl_p40.cli import build_parser
+    from verl_p40.gpu import options as monitor_options
     from verl_p40.options import resolve
 
     parser = build_parser()
-    monkeypatch.setenv(cli_options.MONITOR_ALERT_ENV, "")  # compose's empty default: no alert
-    assert resolve(cli_options.MonitorOptions, parser.parse_args(["monitor"])).alert_mem_pct is None
-    monkeypatch.setenv(cli_options.MONITOR_ALERT_ENV, "98")
-    assert resolve(cli_options.MonitorOptions, parser.parse_args(["monitor"])).alert_mem_pct == 98.0
+    monkeypatch.setenv(monitor_options.MONITOR_ALERT_ENV, "")  # compose's empty default: no alert
+    assert resolve(monitor_options.MonitorOptions, parser.parse_args(["monitor"])).alert_mem_pct is None
+    monkeypatch.setenv(monitor_options.MONITOR_ALERT_ENV, "98")
+    assert resolve(monitor_options.MonitorOptions, parser.parse_args(["monitor"])).alert_mem_pct == 98.0
     flagged = parser.parse_args(["monitor", "--alert-mem-pct", "90"])
-    assert resolve(cli_options.MonitorOptions, flagged).alert_mem_pct == 90.0
+    assert resolve(monitor_options.MonitorOptions, flagged).alert_mem_pct == 90.0
 
 
 def _fake_driver(lost_gpu=None):

@@ -11,49 +11,51 @@ from pathlib import Path
 
 from verl_p40.data import gsm8k, token_stats
 from verl_p40.data.manifest import MANIFEST, manifest_problems, manifest_train_rows, output_folder, request
+from verl_p40.data.options import PrepOptions
 from verl_p40.outputs import OutputFolder
 
 
-def main(args) -> int:
-    """CLI body of `verl-p40 prep` (argparse namespace from verl_p40.cli)."""
-    folder = output_folder(Path(args.out))
+def main(options: PrepOptions) -> int:
+    """`verl-p40 prep`, with the options the command line built (taken whole, never changed)."""
+    folder = output_folder(Path(options.out))
     with folder.writer():  # one prep per folder: a second is refused, never removes the first one's temporaries
-        return _prep(args, folder)
+        return _prep(options, folder)
 
 
-def _prep(args, folder: OutputFolder) -> int:
+def _prep(options: PrepOptions, folder: OutputFolder) -> int:
     out = folder.folder
     names = [*(f"{s}.parquet" for s in gsm8k.written_splits(1)), MANIFEST]
     for stale in folder.remove_stale_temps(names):
         print(f"removed {stale} (left by an interrupted prep)", file=sys.stderr)
-    summary_json = Path(args.summary_json) if args.summary_json else None
+    summary_json = Path(options.summary_json) if options.summary_json else None
     if summary_json:  # checked before any work
         OutputFolder(summary_json.parent, "--summary-json", "prep").check([summary_json.name])
-    if args.skip_existing:
-        wanted = request(args.source, args.limit, args.skip_invalid, args.instruction, args.val_size)
+    if options.skip_existing:
+        wanted = request(options.source, options.limit, options.skip_invalid, options.instruction, options.val_size)
         # the slice as the train rows the manifest lists decide it (prep would convert the same rows)
-        val = gsm8k.ValSlice.of(args.val_size, manifest_train_rows(out))
+        val = gsm8k.ValSlice.of(options.val_size, manifest_train_rows(out))
         problems = manifest_problems(out, wanted, val.splits, val.same())
         if not problems:
             written = " and ".join(f"{split}.parquet" for split in val.splits)
-            print(f"{args.out}: {written} are what this prep would write (--skip-existing)")
+            print(f"{options.out}: {written} are what this prep would write (--skip-existing)")
             return 0
         if any((out / f"{s}.parquet").exists() for s in gsm8k.SPLITS):
-            print(f"{args.out}: preparing again: {'; '.join(problems)}", file=sys.stderr)
-    tokenizer = token_stats.load_tokenizer(args.tokenizer) if args.tokenizer else None  # before anything is written
+            print(f"{options.out}: preparing again: {'; '.join(problems)}", file=sys.stderr)
+    # the tokenizer is loaded before anything is written
+    tokenizer = token_stats.load_tokenizer(options.tokenizer) if options.tokenizer else None
     started = time.perf_counter()
     results, paths = gsm8k.prepare(
-        source=args.source,
-        out_dir=args.out,
-        limit=args.limit,
-        skip_invalid=args.skip_invalid,
-        instruction=args.instruction,
-        cache_dir=args.cache_dir,
+        source=options.source,
+        out_dir=options.out,
+        limit=options.limit,
+        skip_invalid=options.skip_invalid,
+        instruction=options.instruction,
+        cache_dir=options.cache_dir,
         progress=None if sys.stderr.isatty() else False,
-        val_size=args.val_size,
+        val_size=options.val_size,
     )
     elapsed = time.perf_counter() - started
-    summary: dict = {"source": args.source, "seconds": round(elapsed, 2), "splits": {}}
+    summary: dict = {"source": options.source, "seconds": round(elapsed, 2), "splits": {}}
     for split, result in results.items():
         entry = {"rows": len(result.rows), "skipped": len(result.skipped), "file": str(paths[split])}
         if tokenizer is not None:

@@ -18,7 +18,7 @@ def _device(value: str, origin: str) -> None:
     check_device(value, origin)
 
 
-@dataclass
+@dataclass(frozen=True)
 class EvalOptions:
     model: str | None = option(
         defaults.MODEL.value,

@@ -25,6 +25,7 @@ from verl_p40 import UserError
 from verl_p40.gpu import plots
 from verl_p40.gpu.csv_log import CsvLog, header, read_gpu_csv, rotated
 from verl_p40.gpu.nvml import parse_gpus
+from verl_p40.gpu.options import MonitorOptions
 from verl_p40.gpu.prometheus import Exporter
 from verl_p40.gpu.sampler import GPU_COLUMNS, PROCESS_COLUMNS, GPUSample, NvmlSource, ProcessSample
 from verl_p40.outputs import OutputFolder
@@ -232,10 +233,9 @@ class Monitor:
         return summary
 
 
-def plot_csv(args) -> int:
-    """`verl-p40 monitor --plot gpu.csv`: the figure of a recorded CSV, no GPU asked."""
-    csv_path = Path(args.plot)
-    target = Path(args.plot_out) if args.plot_out else csv_path.with_name(PLOT)
+def plot_csv(csv_path: Path, plot_out: Path | None = None) -> int:
+    """`verl-p40 monitor --plot gpu.csv [--plot-out PNG]`: the figure of a recorded CSV, no GPU asked."""
+    target = plot_out or csv_path.with_name(PLOT)
     folder = output_folder(target.parent, flag="--plot-out")
     folder.check([target.name])  # a user's picture of that name, or a link: refused before the CSV is read
     try:
@@ -254,35 +254,37 @@ def plot_csv(args) -> int:
     return 0
 
 
-def main(args) -> int:
-    """CLI body of `verl-p40 monitor` (argparse namespace from verl_p40.cli)."""
-    if args.plot:
-        return plot_csv(args)
+def main(options: MonitorOptions) -> int:
+    """`verl-p40 monitor`, with the options the command line built (taken whole, never changed)."""
+    if options.plot:
+        return plot_csv(Path(options.plot), Path(options.plot_out) if options.plot_out else None)
     log = lambda line: print(line, flush=True)  # noqa: E731
-    out = Path(args.out)
+    out = Path(options.out)
     output_folder(out).check(NAMES)  # before NVML is asked: what is in the way is said first, and nothing is written
-    source = NvmlSource(parse_gpus(args.gpus), log=log)
-    if args.once:
-        monitor = Monitor(source, out, log=log, alert_mem_pct=args.alert_mem_pct)
+    source = NvmlSource(parse_gpus(options.gpus), log=log)
+    if options.once:
+        monitor = Monitor(source, out, log=log, alert_mem_pct=options.alert_mem_pct)
         rows, procs = monitor.sample_once()
         print(format_table(rows, procs))
         source.close()
         return 0
-    exporter = Exporter(args.port, args.bind) if args.port else None
-    monitor = Monitor(source, out, args.interval, exporter, args.alert_mem_pct, int(args.max_csv_mb * 2**20), log)
+    exporter = Exporter(options.port, options.bind) if options.port else None
+    monitor = Monitor(
+        source, out, options.interval, exporter, options.alert_mem_pct, int(options.max_csv_mb * 2**20), log
+    )
 
     def stop(signum, _frame):
         monitor.stop_event.set()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stop)
-    where = f", metrics on http://{args.bind}:{args.port}/metrics" if args.port else ""
+    where = f", metrics on http://{options.bind}:{options.port}/metrics" if options.port else ""
     log(
-        f"[monitor] sampling {', '.join(f'GPU {i} {n}' for i, n in source.names.items())} every {args.interval:g} s "
+        f"[monitor] sampling {', '.join(f'GPU {i} {n}' for i, n in source.names.items())} every {options.interval:g} s "
         f"into {out}{where}"
     )
     try:
-        monitor.run(max_samples=args.samples)
+        monitor.run(max_samples=options.samples)
     finally:
         summary = monitor.finish()
         source.close()

@@ -28,7 +28,7 @@ def _check_gguf(value: str, origin: str) -> None:
         raise UserError(f"{origin} {','.join(unknown)}: not one of {', '.join(GGUF_KINDS)}")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ExportOptions:
     model: str = option(
         BEST,

@@ -1,0 +1,94 @@
+"""Every stage's options are declared in the stage and taken whole (as trl's commands take their dataclass): the
+command line is the one place that sees argparse's namespace; it builds the stage's frozen dataclass once, and the
+stage's entry takes that object, typed, and never changes it."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import typing
+from pathlib import Path
+
+import pytest
+
+import verl_p40
+from verl_p40 import cli
+from verl_p40.data import prep
+from verl_p40.evaluation import evaluate
+from verl_p40.gpu import monitor
+from verl_p40.models import export
+
+APP = Path(verl_p40.__file__).parent
+DOOR = ("cli.py", "options.py")  # the parser, and `resolve`, which turns its namespace into a command's options
+
+
+def _stage_modules() -> list[tuple[str, Path]]:
+    paths = (p for p in sorted(APP.rglob("*.py")) if "configs" not in p.relative_to(APP).parts)
+    return [(str(p.relative_to(APP)), p) for p in paths if str(p.relative_to(APP)) not in DOOR]
+
+
+def _namespace_uses(name: str, path: Path) -> list[str]:
+    """`argparse` imported, or a parameter annotated as a namespace or named `args` (how a namespace goes by)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import) and any(a.name == "argparse" for a in node.names):
+            found.append(f"{name}:{node.lineno}: imports argparse")
+        if isinstance(node, ast.ImportFrom) and node.module == "argparse":
+            found.append(f"{name}:{node.lineno}: imports from argparse")
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs]:
+                typed = arg.annotation is not None and "Namespace" in ast.unparse(arg.annotation)
+                if typed or arg.arg == "args":
+                    found.append(f"{name}:{node.lineno}: {node.name}({arg.arg})")
+    return found
+
+
+def test_no_stage_function_takes_a_namespace():
+    found = [line for name, path in _stage_modules() for line in _namespace_uses(name, path)]
+    assert found == []
+
+
+# command -> the stage function cli.py hands its options to, and the package that declares them
+STAGES = {
+    "prep": (prep.main, "verl_p40.data"),
+    "monitor": (monitor.main, "verl_p40.gpu"),
+    "eval": (evaluate.run, "verl_p40.evaluation"),
+    "export": (export.run, "verl_p40.models"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STAGES))
+def test_a_stage_declares_the_options_it_takes_whole(name):
+    function, package = STAGES[name]
+    options = next(c.options for c in cli.COMMANDS if c.name == name)
+    assert options.__module__.startswith(package + "."), f"{name}'s options live in {options.__module__}"
+    assert dataclasses.is_dataclass(options) and options.__dataclass_params__.frozen, f"{name}'s options can change"
+    first = next(iter(inspect.signature(function).parameters))
+    assert typing.get_type_hints(function).get(first) is options
+
+
+def test_prep_gets_its_options_whole_with_the_default_instruction(tmp_path, monkeypatch):
+    from verl_p40.data.gsm8k import DEFAULT_INSTRUCTION
+    from verl_p40.data.options import PrepOptions
+
+    got = []
+    monkeypatch.setattr(prep, "main", lambda *args, **kwargs: got.append((args, kwargs)) or 0)
+    assert cli.main(["prep", "--source", str(tmp_path), "--out", str(tmp_path / "data"), "--limit", "5"]) == 0
+    ((args, kwargs),) = got
+    assert kwargs == {} and len(args) == 1 and isinstance(args[0], PrepOptions)
+    assert (args[0].limit, args[0].instruction) == (5, DEFAULT_INSTRUCTION)
+    assert cli.main(["prep", "--source", str(tmp_path), "--instruction", ""]) == 0
+    assert got[-1][0][0].instruction == ""  # an empty instruction is the user's: nothing appended
+
+
+def test_monitor_gets_its_options_whole(tmp_path, monkeypatch):
+    from verl_p40.gpu.options import MonitorOptions
+
+    got = []
+    monkeypatch.setattr(monitor, "main", lambda *args, **kwargs: got.append((args, kwargs)) or 0)
+    assert cli.main(["monitor", "--out", str(tmp_path), "--samples", "2", "--gpus", "0"]) == 0
+    ((args, kwargs),) = got
+    assert kwargs == {} and len(args) == 1 and isinstance(args[0], MonitorOptions)
+    assert (args[0].out, args[0].samples, args[0].gpus) == (str(tmp_path), 2, "0")
