@@ -33,6 +33,7 @@ from pathlib import Path
 
 from lib.device_runs import audit_summary, mask_env, torch_of
 from lib.real_runs import ray_stop
+from verl_p40.patches.p40_run_folder import accuracy_of
 from verl_p40.perf import bench as product_bench
 from verl_p40.perf import projection
 from verl_p40.plan.facts import Facts
@@ -168,7 +169,7 @@ def summary(name: str, command: list[str], code: int, wall: float, log: Path | N
             "phases_s": timed["phases_s"],
             "torch_max_allocated_gb": timed["torch_max_allocated_gb"],  # GB of 1e9 bytes, as the plan predicts
             "predicted": run.record.get("memory"),
-            "validation": {int(s["step"]): v for s in steps for k, v in s.items() if k.startswith("val-core/")},
+            "validation": {int(s["step"]): a for s in steps if (a := accuracy_of(s)) is not None},
             "p40_projection": timed["projection"]["p40"],
             "pass_width": timed["projection"]["pass_width"],
             "tokens_per_phase": timed["projection"]["tokens_per_phase"],

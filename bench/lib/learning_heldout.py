@@ -17,6 +17,7 @@ from lib.device_runs import mask_env
 from lib.learning_recipe import MAX_NEW_TOKENS, MODES, RECIPE
 from lib.learning_report import p40_projection, report, trainer_settings
 from lib.real_runs import State, cli, run
+from verl_p40.patches.p40_run_folder import accuracy_of
 from verl_p40.run.trainer_log import read_steps
 
 
@@ -50,8 +51,8 @@ def parts(data: Path, count: int, limit: int | None) -> list[Path]:
 
 
 def validation_accuracy(log: Path) -> dict[int, float]:
-    """Step -> the greedy validation accuracy (val-core/...) the trainer logged at that step."""
-    return {int(s["step"]): float(v) for s in read_steps(log) for k, v in s.items() if k.startswith("val-core/")}
+    """Step -> the greedy validation accuracy (p40_run_folder.accuracy_of) the trainer logged at that step."""
+    return {int(s["step"]): a for s in read_steps(log) if (a := accuracy_of(s)) is not None}
 
 
 def pick_checkpoint(rule: str, log: Path, ckpt: Path) -> dict:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from lib.learning_recipe import MODES, RECIPE, VAL_SIZE, train_command
 from lib.real_runs import State, monitor_peaks
+from verl_p40.patches.p40_run_folder import accuracy_of, validation_metrics
 from verl_p40.plan.workload import Workload
 from verl_p40.run.trainer_log import read_steps
 
@@ -25,7 +26,7 @@ def report(work: Path, out: Path, state: State) -> dict:
     evaluation = json.loads((work / "eval-final" / "report.json").read_text()) if evaluated else None
     log = work / "logs" / data["train_log"]
     steps = [s for s in read_steps(log) if "timing_s/step" in s]  # step 0 is validation only
-    validated = [s for s in read_steps(log) if any(k.startswith("val-core/") for k in s)]
+    validated = [s for s in read_steps(log) if accuracy_of(s) is not None]
     setting = trainer_settings(log)
     run = Workload.of(nested(setting))
     gpus, per_step = run.gpus, int(setting["data.train_batch_size"]) * run.samples
@@ -122,7 +123,7 @@ def _validation(
             "p40_hours": round(int(s["step"]) * projected["p40_s_per_step"] / 3600, 3)
             if projected.get("p40_s_per_step")
             else None,
-            **{k: v for k, v in s.items() if k.startswith("val-core/")},
+            **validation_metrics(s),
         }
         for s in validated
     ]
@@ -224,7 +225,7 @@ def plot(steps: list[dict], path: Path, prompts_per_step: int | None = None) -> 
         if y:
             axes[0].plot(x, y, label=label + (" (mean of last 5)" if len(y) >= 5 else ""))
     axes[0].set_title("training answers (sampled)")
-    val = sorted({(s["step"] * scale, v) for s in steps for k, v in s.items() if k.startswith("val-core/")})
+    val = sorted((s["step"] * scale, a) for s in steps if (a := accuracy_of(s)) is not None)
     if val:
         error = [standard_error(v) for _, v in val]
         axes[1].errorbar(
@@ -285,7 +286,7 @@ def compare(records: list[Path], path: Path, axis: str = "prompts") -> str:
             x = v.get(key, v["step"] * per_step if key == "prompts_seen" else None)
             if x is None:
                 raise SystemExit(f"{record}: its validation has no {key} (a record from before it: report it again)")
-            points[x] = next(a for k, a in v.items() if k.startswith("val-core/"))
+            points[x] = accuracy_of(v)
         curves[label] = points
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for label, curve in curves.items():

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from verl_p40.patches.p40_run_folder import accuracy_of
 from verl_p40.run.trainer_log import read_steps
 
 DEVICE = Path(__file__).resolve().parents[1] / "device"  # the device-staging scripts (gguf_to_hf.py)
@@ -94,7 +95,7 @@ def wait(args: argparse.Namespace, work: Path) -> None:
                 f", {label} {value:.3f}"
                 for label, value in (
                     ("correct", last.get("reward/acc/mean")),
-                    ("validation", next((v for k, v in last.items() if k.startswith("val-core/")), None)),
+                    ("validation", accuracy_of(last)),
                     ("s/step", last.get("timing_s/step")),
                 )
                 if value is not None

@@ -47,6 +47,21 @@ def test_the_validation_metric_key_is_spelled_once():
     assert spelled == ["patches/p40_run_folder.py"], spelled
 
 
+def test_bench_reads_the_validation_accuracy_through_the_product():
+    """bench's reports and runs take a step's validation accuracy from p40_run_folder.accuracy_of, not by the first
+    `val-core/` key they meet (a log with two parts, `acc` and `reward`, gave two points a step, or either one);
+    bench/experiments keep their own (each a record of what ran then)."""
+    bench = REPO / "bench"
+    spelled = [
+        str(path.relative_to(bench))
+        for path in sorted(bench.rglob("*.py"))
+        if not {"experiments", "results"} & set(path.relative_to(bench).parts)
+        for text in _strings(path)
+        if "val-core" in text
+    ]
+    assert spelled == [], spelled
+
+
 DAMAGED = {
     "cut-short": b'{"algorithm": "ppo", "lora": null, "validations": {"0": 0.2, "1": 0.5',
     "a-list": b"[1, 2]",

@@ -203,6 +203,11 @@ def best_problem(root: str, record: dict, record_fix: str) -> str | None:
 # ------------------------------------------------------------------------------------------------ validations
 
 
+def validation_metrics(metrics: dict) -> dict:
+    """The validation's own metrics (verl's `val-core/...`) among a step's metrics, as they were logged."""
+    return {k: v for k, v in metrics.items() if k.startswith(_CORE)}
+
+
 def accuracy_of(metrics: dict) -> float | None:
     """The validation accuracy among verl's validation metrics: VALIDATION_KEY's part (`acc`) of any data source and
     number of answers, else the first `val-core/` mean (verl's own reward's `reward`)."""
