@@ -27,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from verl_p40.plan.steps import VALIDATION_EVERY
+from verl_p40.plan.paths import VALIDATION_EVERY
 from verl_p40.run.progress import events_left
 
 REPO = Path(__file__).resolve().parent.parent
