@@ -91,4 +91,54 @@ def test_monitor_gets_its_options_whole(tmp_path, monkeypatch):
     assert cli.main(["monitor", "--out", str(tmp_path), "--samples", "2", "--gpus", "0"]) == 0
     ((args, kwargs),) = got
     assert kwargs == {} and len(args) == 1 and isinstance(args[0], MonitorOptions)
-    assert (args[0].out, args[0].samples, args[0].gpus) == (str(tmp_path), 2, "0")
+    assert (args[0].out, args[0].samples, args[0].gpus) == (str(tmp_path), 2, (0,))
+
+
+def _calls_of(name: str) -> list[str]:
+    """The places in app/ that call `name` (a call, not a reference such as an option's `convert=`)."""
+    found = []
+    for rel, path in _stage_modules() + [(door, APP / door) for door in DOOR]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+                if called == name:
+                    found.append(f"{rel}:{node.lineno}")
+    return found
+
+
+def test_gpus_is_parsed_once_by_its_declaration():
+    """`--gpus` is turned into GPU indices once, where the options are resolved (its declaration's `convert`): no
+    consumer parses the text again."""
+    assert _calls_of("parse_gpus") == []
+
+
+def _resolved(argv: list[str]):
+    from verl_p40.options import resolve
+
+    args = cli.build_parser().parse_args(argv)
+    return resolve(args.command_spec.options, args)
+
+
+def test_gpus_is_a_tuple_of_indices_or_none_for_all(monkeypatch):
+    from verl_p40.gpu.options import MonitorOptions
+    from verl_p40.plan.run_options import RunOptions
+
+    monkeypatch.delenv("VERL_P40_GPUS", raising=False)
+    for options in (RunOptions, MonitorOptions):
+        assert typing.get_type_hints(options)["gpus"] == tuple[int, ...] | None
+        assert options().gpus is None
+    assert _resolved(["config", "--gpus", "2,0"]).gpus == (2, 0)
+    assert _resolved(["config", "--gpus", "ALL"]).gpus is None
+    assert _resolved(["config"]).gpus is None
+    assert _resolved(["monitor", "--gpus", "1"]).gpus == (1,)
+    monkeypatch.setenv("VERL_P40_GPUS", "0, 1")
+    assert _resolved(["train"]).gpus == (0, 1)
+
+
+def test_a_bad_gpus_is_said_in_the_same_line(monkeypatch, capsys):
+    monkeypatch.setenv("VERL_P40_GPUS", "first")
+    assert cli.main(["config", "--card", "p40"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "verl-p40 config: error: $VERL_P40_GPUS 'first': use all, or GPU indices as nvidia-smi numbers them (e.g. "
+        "0,1) (the environment's value for --gpus: fix it or unset it)"
+    )

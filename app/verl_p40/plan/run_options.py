@@ -79,12 +79,13 @@ class RunOptions:
         low=defaults.GPU_MEMORY_CAP_MIN_GB,
         shown="no cap",
     )
-    gpus: str = option(
-        "all",
+    gpus: tuple[int, ...] | None = option(  # None: all
+        None,
         "this host's GPUs to train on, as nvidia-smi numbers them (all, or e.g. 0,1); a step's prompts are split "
         "over them (--batch)",
         env="VERL_P40_GPUS",
-        check=parse_gpus,
+        shown="all",
+        convert=parse_gpus,
     )
     batch: str = option(
         "recipe",
