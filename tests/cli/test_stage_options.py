@@ -142,3 +142,12 @@ def test_a_bad_gpus_is_said_in_the_same_line(monkeypatch, capsys):
         "verl-p40 config: error: $VERL_P40_GPUS 'first': use all, or GPU indices as nvidia-smi numbers them (e.g. "
         "0,1) (the environment's value for --gpus: fix it or unset it)"
     )
+
+
+def test_gguf_is_a_list_of_kinds_each_once():
+    from verl_p40.models.options import ExportOptions
+
+    assert typing.get_type_hints(ExportOptions)["gguf"] == list[str]
+    assert ExportOptions().gguf == []
+    assert _resolved(["export", "--gguf", "f16, q8_0,f16"]).gguf == ["f16", "q8_0"]
+    assert _resolved(["export"]).gguf == []
