@@ -151,3 +151,37 @@ def test_gguf_is_a_list_of_kinds_each_once():
     assert ExportOptions().gguf == []
     assert _resolved(["export", "--gguf", "f16, q8_0,f16"]).gguf == ["f16", "q8_0"]
     assert _resolved(["export"]).gguf == []
+
+
+def _attribute_assignments(path: Path) -> list[str]:
+    """`x.attr = ...` (or `+=`) anywhere in `path`, on a name that holds options."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
+        )
+        for target in targets:
+            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+                if "options" in target.value.id:
+                    found.append(f"{path.name}:{node.lineno}: {ast.unparse(target)}")
+    return found
+
+
+def test_bench_declares_its_options_and_never_changes_the_users():
+    from verl_p40.perf import bench
+
+    options = next(c.options for c in cli.COMMANDS if c.name == "bench")
+    assert options.__module__ == "verl_p40.perf.options"
+    assert _attribute_assignments(Path(bench.__file__)) == []
+
+
+def test_bench_runs_a_variant_of_the_users_options(tmp_path):
+    from verl_p40.perf import bench
+
+    user = _resolved(["bench", "--set", "a.b=1", "c.d=2", "--gpus", "0"])
+    variant = bench.bench_options(user, tmp_path / "model", tmp_path, 3)
+    assert (user.model, user.sets) != (variant.model, variant.sets)  # the user's are as the door built them
+    assert user.sets == ["a.b=1", "c.d=2"] and variant.gpus == user.gpus == (0,)
+    assert (variant.model, variant.checkpoints) == (str(tmp_path / "model"), str(tmp_path / "checkpoints"))
+    assert variant.sets[:3] == ["a.b=1", "c.d=2", "trainer.total_training_steps=3"]  # the bench's come last
+    assert variant.sets[-1] == "trainer.experiment_name=bench"

@@ -110,3 +110,15 @@ class RunOptions:
         choices=("auto", "on", "off"),
     )
     sets: list[str] = field(default_factory=list)  # verl config values: --set KEY=VALUE and the positional ones
+
+
+@dataclass
+class VerlRunOptions(RunOptions):
+    """A run's options with the verl config values given on the command line (`sets` is both, --set first; made
+    again by `dataclasses.replace`, so a variant adds its values to `overrides`)."""
+
+    set: list[str] = option([], "any verl config value (repeatable)", many=True, metavar="KEY=VALUE")
+    overrides: list[str] = option([], "verl config values, as with --set", flag="", many=True, metavar="KEY=VALUE")
+
+    def __post_init__(self) -> None:
+        self.sets = [*self.set, *self.overrides]
