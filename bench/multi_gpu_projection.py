@@ -48,7 +48,7 @@ def main() -> None:
     for recipe in RECIPES:
         for cards in CARDS:
             gpus = ",".join(map(str, range(cards)))
-            options = RunOptions(profile="p40", algorithm=recipe, gpus=gpus, data=str(args.data))
+            options = RunOptions(profile="p40", algorithm=recipe, gpus=tuple(range(cards)), data=str(args.data))
             run = plan(options, Facts.of_card("p40", cards))
             record = run.record
             command = f"verl-p40 train --profile p40 --algorithm {recipe} --gpus {gpus}"

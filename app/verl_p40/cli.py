@@ -63,11 +63,10 @@ def _print_notes(notes: list[str]) -> None:
 
 
 def cmd_config(options: o.ConfigOptions) -> int:
-    from verl_p40.gpu.nvml import parse_gpus
     from verl_p40.plan.facts import Facts
     from verl_p40.plan.planner import config_yaml, plan
 
-    facts = Facts.of_card(options.card, len(parse_gpus(options.gpus) or [0])) if options.card else None
+    facts = Facts.of_card(options.card, len(options.gpus or (0,))) if options.card else None
     run = plan(options, facts)
     _print_notes(run.notes)
     if options.overrides_only:

@@ -1,39 +1,26 @@
 """What every command takes, declared once: one dataclass per command, each field its flag, default, environment
 variable, checks and help (`verl_p40.options`). The commands that plan a run (config, train, cluster, bench, doctor)
-share `RunOptions`; prep's, monitor's, eval's and export's live with the stage that takes them whole
-(`data/options.py`, `gpu/options.py`, `evaluation/options.py`, `models/options.py`), as `RunOptions` lives in the
-plan."""
+share `RunOptions`; prep's, monitor's, bench's, eval's and export's live with the stage that takes them whole
+(`data/options.py`, `gpu/options.py`, `perf/options.py`, `evaluation/options.py`, `models/options.py`), as
+`RunOptions` lives in the plan."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from verl_p40 import VERL_VERSION, defaults
 from verl_p40.data.options import PrepOptions
-from verl_p40.doctor.runner import SKIP_ENV, names_help
+from verl_p40.doctor.options import skip_check_option
 from verl_p40.evaluation.options import EvalOptions
 from verl_p40.gpu.options import MonitorOptions
 from verl_p40.models.options import ExportOptions
-from verl_p40.options import FILE, FOLDER, option
+from verl_p40.options import FOLDER, option
+from verl_p40.perf.options import BenchOptions
 from verl_p40.plan.facts import CARDS
-from verl_p40.plan.run_options import RunOptions
+from verl_p40.plan.run_options import RunOptions, VerlRunOptions
 
 # declared in the stage that takes them whole, named here with the others
-__all__ = ["EvalOptions", "ExportOptions", "MonitorOptions", "PrepOptions", "RunOptions"]
-
-
-def _logs(*parts: str) -> str:
-    return os.path.join(defaults.LOGS.value, *parts)
-
-
-def _skip_check():
-    return option(
-        [],
-        f"skip a preflight check by name (also ${SKIP_ENV}); checks: {names_help()}",
-        many=True,
-        metavar="NAME[,NAME]",
-    )
+__all__ = ["BenchOptions", "EvalOptions", "ExportOptions", "MonitorOptions", "PrepOptions", "RunOptions"]
 
 
 @dataclass
@@ -54,17 +41,6 @@ class FetchModelOptions:
 
 
 @dataclass
-class VerlRunOptions(RunOptions):
-    """A run's options with the verl config values given on the command line (`sets` is both, --set first)."""
-
-    set: list[str] = option([], "any verl config value (repeatable)", many=True, metavar="KEY=VALUE")
-    overrides: list[str] = option([], "verl config values, as with --set", flag="", many=True, metavar="KEY=VALUE")
-
-    def __post_init__(self) -> None:
-        self.sets = [*self.set, *self.overrides]
-
-
-@dataclass
 class ConfigOptions(VerlRunOptions):
     overrides_only: bool = option(False, "print the Hydra overrides instead of the config", switch=True)
     card: str | None = option(
@@ -78,7 +54,7 @@ class ConfigOptions(VerlRunOptions):
 @dataclass
 class TrainOptions(VerlRunOptions):
     dry_run: bool = option(False, "print the trainer command and exit", switch=True)
-    skip_check: list[str] = _skip_check()
+    skip_check: list[str] = skip_check_option()
 
 
 @dataclass
@@ -113,18 +89,8 @@ class ClusterOptions(TrainOptions):
 
 
 @dataclass
-class BenchOptions(VerlRunOptions):
-    skip_check: list[str] = _skip_check()
-    steps: int = option(4, "training steps; the first is warm-up", kind=int, low=2)
-    out: str = option(_logs("bench.json"), "the result", env=defaults.LOGS.env, below="bench.json", path=FILE)
-    keep_model: str | None = option(
-        None, "build the random-weight model here once and reuse it", metavar="DIR", path=FOLDER
-    )
-
-
-@dataclass
 class DoctorOptions(VerlRunOptions):
-    skip_check: list[str] = _skip_check()
+    skip_check: list[str] = skip_check_option()
     only: list[str] = option([], "run only these checks", many=True, metavar="NAME[,NAME]")
     json: bool = option(False, "print the results as JSON", switch=True)
 

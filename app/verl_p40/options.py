@@ -45,6 +45,9 @@ class Spec:
     unless: tuple[str, ...] = ()  # values that are not paths: exact, or prefixes when they end with ":" ("hf:")
     below: str | None = None  # the environment variable names a folder; the value is this path inside it
     check: Callable[[Any, str], Any] | None = None  # (value, origin): raises UserError naming origin
+    # (text, origin): the typed value the field holds, made from the flag's or variable's text once, here; raises
+    # UserError naming origin. The default is already of that type
+    convert: Callable[[str, str], Any] | None = None
     metavar: str | None = None
     many: bool = False  # repeatable (a list)
     switch: bool = False  # a flag without a value (True when given)
@@ -200,7 +203,8 @@ def _check(spec: Spec, value: Any, origin: str) -> None:
 def resolve(cls: type, args: argparse.Namespace, **values: Any):
     """An instance of `cls` from the parsed options it declares: a flag given wins, then a non-empty environment
     variable, then the default. Each value is checked here (choices, paths, `check`); a bad one is a UserError naming
-    the flag, or the variable and the flag it stands for. Fields the parser does not have keep their defaults."""
+    the flag, or the variable and the flag it stands for, and a given text becomes its typed value (`convert`). Fields
+    the parser does not have keep their defaults."""
     given: dict[str, Any] = {}
     FROM_ENVIRONMENT.clear()
     for f in option_fields(cls):
@@ -208,6 +212,7 @@ def resolve(cls: type, args: argparse.Namespace, **values: Any):
             continue
         spec: Spec = f.metadata["option"]
         value, origin, env_text = getattr(args, f.name), flag_of(f), None
+        text = spec.convert is not None  # a flag's or variable's text, which `convert` types; not the default
         if value is UNSET or (value is None and spec.many):
             env_text = os.environ.get(spec.env) if spec.env else None
             if env_text:
@@ -217,9 +222,11 @@ def resolve(cls: type, args: argparse.Namespace, **values: Any):
                 if problem:
                     raise UserError(f"{origin}: {problem}{_for_flag(f)}")
             else:
-                value = _default(f)
+                value, text = _default(f), False
         try:
             _check(spec, value, origin)
+            if text:
+                value = spec.convert(value, origin)
         except UserError as exc:  # the variable's own value is wrong (not, say, a folder its check reads)
             ours = env_text and str(exc).startswith((f"{origin}:", f"{origin} "))
             raise UserError(f"{exc}{_for_flag(f) if ours else ''}", exc.exit_code) from None

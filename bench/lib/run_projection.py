@@ -61,7 +61,7 @@ def options_from(command: str) -> RunOptions:
 def masked_p40s(options: RunOptions) -> Facts:
     """The machine the run's layout saw: P40s under the mask (the product's P40 card), as many as it was given (one
     where it named none)."""
-    count = 1 if options.gpus == "all" else len(options.gpus.split(","))
+    count = len(options.gpus or (0,))  # --gpus as the options hold it: None for all
     return Facts.of_card("p40", count)
 
 

@@ -16,7 +16,7 @@ def test_a_recorded_command_is_read_as_the_cli_reads_it(monkeypatch):
     options = recorded_options(
         ["bench", "--profile", "p40", "--gpus", "0,1", "--set", "trainer.save_freq=-1", "data.train_batch_size=64"]
     )
-    assert (options.profile, options.gpus, options.algorithm) == ("p40", "0,1", "grpo-gsm8k")  # today's default
+    assert (options.profile, options.gpus, options.algorithm) == ("p40", (0, 1), "grpo-gsm8k")  # today's default
     assert options.sets == ["trainer.save_freq=-1", "data.train_batch_size=64"]
     assert os.environ["VERL_P40_GPUS"] == "0,1,2,3"  # put back
 
@@ -24,6 +24,6 @@ def test_a_recorded_command_is_read_as_the_cli_reads_it(monkeypatch):
 def test_the_day_s_defaults_stand_in_only_for_what_the_command_does_not_name():
     assert RECORDED_DEFAULTS["--algorithm"] == ("algorithm", "ppo")  # the default before 2026-12-02
     old = options_from("verl-p40 train --gpu-memory-cap-gb 24 trainer.total_training_steps=5")
-    assert (old.algorithm, old.profile, old.gpus) == ("ppo", "p40", "all")
+    assert (old.algorithm, old.profile, old.gpus) == ("ppo", "p40", None)
     named = options_from("verl-p40 train --algorithm=grpo-gsm8k --profile ampere")
     assert (named.algorithm, named.profile) == ("grpo-gsm8k", "ampere")

@@ -30,4 +30,4 @@ def test_export_gets_its_options_whole(tmp_path, monkeypatch):
     assert cli.main(argv) == 0
     ((args, kwargs),) = got
     assert kwargs == {} and len(args) == 1 and isinstance(args[0], ExportOptions)
-    assert (args[0].model, args[0].gguf, args[0].lora) == ("latest", "f16,q8_0", "adapter")
+    assert (args[0].model, args[0].gguf, args[0].lora) == ("latest", ["f16", "q8_0"], "adapter")

@@ -91,4 +91,97 @@ def test_monitor_gets_its_options_whole(tmp_path, monkeypatch):
     assert cli.main(["monitor", "--out", str(tmp_path), "--samples", "2", "--gpus", "0"]) == 0
     ((args, kwargs),) = got
     assert kwargs == {} and len(args) == 1 and isinstance(args[0], MonitorOptions)
-    assert (args[0].out, args[0].samples, args[0].gpus) == (str(tmp_path), 2, "0")
+    assert (args[0].out, args[0].samples, args[0].gpus) == (str(tmp_path), 2, (0,))
+
+
+def _calls_of(name: str) -> list[str]:
+    """The places in app/ that call `name` (a call, not a reference such as an option's `convert=`)."""
+    found = []
+    for rel, path in _stage_modules() + [(door, APP / door) for door in DOOR]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+                if called == name:
+                    found.append(f"{rel}:{node.lineno}")
+    return found
+
+
+def test_gpus_is_parsed_once_by_its_declaration():
+    """`--gpus` is turned into GPU indices once, where the options are resolved (its declaration's `convert`): no
+    consumer parses the text again."""
+    assert _calls_of("parse_gpus") == []
+
+
+def _resolved(argv: list[str]):
+    from verl_p40.options import resolve
+
+    args = cli.build_parser().parse_args(argv)
+    return resolve(args.command_spec.options, args)
+
+
+def test_gpus_is_a_tuple_of_indices_or_none_for_all(monkeypatch):
+    from verl_p40.gpu.options import MonitorOptions
+    from verl_p40.plan.run_options import RunOptions
+
+    monkeypatch.delenv("VERL_P40_GPUS", raising=False)
+    for options in (RunOptions, MonitorOptions):
+        assert typing.get_type_hints(options)["gpus"] == tuple[int, ...] | None
+        assert options().gpus is None
+    assert _resolved(["config", "--gpus", "2,0"]).gpus == (2, 0)
+    assert _resolved(["config", "--gpus", "ALL"]).gpus is None
+    assert _resolved(["config"]).gpus is None
+    assert _resolved(["monitor", "--gpus", "1"]).gpus == (1,)
+    monkeypatch.setenv("VERL_P40_GPUS", "0, 1")
+    assert _resolved(["train"]).gpus == (0, 1)
+
+
+def test_a_bad_gpus_is_said_in_the_same_line(monkeypatch, capsys):
+    monkeypatch.setenv("VERL_P40_GPUS", "first")
+    assert cli.main(["config", "--card", "p40"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "verl-p40 config: error: $VERL_P40_GPUS 'first': use all, or GPU indices as nvidia-smi numbers them (e.g. "
+        "0,1) (the environment's value for --gpus: fix it or unset it)"
+    )
+
+
+def test_gguf_is_a_list_of_kinds_each_once():
+    from verl_p40.models.options import ExportOptions
+
+    assert typing.get_type_hints(ExportOptions)["gguf"] == list[str]
+    assert ExportOptions().gguf == []
+    assert _resolved(["export", "--gguf", "f16, q8_0,f16"]).gguf == ["f16", "q8_0"]
+    assert _resolved(["export"]).gguf == []
+
+
+def _attribute_assignments(path: Path) -> list[str]:
+    """`x.attr = ...` (or `+=`) anywhere in `path`, on a name that holds options."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
+        )
+        for target in targets:
+            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+                if "options" in target.value.id:
+                    found.append(f"{path.name}:{node.lineno}: {ast.unparse(target)}")
+    return found
+
+
+def test_bench_declares_its_options_and_never_changes_the_users():
+    from verl_p40.perf import bench
+
+    options = next(c.options for c in cli.COMMANDS if c.name == "bench")
+    assert options.__module__ == "verl_p40.perf.options"
+    assert _attribute_assignments(Path(bench.__file__)) == []
+
+
+def test_bench_runs_a_variant_of_the_users_options(tmp_path):
+    from verl_p40.perf import bench
+
+    user = _resolved(["bench", "--set", "a.b=1", "c.d=2", "--gpus", "0"])
+    variant = bench.bench_options(user, tmp_path / "model", tmp_path, 3)
+    assert (user.model, user.sets) != (variant.model, variant.sets)  # the user's are as the door built them
+    assert user.sets == ["a.b=1", "c.d=2"] and variant.gpus == user.gpus == (0,)
+    assert (variant.model, variant.checkpoints) == (str(tmp_path / "model"), str(tmp_path / "checkpoints"))
+    assert variant.sets[:3] == ["a.b=1", "c.d=2", "trainer.total_training_steps=3"]  # the bench's come last
+    assert variant.sets[-1] == "trainer.experiment_name=bench"

@@ -425,7 +425,7 @@ def test_the_doctor_plans_as_the_trainer_will_and_fails_a_plan_the_trainer_refus
     three = Facts(gpus=(_p40(0), _p40(1), _p40(2)))
     chosen = _one(_ctx(tmp_path, three, model=str(tokenizer_dir)), "plan")
     assert chosen.status == doctor.PASS and "GPUs 0,1 of 3 train, left out: GPU 2 (Tesla P40)" in chosen.detail
-    refused = _one(_ctx(tmp_path, three, model=str(tokenizer_dir), gpus="0,1,2", algorithm="ppo"), "plan")
+    refused = _one(_ctx(tmp_path, three, model=str(tokenizer_dir), gpus=(0, 1, 2), algorithm="ppo"), "plan")
     assert refused.status == doctor.FAIL and "must divide evenly over the GPUs" in refused.detail
     assert "GPUS= in .env" in refused.detail and refused.fix
 

@@ -289,12 +289,12 @@ def test_stop_event_ends_the_loop_promptly(tmp_path):
 
 
 def test_gpu_list_parsing():
-    """The monitor parses --gpus as training does (one parser): all, or distinct indices."""
-    assert m.parse_gpus("0, 2") == [0, 2] and m.parse_gpus(None) is None and m.parse_gpus("all") is None
+    """The monitor's --gpus is typed as training's is (one parser): all, or distinct indices."""
+    assert nvml.parse_gpus("0, 2") == (0, 2) and nvml.parse_gpus(" ALL ") is None
     with pytest.raises(UserError, match="use all, or GPU indices"):
-        m.parse_gpus("first")
+        nvml.parse_gpus("first")
     with pytest.raises(UserError, match="distinct GPU indices"):
-        m.parse_gpus("1,1")
+        nvml.parse_gpus("1,1")
 
 
 def test_a_port_in_use_is_one_line():

@@ -53,7 +53,7 @@ def exported(tokenizer_dir, tmp_path_factory):
     fp16 Hugging Face folder and both GGUF files."""
     tiny = make_tiny_qwen(tokenizer_dir, tmp_path_factory.mktemp("llamacpp") / "tiny", initializer_range=0.5)
     out = tiny.parent / "exports"
-    export.run(ExportOptions(model=str(tiny), checkpoints=str(tiny.parent), out=str(out), gguf="f16,q8_0"))
+    export.run(ExportOptions(model=str(tiny), checkpoints=str(tiny.parent), out=str(out), gguf=["f16", "q8_0"]))
     return tiny, out
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from conftest import cli, run_args
 from verl_p40 import UserError
-from verl_p40.gpu.nvml import GPUInfo
+from verl_p40.gpu.nvml import GPUInfo, parse_gpus
 from verl_p40.plan import layout
 from verl_p40.plan.facts import Facts
 from verl_p40.plan.planner import plan
@@ -88,15 +88,15 @@ def test_a_larger_model_keeps_more_offloaded(monkeypatch, tmp_path, tokenizer_di
 
 
 def test_a_subset_of_gpus_is_what_the_trainer_sees(monkeypatch, tokenizer_dir):
-    run, cfg = composed(monkeypatch, gpus(P40, P40, P40), tokenizer_dir, profile="p40", gpus="2,0")
+    run, cfg = composed(monkeypatch, gpus(P40, P40, P40), tokenizer_dir, profile="p40", gpus=(2, 0))
     assert cfg.trainer.n_gpus_per_node == 2 and cfg.data.train_batch_size == 64
     assert run.env["CUDA_VISIBLE_DEVICES"] == "2,0" and run.env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     gpus_in_env = r"; name GPUs it has \(--gpus; with compose GPUS= in \.env, e\.g\. GPUS=0,1\)"
     with pytest.raises(UserError, match=r"--gpus 0,5: this host has no GPU 5 \(it has 0, 1, 2\)" + gpus_in_env):
-        composed(monkeypatch, gpus(P40, P40, P40), tokenizer_dir, profile="p40", gpus="0,5")
+        composed(monkeypatch, gpus(P40, P40, P40), tokenizer_dir, profile="p40", gpus=(0, 5))
     for bad in ("one", "0,0", "-1"):
         with pytest.raises(UserError, match="--gpus"):
-            layout.parse_gpus(bad)
+            parse_gpus(bad)
 
 
 def test_mixed_cards_are_sized_for_the_weakest_and_say_so(monkeypatch, tokenizer_dir):

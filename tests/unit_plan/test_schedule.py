@@ -99,5 +99,5 @@ def test_three_p40s_cannot_split_the_default_step_and_the_one_line_says_which_co
     from verl_p40.plan.run_options import RunOptions
 
     with pytest.raises(UserError) as caught:
-        plan(RunOptions(profile="p40", gpus="0,1,2", data="/nowhere"), Facts.of_card("p40", 3))
+        plan(RunOptions(profile="p40", gpus=(0, 1, 2), data="/nowhere"), Facts.of_card("p40", 3))
     assert "256 sequences on 3 GPU(s)" in str(caught.value) and "train on 1, 2, 4, 8 GPUs" in str(caught.value)

@@ -24,7 +24,6 @@ from pathlib import Path
 from verl_p40 import UserError
 from verl_p40.gpu import plots
 from verl_p40.gpu.csv_log import CsvLog, header, read_gpu_csv, rotated
-from verl_p40.gpu.nvml import parse_gpus
 from verl_p40.gpu.options import MonitorOptions
 from verl_p40.gpu.prometheus import Exporter
 from verl_p40.gpu.sampler import GPU_COLUMNS, PROCESS_COLUMNS, GPUSample, NvmlSource, ProcessSample
@@ -261,7 +260,7 @@ def main(options: MonitorOptions) -> int:
     log = lambda line: print(line, flush=True)  # noqa: E731
     out = Path(options.out)
     output_folder(out).check(NAMES)  # before NVML is asked: what is in the way is said first, and nothing is written
-    source = NvmlSource(parse_gpus(options.gpus), log=log)
+    source = NvmlSource(options.gpus, log=log)
     if options.once:
         monitor = Monitor(source, out, log=log, alert_mem_pct=options.alert_mem_pct)
         rows, procs = monitor.sample_once()

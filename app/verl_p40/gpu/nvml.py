@@ -70,14 +70,15 @@ def _shutdown(pynvml) -> None:
             pass
 
 
-def parse_gpus(spec: str | None, origin: str = "--gpus") -> list[int] | None:
-    """`--gpus` of every command: None for all, else the NVML indices `spec` names ("0,1"); raises on anything else,
-    naming `origin` (the flag, or the environment variable the value came from)."""
-    text = ("all" if spec is None else spec).strip().lower()  # `--gpus ""` names no GPU: said, not taken as all
+def parse_gpus(spec: str, origin: str = "--gpus") -> tuple[int, ...] | None:
+    """`--gpus` of every command, typed once where the options are resolved (the options' `convert`): None for all,
+    else the NVML indices `spec` names ("0,1"); raises on anything else, naming `origin` (the flag, or the environment
+    variable the value came from)."""
+    text = spec.strip().lower()  # `--gpus ""` names no GPU: said, not taken as all
     if text == "all":
         return None
     try:
-        indices = [int(part) for part in text.split(",") if part.strip()]
+        indices = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
         raise UserError(f"{origin} {spec!r}: use all, or GPU indices as nvidia-smi numbers them (e.g. 0,1)") from None
     if not indices:

@@ -22,7 +22,9 @@ class MonitorOptions:
     )
     port: int | None = option(None, "serve Prometheus metrics on this port", kind=int, low=1, high=65535)
     bind: str = option("127.0.0.1", "address for the metrics port")
-    gpus: str = option("all", "all, or GPU indices as nvidia-smi numbers them (e.g. 0,1)", check=parse_gpus)
+    gpus: tuple[int, ...] | None = option(
+        None, "all, or GPU indices as nvidia-smi numbers them (e.g. 0,1)", shown="all", convert=parse_gpus
+    )
     once: bool = option(False, "take one sample, print it, exit", switch=True)
     samples: int | None = option(None, "stop after N samples", kind=int, low=1, shown="run until SIGTERM/SIGINT")
     alert_mem_pct: float | None = option(

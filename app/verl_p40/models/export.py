@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 
 from verl_p40 import UserError
-from verl_p40.models.options import ExportOptions, gguf_kinds
+from verl_p40.models.options import ExportOptions
 from verl_p40.outputs import OutputFolder
 
 
@@ -210,8 +210,8 @@ def run(options: ExportOptions) -> list[Path]:
     folder = OutputFolder(out, "--out", "export")
     folder.check()  # a file where the folder belongs, or a read-only disk: said before a checkpoint is merged
     with folder.writer():  # the folder's one writer from here to the last rename: a second export is refused
-        kinds = gguf_kinds(options.gguf)  # checked with the option (`--gguf q4_k`)
-        return _export(folder, options.model, Path(options.checkpoints), out, options.dtype, kinds, options.lora)
+        checkpoints = Path(options.checkpoints)
+        return _export(folder, options.model, checkpoints, out, options.dtype, options.gguf, options.lora)
 
 
 def _export(
@@ -224,7 +224,7 @@ def _export(
     if lora == "adapter" and not (source / ADAPTER).is_dir():
         raise UserError(f"{source}: no LoRA adapter here (the run trained every weight); export without --lora adapter")
     first = f"{name}-lora-adapter" if lora == "adapter" else f"{name}-hf-{dtype}"
-    names = [first] + [f"{name}-{kind}.gguf" for kind in gguf_kinds or []]
+    names = [first] + [f"{name}-{kind}.gguf" for kind in gguf_kinds]
     folder.check(names)  # a user's file of an output's name: said before the model is loaded
     if lora != "adapter" or gguf_kinds:  # and a package that is not installed, before anything is written
         import safetensors.torch  # noqa: F401
@@ -233,11 +233,11 @@ def _export(
         import gguf  # noqa: F401
 
         gguf_config(source)  # a model GGUF cannot hold: said before the Hugging Face folder is written
-    with folder.write(names, directory=[True] + [False] * len(gguf_kinds or [])) as temps:
+    with folder.write(names, directory=[True] + [False] * len(gguf_kinds)) as temps:
         if lora == "adapter":
             adapter_folder(source, temps[0])
         else:
             hf_folder(source, temps[0], dtype)
-        for kind, temp in zip(gguf_kinds or [], temps[1:]):
+        for kind, temp in zip(gguf_kinds, temps[1:]):
             gguf_file(source, temp, kind)
     return [out / n for n in names]

@@ -17,15 +17,14 @@ def checkpoints_option():
     return option(defaults.CHECKPOINTS.value, "for 'latest' and 'best'", env=defaults.CHECKPOINTS.env, path=FOLDER)
 
 
-def gguf_kinds(value: str) -> list[str]:
-    """`--gguf f16,q8_0` as the kinds it names, each once (`f16,f16` writes one file)."""
-    return list(dict.fromkeys(k.strip() for k in value.split(",") if k.strip()))
-
-
-def _check_gguf(value: str, origin: str) -> None:
-    unknown = [k for k in gguf_kinds(value) if k not in GGUF_KINDS]
+def gguf_kinds(value: str, origin: str = "--gguf") -> list[str]:
+    """`--gguf f16,q8_0` as the kinds it names, each once (`f16,f16` writes one file), typed once where the options
+    are resolved (the option's `convert`); an unknown kind is refused naming `origin`."""
+    kinds = list(dict.fromkeys(k.strip() for k in value.split(",") if k.strip()))
+    unknown = [k for k in kinds if k not in GGUF_KINDS]
     if unknown:
         raise UserError(f"{origin} {','.join(unknown)}: not one of {', '.join(GGUF_KINDS)}")
+    return kinds
 
 
 @dataclass(frozen=True)
@@ -45,4 +44,6 @@ class ExportOptions:
         "a LoRA run: the adapter folded into the weights, or the adapter alone",
         choices=("merged", "adapter"),
     )
-    gguf: str = option("", "also write GGUF files for llama.cpp/Ollama", metavar="f16,q8_0", check=_check_gguf)
+    gguf: list[str] = option(
+        [], "also write GGUF files for llama.cpp/Ollama", metavar="f16,q8_0", shown="", convert=gguf_kinds
+    )

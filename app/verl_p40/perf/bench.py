@@ -28,6 +28,7 @@ from verl_p40.atomic import staged
 from verl_p40.child import last_error_line, run_python
 from verl_p40.outputs import OutputFolder
 from verl_p40.perf import projection
+from verl_p40.perf.options import BenchOptions
 from verl_p40.plan.facts import Facts
 from verl_p40.plan.workload import Workload
 
@@ -249,7 +250,9 @@ def summarise(steps: list[dict], cfg: Any, shape: projection.Shape, measured_car
     }
 
 
-def run(options, facts: Facts, steps: int, out: Path, skip: dict[str, str], keep: Path | None = None) -> dict:
+def run(
+    options: BenchOptions, facts: Facts, steps: int, out: Path, skip: dict[str, str], keep: Path | None = None
+) -> dict:
     """Run `steps` training steps with random weights of `options.model`'s shape on the machine `facts` describes;
     write and return the JSON."""
     folder = check_outputs(out)  # a user's file of its name, a link, a read-only folder: said before the model is made
@@ -270,15 +273,15 @@ class _Bench:
     work: Path
 
 
-def _run(options, bench: _Bench, folder: OutputFolder) -> dict:
+def _run(options: BenchOptions, bench: _Bench, folder: OutputFolder) -> dict:
     from verl_p40.run import sequence
     from verl_p40.run.trainer_log import read_steps
 
     reuse = bench.keep is not None and kept_model(bench.keep)
     model = _bench_model(Path(options.model).expanduser(), bench.keep if reuse else bench.work / "model", reuse)
     shape = projection.Shape.from_config(json.loads((model / "config.json").read_text()))
-    _bench_options(options, model, bench.work, bench.steps)
-    ready = sequence.prepare(options, bench.facts, _launch(options, bench.skip))
+    variant = bench_options(options, model, bench.work, bench.steps)
+    ready = sequence.prepare(variant, bench.facts, _launch(variant, bench.skip))
     print("[bench] measuring this GPU's constants", flush=True)
     card = projection.Card(**_calibration(model))
     logs = logs_folder(bench.out)
@@ -340,20 +343,24 @@ def _bench_model(source: Path, model: Path, reuse: bool) -> Path:
     return model
 
 
-def _bench_options(options, model: Path, work: Path, steps: int) -> None:
-    """The user's train options made a bench: its model, its own checkpoints folder, `steps` steps, no save, no
-    validation, no resume."""
-    options.model = str(model)
-    options.checkpoints = str(work / "checkpoints")
-    options.sets = [
-        *options.sets,
-        f"trainer.total_training_steps={steps}",
-        "trainer.save_freq=-1",
-        "trainer.test_freq=-1",
-        "trainer.val_before_train=false",
-        "trainer.resume_mode=disable",
-        "trainer.experiment_name=bench",
-    ]
+def bench_options(options: BenchOptions, model: Path, work: Path, steps: int) -> BenchOptions:
+    """The user's options made a bench, as a new object (the user's stay as the command line built them): its model,
+    its own checkpoints folder, `steps` steps, no save, no validation, no resume. Its verl values go after the user's
+    (`sets` is made again from `set` and `overrides`), so they win."""
+    return dataclasses.replace(
+        options,
+        model=str(model),
+        checkpoints=str(work / "checkpoints"),
+        overrides=[
+            *options.overrides,
+            f"trainer.total_training_steps={steps}",
+            "trainer.save_freq=-1",
+            "trainer.test_freq=-1",
+            "trainer.val_before_train=false",
+            "trainer.resume_mode=disable",
+            "trainer.experiment_name=bench",
+        ],
+    )
 
 
 def _settings(cfg: Any, shape: projection.Shape, cap_gb: float | None) -> dict:

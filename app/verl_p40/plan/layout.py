@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from verl_p40 import UserError
-from verl_p40.gpu.nvml import GPUInfo, parse_gpus
+from verl_p40.gpu.nvml import GPUInfo
 from verl_p40.plan.workload import GPUS_KEYS
 
 BATCH_MODES = ("recipe", "per-gpu")
@@ -54,10 +54,10 @@ class Layout:
         return host + (f" on each of {self.nodes} hosts" if self.nodes > 1 else "")
 
 
-def choose(gpus: list[GPUInfo] | None, spec: str, nodes: int = 1, batch: str = "recipe") -> Layout:
-    """The layout for `gpus` (None: no driver here) restricted by `spec`, on `nodes` hosts; with `all`, the GPUs fit
-    to train together (`usable`) for the batch mode."""
-    wanted = parse_gpus(spec)
+def choose(gpus: list[GPUInfo] | None, wanted: tuple[int, ...] | None, nodes: int = 1, batch: str = "recipe") -> Layout:
+    """The layout for `gpus` (None: no driver here) restricted to the indices `wanted` (`--gpus`; None: all), on
+    `nodes` hosts; with all, the GPUs fit to train together (`usable`) for the batch mode."""
+    spec = ",".join(map(str, wanted or ()))  # as the errors name it
     if gpus is None:
         if wanted is not None:
             raise UserError(

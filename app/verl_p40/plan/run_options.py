@@ -79,12 +79,13 @@ class RunOptions:
         low=defaults.GPU_MEMORY_CAP_MIN_GB,
         shown="no cap",
     )
-    gpus: str = option(
-        "all",
+    gpus: tuple[int, ...] | None = option(  # None: all
+        None,
         "this host's GPUs to train on, as nvidia-smi numbers them (all, or e.g. 0,1); a step's prompts are split "
         "over them (--batch)",
         env="VERL_P40_GPUS",
-        check=parse_gpus,
+        shown="all",
+        convert=parse_gpus,
     )
     batch: str = option(
         "recipe",
@@ -109,3 +110,15 @@ class RunOptions:
         choices=("auto", "on", "off"),
     )
     sets: list[str] = field(default_factory=list)  # verl config values: --set KEY=VALUE and the positional ones
+
+
+@dataclass
+class VerlRunOptions(RunOptions):
+    """A run's options with the verl config values given on the command line (`sets` is both, --set first; made
+    again by `dataclasses.replace`, so a variant adds its values to `overrides`)."""
+
+    set: list[str] = option([], "any verl config value (repeatable)", many=True, metavar="KEY=VALUE")
+    overrides: list[str] = option([], "verl config values, as with --set", flag="", many=True, metavar="KEY=VALUE")
+
+    def __post_init__(self) -> None:
+        self.sets = [*self.set, *self.overrides]
