@@ -146,3 +146,18 @@ def test_a_plan_for_a_card_you_do_not_have_takes_nothing_of_the_folders_here(tmp
     nowhere = capsys.readouterr()
     assert here.out.replace(str(data), "D") == nowhere.out.replace(str(tmp_path / "no-data"), "D")
     assert "val.parquet" not in here.out and "not readable here" in here.err
+
+
+def test_the_doctor_plans_with_the_inputs_train_reads_and_reads_them_once(tmp_path, tokenizer_dir, monkeypatch):
+    """The doctor runs the plan the trainer will (issue 68): the same Inputs, made the same way, read once."""
+    from verl_p40.doctor.context import Context
+
+    options = RunOptions(profile="p40", model=str(tokenizer_dir), data=str(_data(tmp_path / "data")))
+    trainers = plan(options, Facts.of_card("p40"))  # as `train` plans: Inputs.read(options) at the door
+    reads, read = [], Inputs.read.__func__
+    monkeypatch.setattr(Inputs, "read", classmethod(lambda cls, o: reads.append(o) or read(cls, o)))
+    ctx = Context(options, facts=Facts.of_card("p40"))
+    doctors = ctx.plan()
+    assert ctx.inputs() is doctors.inputs and reads == [options]
+    assert doctors.inputs == trainers.inputs and doctors.overrides == trainers.overrides
+    assert Context(options, run=trainers).inputs() is trainers.inputs and reads == [options]  # handed in: not read
