@@ -64,10 +64,11 @@ def _print_notes(notes: list[str]) -> None:
 
 def cmd_config(options: o.ConfigOptions) -> int:
     from verl_p40.plan.facts import Facts
+    from verl_p40.plan.inputs import Inputs
     from verl_p40.plan.planner import config_yaml, plan
 
     facts = Facts.of_card(options.card, len(options.gpus or (0,))) if options.card else None
-    run = plan(options, facts)
+    run = plan(options, facts, Inputs.absent() if options.card else None)  # a card you do not have: nor its folders
     _print_notes(run.notes)
     if options.overrides_only:
         print("\n".join(run.overrides))

@@ -212,10 +212,11 @@ def test_the_host_memory_is_the_doctors_for_the_default_run_and_ppo_on_one_p40(r
     """The requirements row's figures are plan/budget.py's for the default and the seed's PPO planned on one P40, and
     its per-card worker term (measured: timing-pair-2026-12-06/host-memory.json), called an estimate."""
     from verl_p40.plan import budget
+    from verl_p40.plan.inputs import model_config
     from verl_p40.plan.planner import plan
     from verl_p40.plan.run_options import RunOptions
 
-    parameters = budget.model_parameters(REPO / "tests" / "fixtures" / "qwen2.5-0.5b-instruct")
+    parameters = budget.parameter_count(model_config(REPO / "tests" / "fixtures" / "qwen2.5-0.5b-instruct"))
     runs = (RunOptions(profile="p40"), RunOptions(profile="p40", algorithm="ppo"))  # the default, the seed's PPO
     needs = [budget.needs(plan(options).config(), parameters) for options in runs]
     assert {n.host_workers for n in needs} == {1}

@@ -272,9 +272,10 @@ def test_disk_check_counts_the_checkpoints_kept(tmp_path, tokenizer_dir, monkeyp
 
 def test_disk_and_memory_estimates_for_the_real_05b_shape(tokenizer_dir):
     from verl_p40.plan import budget
+    from verl_p40.plan.inputs import model_config
     from verl_p40.plan.planner import plan
 
-    parameters = budget.model_parameters(tokenizer_dir)
+    parameters = budget.parameter_count(model_config(tokenizer_dir))
     assert 494.0e6 < parameters < 494.1e6  # Qwen2.5-0.5B: 494.03M
     need = budget.needs(plan(RunOptions(algorithm="ppo", profile="p40")).config(), parameters)
     assert need.checkpoints_kept == 2

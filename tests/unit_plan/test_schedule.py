@@ -67,16 +67,26 @@ def test_rows_are_counted_from_the_parquet_and_the_manifest_says_when_none_is_fi
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.table({"prompt": [[{"role": "user", "content": "q"}]] * 5}), tmp_path / "train.parquet")
-    assert schedule.train_rows(tmp_path / "train.parquet", False, 320) == Rows(5)
-    uncounted = schedule.train_rows(tmp_path / "train.parquet", True, 320)
+    from verl_p40.plan.inputs import Inputs, Prompts
+    from verl_p40.plan.run_options import RunOptions
+
+    train = tmp_path / "train.parquet"
+    pq.write_table(pa.table({"prompt": [[{"role": "user", "content": "q"}]] * 5}), train)
+
+    def rows(filtered: bool, longest: int) -> Rows:
+        inputs = Inputs.read(RunOptions(data=str(tmp_path), model=str(tmp_path / "no-model")))
+        return schedule.train_rows(train, inputs.rows.get(str(train)), inputs.prompts, filtered, longest)
+
+    assert rows(False, 320) == Rows(5)
+    uncounted = rows(True, 320)
     assert uncounted.count == 5 and not uncounted.exact and "no tokenizer here" in uncounted.why
     (tmp_path / ".verl-p40-data.json").write_text(
-        json.dumps({"outputs": {"train": {"rows": 5, "prompt_tokens": {"max": 256}}}})
+        json.dumps({"outputs": {"train": {"rows": 5, "bytes": 1, "prompt_tokens": {"max": 256}}}})
     )
-    assert schedule.train_rows(tmp_path / "train.parquet", True, 320) == Rows(5)
-    assert not schedule.train_rows(tmp_path / "train.parquet", True, 200).exact
-    assert schedule.train_rows(tmp_path / "nothere.parquet", True, 320).count is None
+    assert rows(True, 320) == Rows(5)
+    assert not rows(True, 200).exact and "prep's manifest says up to 256" in rows(True, 200).why
+    assert schedule.train_rows(tmp_path / "nothere.parquet", None, Prompts(), True, 320).count is None
+    assert schedule.train_rows(train, 5, Prompts(None, (100, 300, 320, 321, 400)), True, 320) == Rows(3)
 
 
 @pytest.mark.parametrize("cards", range(1, 9))

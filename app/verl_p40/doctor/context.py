@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from verl_p40 import UserError
 from verl_p40.gpu.nvml import GPUInfo
 from verl_p40.plan.facts import Facts
+from verl_p40.plan.inputs import Inputs
 from verl_p40.plan.planner import RunPlan, plan
 from verl_p40.plan.run_options import RunOptions
 
@@ -24,10 +25,10 @@ class CheckSkipped(Exception):
 
 @dataclass
 class Context:
-    """What the checks look at: the run's options, its plan and the machine (`Facts`: GPUs, driver). `train` and
-    `bench` hand in the plan they made and the Facts they made it for (a run is planned once, the hardware read once);
-    `verl-p40 doctor` lets the first check that needs them make them. A plan that fails skips only the checks that
-    need it: the others still run and report."""
+    """What the checks look at: the run's options, its plan, the machine (`Facts`: GPUs, driver) and the folders the
+    plan read (`Inputs`). `train` and `bench` hand in the plan they made (with its Inputs) and the Facts they made it
+    for (a run is planned once, the hardware and the folders read once); `verl-p40 doctor` lets the first check that
+    needs them make them. A plan that fails skips only the checks that need it: the others still run and report."""
 
     options: RunOptions
     run: RunPlan | None = None
@@ -40,10 +41,19 @@ class Context:
             self.facts = Facts.here()
         return self.facts
 
+    def inputs(self) -> Inputs:
+        """The folders and variables the run's plan reads (`Inputs`): the plan's when one was handed in, else read
+        once here, as `verl-p40 train` reads them (`Inputs.read`)."""
+        if self.run is not None:
+            return self.run.inputs
+        if "inputs" not in self._cache:
+            self._cache["inputs"] = Inputs.read(self.options)
+        return self._cache["inputs"]
+
     def plan(self) -> RunPlan:
         if self.run is None and "plan" not in self._cache:
             try:
-                self.run = plan(self.options, self.machine())
+                self.run = plan(self.options, self.machine(), self.inputs())
             except UserError as exc:
                 self._cache["plan"] = exc
         if self.run is None:

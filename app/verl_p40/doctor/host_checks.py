@@ -101,8 +101,8 @@ def _needs(ctx: Context) -> budget.Needs:
     """What the run needs (disk, host memory), from its config and the model's parameter count."""
     run = ctx.plan()
     try:
-        parameters = budget.model_parameters(Path(ctx.options.model).expanduser())
-    except (OSError, KeyError, ValueError, TypeError):  # a config.json the model check refuses
+        parameters = budget.parameter_count(ctx.inputs().model or {})  # config.json, as the plan read it
+    except (KeyError, ValueError, TypeError):  # none, or one the model check refuses
         raise CheckSkipped("needs the model's config.json (see the model check)") from None
     return budget.needs(run.config(), parameters)
 

@@ -1,14 +1,13 @@
 """What a run will need besides the GPU: disk for its checkpoints and host memory for offloaded state.
 
-Estimates from the model's own config.json (its parameter count) and the run's verl config; `doctor` compares them
-with what the machine has. They are estimates of the large terms only (fp32 weights and Adam states), stated as such.
+Estimates from the model's own config.json (its parameter count; `plan/inputs.py` reads it) and the run's verl
+config; `doctor` compares them with what the machine has. They are estimates of the large terms only (fp32 weights
+and Adam states), stated as such.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from verl_p40.plan.workload import Workload
@@ -40,10 +39,6 @@ def parameter_count(config: dict[str, Any]) -> int:
     per_layer = attention + 3 * hidden * inter + 2 * hidden
     embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings", False) else 2)
     return layers * per_layer + embeddings + hidden
-
-
-def model_parameters(model_dir: str | Path) -> int:
-    return parameter_count(json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8")))
 
 
 @dataclass(frozen=True)

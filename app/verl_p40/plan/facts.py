@@ -4,7 +4,7 @@
 command: `train`, `bench`, `doctor` and `cluster` hand the same Facts to the plan, the doctor's checks, the cluster's
 layout and bench's result. A plan for a card you do not have takes `Facts.of_card(NAME)` (`verl-p40 config --card
 NAME`, the projection, tests): nothing is read from this machine's hardware then, so no monkeypatch is needed to plan
-for a P40 on a laptop.
+for a P40 on a laptop. What the plan reads of the disk and the environment is its sibling's, `Inputs` (plan/inputs.py).
 """
 
 from __future__ import annotations

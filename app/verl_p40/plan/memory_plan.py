@@ -9,8 +9,8 @@ weights). No other module of app/ looks these keys up by name
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from verl_p40 import UserError
@@ -123,19 +123,22 @@ def _step(tree: Any, batch: Batch) -> tuple[mem.Step, mem.Sizes]:
     return step, start
 
 
-def plan(options: RunOptions, hw: Hardware, batch: Batch, tree: Any, user: list[Override]) -> Sized:
+def plan(
+    options: RunOptions, hw: Hardware, batch: Batch, tree: Any, user: list[Override], model: Mapping[str, Any] | None
+) -> Sized:
     """Generation chunk, micro-batches, gradient checkpointing and states on the GPU, sized from the card's memory
-    (NVML's total, or --gpu-memory-cap-gb) by verl_p40.plan.memory's model. A size the run's own settings give stays
-    theirs (`tree`: verl's settings so far, the run's own included; None where they could not be read). Without a card
-    (no GPU seen, no profile size), the profile's plan is kept."""
+    (NVML's total, or --gpu-memory-cap-gb) by verl_p40.plan.memory's model for the model's config.json (`model`, as
+    `Inputs` read it; None: not here, sized as the product's model). A size the run's own settings give stays theirs
+    (`tree`: verl's settings so far, the run's own included; None where they could not be read). Without a card (no
+    GPU seen, no profile size), the profile's plan is kept."""
     from omegaconf.errors import OmegaConfBaseException
 
     card = card_gib(hw)
     if not card or tree is None:
         return Sized(Part())
     try:
-        shape = mem.Shape.of_folder(Path(options.model).expanduser())
-    except (OSError, ValueError, KeyError):
+        shape = mem.Shape.from_config(model) if model is not None else mem.QWEN_05B
+    except (ValueError, KeyError, TypeError):
         shape = mem.QWEN_05B  # the model is not here (a config made elsewhere): size it as the product's model
     try:
         step, start = _step(tree, batch)

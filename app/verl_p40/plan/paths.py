@@ -3,12 +3,12 @@ validates on), the checkpoint folder, the logs and the allocator's setting for t
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from verl_p40 import UserError
 from verl_p40.patches import p40_best
 from verl_p40.plan import layout as layout_mod
+from verl_p40.plan.inputs import ALLOCATOR_ENV, HELD_OUT, Inputs, data_folder
 from verl_p40.plan.part import MINE, Part
 from verl_p40.plan.run_options import RunOptions
 from verl_p40.plan.verlconfig import Override, hydra_value
@@ -17,18 +17,19 @@ MODEL_PATH_KEYS = ("actor_rollout_ref.model.path", "critic.model.path", "critic.
 VALIDATION_EVERY = 10  # steps between validations on val.parquet; trainer.test_freq=N (a later value) wins
 
 
-def validation_split(data: Path, notes: list[str]) -> str:
-    """The file verl validates on: val.parquet (prep's default, or `--val-size`) when the data folder has one, else
-    test.parquet."""
-    if (data / "val.parquet").is_file():
-        notes.append("validation: val.parquet (train rows held out by prep; the test split stays unseen)")
-        return "val.parquet"
+def validation_split(held_out: bool, notes: list[str]) -> str:
+    """The file verl validates on: val.parquet (prep's default, or `--val-size`) when the data folder has one
+    (`held_out`, as `Inputs` read it), else test.parquet."""
+    if held_out:
+        notes.append(f"validation: {HELD_OUT} (train rows held out by prep; the test split stays unseen)")
+        return HELD_OUT
     return "test.parquet"
 
 
-def paths(options: RunOptions, user: list[Override], layout: layout_mod.Layout) -> Part:
+def paths(options: RunOptions, user: list[Override], layout: layout_mod.Layout, inputs: Inputs) -> Part:
     """One model for actor, reference, critic and tokenizer; the data files; the checkpoint folder (with each
-    validation's per-question results in its `validation/`); the logs."""
+    validation's per-question results in its `validation/`); the logs; the allocator's setting. `inputs`: whether the
+    data folder holds a validation slice, and the allocator's variable, read at the door."""
     o = options
     for item in user:  # a model path given as a verl key is refused before anything else reads it
         if item.key.lstrip("+") in MODEL_PATH_KEYS:
@@ -37,14 +38,14 @@ def paths(options: RunOptions, user: list[Override], layout: layout_mod.Layout) 
                 "critic and the tokenizer together, and the preflight checks that folder"
             )
     model = str(Path(o.model).expanduser())
-    data = Path(o.data).expanduser()
+    data = data_folder(o)
     checkpoints = Path(o.checkpoints).expanduser().absolute()
     notes: list[str] = []
     out = [
         Override("actor_rollout_ref.model.path", hydra_value(model), MINE),
         Override("critic.model.path", hydra_value(model), MINE),
         Override("data.train_files", hydra_value(str(data / "train.parquet")), MINE),
-        Override("data.val_files", hydra_value(str(data / validation_split(data, notes))), MINE),
+        Override("data.val_files", hydra_value(str(data / validation_split(inputs.held_out, notes))), MINE),
         Override("trainer.default_local_dir", f"{hydra_value(str(checkpoints))}/${{trainer.experiment_name}}", MINE),
         # every validation's answers, question by question, beside the checkpoints: `best` pairs steps on them
         Override(
@@ -53,7 +54,7 @@ def paths(options: RunOptions, user: list[Override], layout: layout_mod.Layout) 
             MINE,
         ),
     ]
-    if (data / "val.parquet").is_file():  # a slice held out to choose settings on: validate on it as the run goes
+    if inputs.held_out:  # a slice held out to choose settings on: validate on it as the run goes
         # saved at every validation, so the best validated step is on disk (retention keeps it: p40_checkpoints);
         # validated before the first step too, so the gain is measured against the model before training
         origin = "val.parquet (held out by prep)"
@@ -68,5 +69,5 @@ def paths(options: RunOptions, user: list[Override], layout: layout_mod.Layout) 
     }
     # Without expandable segments the caching allocator kept 4 GB reserved-but-unusable at the 24 GB cap and
     # the actor update ran out of memory (bench/results, first p40-profile run).
-    env["PYTORCH_CUDA_ALLOC_CONF"] = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    env[ALLOCATOR_ENV] = "expandable_segments:True" if inputs.allocator is None else inputs.allocator
     return Part(overrides=out, env=env, notes=notes)

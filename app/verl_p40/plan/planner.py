@@ -6,7 +6,8 @@ plan; `verl_p40.run.trainer` then runs `python -m verl.trainer.main_ppo <overrid
 `plan()` runs the ordered steps of `verl_p40.plan.steps`, handing each what it needs (the options, the facts, what an
 earlier step decided) and collecting what each returns (overrides, environment and notes), then composes verl's
 config once, checks it against the rules and writes the run record. What it reads from the machine comes in as
-`Facts` (`Facts.here()` by default), so a plan for another card needs no GPU.
+`Facts` (`Facts.here()` by default), so a plan for another card needs no GPU, and what it reads from the disk and the
+environment as `Inputs` (plan/inputs.py: `Inputs.read(options)` by default), so the steps read neither.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from verl_p40.plan import paths as run_paths
 from verl_p40.plan import profiles as profiles_mod
 from verl_p40.plan import steps as plan_steps
 from verl_p40.plan.facts import Facts
+from verl_p40.plan.inputs import Inputs
 from verl_p40.plan.run_options import RunOptions
-from verl_p40.plan.schedule import Schedule, parquet_rows
+from verl_p40.plan.schedule import Schedule
 from verl_p40.plan.verlconfig import Override, compose, parse_set, preview, to_hydra
 from verl_p40.plan.workload import Workload
 
@@ -37,6 +39,7 @@ class RunPlan:
     record: dict = field(default_factory=dict)  # what checkpoints of this run were made with (RUN_RECORD)
     composed: Any = field(default=None, repr=False)  # verl's config for the overrides, composed once by plan()
     validation_questions: int | None = None  # rows of the file verl validates on (None: not readable here)
+    inputs: Inputs = field(default_factory=Inputs.absent, repr=False)  # the folders and variables it was planned with
 
     def config(self):
         """verl's composed config for this plan (OmegaConf; shared: read it, do not change it)."""
@@ -53,10 +56,13 @@ class RunPlan:
         return f"{env} {cmd}" if env else cmd
 
 
-def plan(options: RunOptions, facts: Facts | None = None) -> RunPlan:
-    """The checked plan of a run of `options` on the machine `facts` describes (this one by default): the steps of
-    `verl_p40.plan.steps` in their order, each handed what it needs, then verl's config composed once and checked."""
+def plan(options: RunOptions, facts: Facts | None = None, inputs: Inputs | None = None) -> RunPlan:
+    """The checked plan of a run of `options` on the machine `facts` describes (this one by default), with the folders
+    and variables `inputs` read (`Inputs.read(options)` by default; `Inputs.absent()` for a card you do not have): the
+    steps of `verl_p40.plan.steps` in their order, each handed what it needs, then verl's config composed once and
+    checked. Nothing else of the machine is read while planning (tests/unit_plan/test_inputs.py)."""
     facts = facts if facts is not None else Facts.here()
+    inputs = inputs if inputs is not None else Inputs.read(options)
     user = parse_set(options.sets)
     user_sets = {o.key.lstrip("+"): o.value for o in user}
     hw = plan_steps.hardware(options, facts, user_sets)
@@ -74,9 +80,9 @@ def plan(options: RunOptions, facts: Facts | None = None) -> RunPlan:
         algorithm,
     ]
     run_batch = batch.as_run_sets(user)
-    sized = memory_plan.plan(options, hw, run_batch, _so_far(parts, user), user)
-    parts += [sized.part, plan_steps.tensorboard(hw.profile, facts), run_paths.paths(options, user, hw.layout)]
-    counted = plan_steps.schedule(run_batch, _so_far(parts, user), _overrides(parts) + user, user)
+    sized = memory_plan.plan(options, hw, run_batch, _so_far(parts, user), user, inputs.model)
+    parts += [sized.part, plan_steps.tensorboard(hw.profile, facts), run_paths.paths(options, user, hw.layout, inputs)]
+    counted = plan_steps.schedule(run_batch, _so_far(parts, user), _overrides(parts) + user, user, inputs)
     parts += [counted.part, plan_steps.worker_hooks(options, hw.sm, user_sets)]
     parts += [
         plan_steps.user_settings(user),
@@ -99,7 +105,8 @@ def plan(options: RunOptions, facts: Facts | None = None) -> RunPlan:
         env={key: value for part in parts for key, value in part.env.items()},
         record=run_record(cfg, hw.profile.name, chosen.algorithm.name, sized.record, counted.schedule),
         composed=cfg,
-        validation_questions=parquet_rows(Path(str(cfg.data.val_files))),
+        validation_questions=inputs.rows.get(str(Path(str(cfg.data.val_files)))),
+        inputs=inputs,
     )
 
 

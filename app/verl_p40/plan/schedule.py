@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verl_p40 import UserError
+from verl_p40.plan.inputs import Prompts
 
 
 @dataclass(frozen=True)
@@ -28,64 +29,24 @@ class Rows:
     why: str = ""
 
 
-def train_rows(train_file: Path, filter_overlong: bool, max_prompt_length: int, tokenizer: str | None = None) -> Rows:
-    """The rows of `train_file` verl's dataset keeps: every row, less the prompts over `max_prompt_length` tokens when
-    the filter is on. Prep's manifest (`prep --tokenizer`) tells when no prompt is that long; else the prompts are
-    counted with the model's tokenizer (the folder `tokenizer`) when it is here; without either the count is of the
-    rows before the filter, and says so."""
-    rows = parquet_rows(train_file)
+def train_rows(
+    train_file: Path, rows: int | None, prompts: Prompts, filter_overlong: bool, max_prompt_length: int
+) -> Rows:
+    """The rows of `train_file` (`rows` of them, None: not readable here) verl's dataset keeps: every row, less the
+    prompts over `max_prompt_length` tokens when the filter is on. Prep's manifest tells when no prompt is that long
+    (`prompts.longest`: `prep --tokenizer`); else the prompts counted with the model's tokenizer (`prompts.lengths`);
+    without either the count is of the rows before the filter, and says so. `plan/inputs.py` read them."""
     if rows is None:  # a plan made for another machine: the file is not here
         return Rows(None, False, f"{train_file} is not readable here")
     if not filter_overlong:
         return Rows(rows)
-    longest = _longest_prompt(train_file)
-    if longest is not None and longest <= max_prompt_length:
+    if prompts.longest is not None and prompts.longest <= max_prompt_length:
         return Rows(rows)
-    kept = _count_kept(train_file, max_prompt_length, tokenizer)
-    if kept is not None:
-        return Rows(kept)
-    return Rows(
-        rows, False, f"before verl drops prompts over {max_prompt_length} tokens: no tokenizer here to count them"
-    )
-
-
-def _count_kept(train_file: Path, max_prompt_length: int, tokenizer: str | None) -> int | None:
-    """The prompts of `train_file` of at most `max_prompt_length` tokens, counted with the tokenizer in the folder
-    `tokenizer` (None: no tokenizer there, or the file's prompts are not readable)."""
-    if not tokenizer or not (Path(tokenizer) / "tokenizer_config.json").is_file():
-        return None  # never the hub: only a local folder
-    from verl_p40.data import token_stats
-
-    try:
-        import pyarrow.parquet as pq
-
-        prompts = pq.read_table(train_file, columns=["prompt"]).column("prompt").to_pylist()
-        lengths = token_stats.prompt_lengths(prompts, token_stats.load_tokenizer(tokenizer))
-    except Exception:  # a tokenizer or file the trainer will name itself when it reads it
-        return None
-    return sum(1 for n in lengths if n <= max_prompt_length)
-
-
-def _longest_prompt(train_file: Path) -> int | None:
-    """The longest train prompt in tokens, as prep's manifest beside `train_file` records it (None: not recorded)."""
-    from verl_p40 import state_files
-    from verl_p40.data.manifest import MANIFEST
-
-    manifest, _ = state_files.read_json(Path(train_file).parent / MANIFEST)  # a damaged one: not recorded
-    try:
-        return int(manifest["outputs"][Path(train_file).stem]["prompt_tokens"]["max"])
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def parquet_rows(path: Path) -> int | None:
-    """The rows of a parquet file from its footer (None: not readable here, e.g. a plan made for another machine)."""
-    try:
-        import pyarrow.parquet as pq
-
-        return int(pq.ParquetFile(path).metadata.num_rows)
-    except Exception:
-        return None
+    if prompts.lengths is not None:
+        return Rows(sum(1 for n in prompts.lengths if n <= max_prompt_length))
+    longest = prompts.longest
+    why = "no tokenizer here to count them" if longest is None else f"prep's manifest says up to {longest}"
+    return Rows(rows, False, f"before verl drops prompts over {max_prompt_length} tokens: {why}")
 
 
 @dataclass(frozen=True)

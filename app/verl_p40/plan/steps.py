@@ -21,6 +21,7 @@ from verl_p40.plan import schedule as schedule_mod
 from verl_p40.plan.capabilities import MIN_SM, has
 from verl_p40.plan.capabilities import name as sm_name
 from verl_p40.plan.facts import Facts
+from verl_p40.plan.inputs import Inputs
 from verl_p40.plan.part import MINE, Part
 from verl_p40.plan.run_options import RunOptions
 from verl_p40.plan.verlconfig import (
@@ -227,11 +228,12 @@ def _whole(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def schedule(batch: Batch, tree, settings: list[Override], user: list[Override]) -> Scheduled:
+def schedule(batch: Batch, tree, settings: list[Override], user: list[Override], inputs: Inputs) -> Scheduled:
     """The passes over the data verl needs for the announced steps (trainer.total_epochs), counted on the rows verl
     keeps; a trainer.total_epochs of the user's own that cannot reach them is refused here, before Ray starts.
     `batch`: the batch the run has; `tree`: verl's settings so far, the run's own included (None: not readable, and
-    to_hydra names why once the steps are done); `settings`: the overrides they come from, for their origins."""
+    to_hydra names why once the steps are done); `settings`: the overrides they come from, for their origins;
+    `inputs`: the train file's rows and prompts, read at the door."""
     from omegaconf import OmegaConf
 
     if tree is None:
@@ -243,10 +245,9 @@ def schedule(batch: Batch, tree, settings: list[Override], user: list[Override])
         return Scheduled(Part())  # a value verl would refuse: the rules name it once the config is composed
     mine = {o.key.lstrip("+"): o.origin for o in user}
     origins = {o.key.lstrip("+"): o.origin for o in settings}
-    tokenizer = get("actor_rollout_ref.model.tokenizer_path") or get("actor_rollout_ref.model.path")
-    rows = schedule_mod.train_rows(
-        Path(str(get("data.train_files"))), bool(get("data.filter_overlong_prompts")), longest, str(tokenizer)
-    )
+    train = Path(str(get("data.train_files")))
+    filtered = bool(get("data.filter_overlong_prompts"))
+    rows = schedule_mod.train_rows(train, inputs.rows.get(str(train)), inputs.prompts, filtered, longest)
     counted = schedule_mod.plan(
         rows,
         prompts,
