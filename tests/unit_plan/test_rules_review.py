@@ -1,0 +1,24 @@
+"""The planner's review (issue 74c): mixed GPUs sized by the smallest card's memory, and the settings verl 0.5.0 would
+refuse, or would quietly do something else with, refused before anything starts in one line naming the setting and
+the fix."""
+
+from __future__ import annotations
+
+from verl_p40.gpu.nvml import GPUInfo
+from verl_p40.plan import layout, memory
+from verl_p40.plan.facts import Facts
+from verl_p40.plan.planner import plan
+from verl_p40.plan.run_options import RunOptions
+
+P40 = GPUInfo(0, "Tesla P40", (6, 1), 23.9)
+V100 = GPUInfo(1, "Tesla V100-PCIE-16GB", (7, 0), 15.8)
+
+
+def test_mixed_gpus_are_sized_for_the_smallest_memory_not_the_oldest_card():
+    """A P40 (sm_61, 24 GiB) beside a V100-16GB (sm_70, 16 GiB): the profile is the P40's (the older card's features),
+    the memory plan the V100's 15.8 GiB, or the V100 runs out of memory."""
+    assert layout.weakest([P40, V100]) == P40
+    run = plan(RunOptions(profile="auto", algorithm="grpo-gsm8k"), Facts(gpus=(P40, V100)))
+    assert run.profile.name == "p40"
+    assert run.record["memory"]["allocator_gb"] == round(memory.usable_bytes(15.8, None) / 1e9, 2)
+    assert layout.least_memory([P40, V100]) == 15.8
