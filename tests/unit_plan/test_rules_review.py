@@ -4,6 +4,9 @@ the fix."""
 
 from __future__ import annotations
 
+import pytest
+
+from verl_p40 import UserError
 from verl_p40.gpu.nvml import GPUInfo
 from verl_p40.plan import layout, memory
 from verl_p40.plan.facts import Facts
@@ -22,3 +25,25 @@ def test_mixed_gpus_are_sized_for_the_smallest_memory_not_the_oldest_card():
     assert run.profile.name == "p40"
     assert run.record["memory"]["allocator_gb"] == round(memory.usable_bytes(15.8, None) / 1e9, 2)
     assert layout.least_memory([P40, V100]) == 15.8
+
+
+def _plan(*sets: str, card: str = "p40", count: int = 1, **options):
+    options.setdefault("profile", "p40")
+    return plan(RunOptions(sets=list(sets), **options), Facts.of_card(card, count))
+
+
+def _refused(*sets: str, **kwargs) -> str:
+    with pytest.raises(UserError) as refused:
+        _plan(*sets, **kwargs)
+    line = str(refused.value)
+    assert "\n" not in line
+    return line
+
+
+def test_an_entropy_bonus_is_refused_as_the_memory_plan_does_not_price_it():
+    """entropy_coeff != 0: verl 0.5.0's update computes the entropy with its gradient (dp_actor.py: calculate_entropy,
+    a full-vocabulary softmax a micro-batch kept for the backward), which the memory model was not calibrated with."""
+    line = _refused("actor_rollout_ref.actor.entropy_coeff=0.001")
+    assert line.startswith("--set actor_rollout_ref.actor.entropy_coeff=0.001: ")
+    assert "set it to 0 (verl's default)" in line
+    _plan("actor_rollout_ref.actor.entropy_coeff=0")  # the default, said explicitly, plans
