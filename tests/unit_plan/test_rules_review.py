@@ -47,3 +47,27 @@ def test_an_entropy_bonus_is_refused_as_the_memory_plan_does_not_price_it():
     assert line.startswith("--set actor_rollout_ref.actor.entropy_coeff=0.001: ")
     assert "set it to 0 (verl's default)" in line
     _plan("actor_rollout_ref.actor.entropy_coeff=0")  # the default, said explicitly, plans
+
+
+@pytest.mark.parametrize(
+    "sets,key",
+    [
+        (["actor_rollout_ref.actor.ppo_mini_batch_size=3"], "actor_rollout_ref.actor.ppo_mini_batch_size"),
+        (  # verl's dynamic batches normalise the mini-batch the same way
+            ["actor_rollout_ref.actor.ppo_mini_batch_size=3", "actor_rollout_ref.actor.use_dynamic_bsz=true"],
+            "actor_rollout_ref.actor.ppo_mini_batch_size",
+        ),
+        (["critic.ppo_mini_batch_size=5", "critic.ppo_micro_batch_size_per_gpu=1"], "critic.ppo_mini_batch_size"),
+    ],
+)
+def test_a_mini_batch_that_does_not_divide_over_the_gpus_is_refused(sets, key):
+    """verl 0.5.0's workers (fsdp_workers.py) normalise a mini-batch per GPU as ppo_mini_batch_size * rollout.n //
+    world: 3 prompts over 2 GPUs would silently be mini-batches of 2."""
+    line = _refused(*sets, count=2, algorithm="ppo")
+    mini = int(sets[0].split("=")[1])
+    assert line.startswith(f"--set {sets[0]}")
+    assert f"{key} {mini} x rollout.n 1 = {mini} sequences do not divide over 2 GPUs" in line
+    assert f"{mini} // 2 = {mini // 2} a GPU, {mini // 2 * 2} a mini-batch, not {mini}" in line
+    assert f"set {key} to a multiple of 2 (e.g. {mini - 1})" in line
+    # GRPO: 3 prompts x 4 answers = 12 sequences, 6 a GPU
+    _plan("actor_rollout_ref.actor.ppo_mini_batch_size=3", count=2, algorithm="grpo")

@@ -168,32 +168,41 @@ def check(cfg: Any, base: Any, origins: dict[str, str]) -> None:
             f"{', '.join(counts)} GPUs (--gpus; with compose GPUS= in .env), or --batch per-gpu (BATCH=per-gpu), or "
             f"set data.train_batch_size to a multiple of {gpus // math.gcd(gpus, n)}"
         )
-    groups = [("actor_rollout_ref.actor", "actor_rollout_ref.actor.use_dynamic_bsz")]
-    if run.critic:
-        groups.append(("critic", "critic.use_dynamic_bsz"))
-    for role, dynamic in groups:
-        if _get(cfg, dynamic):
-            continue
-        mini_key, micro_key = f"{role}.ppo_mini_batch_size", f"{role}.ppo_micro_batch_size_per_gpu"
-        mini, micro = _get(cfg, mini_key), _get(cfg, micro_key)
-        if mini is None or micro is None:
-            continue
-        if mini > batch:
-            problems.append(
-                f"{_where(mini_key, origins)}: {mini_key} {mini} is larger than data.train_batch_size {batch}"
-            )
-            continue
-        per_gpu = mini * n // gpus  # what verl's workers compute: mini-batch x n over the data-parallel GPUs
-        if per_gpu < 1 or per_gpu % micro:
-            keys = [mini_key, micro_key, "actor_rollout_ref.rollout.n", *GPUS_KEYS]
-            problems.append(
-                f"{_all_where(keys, origins)}: {mini_key} {mini} x rollout.n {n} over {gpus} GPU(s) = "
-                f"{per_gpu} sequences per GPU, which {micro_key} {micro} does not divide; "
-                + (f"set {micro_key} to a divisor of {per_gpu}" if per_gpu >= 1 else f"raise {mini_key}")
-                + " or train on fewer GPUs"
-            )
+    for role in ("actor_rollout_ref.actor", *(("critic",) if run.critic else ())):
+        problems += _mini_batch_problems(cfg, origins, role, batch, run)
     if problems:
         raise UserError("; ".join(problems))
+
+
+def _mini_batch_problems(cfg: Any, origins: dict[str, str], role: str, batch: int, run: Workload) -> list[str]:
+    """What verl 0.5.0 does with the mini-batch of `role` (the actor's, the critic's): refuses one larger than the batch
+    (ray_trainer.py, without dynamic batches); normalises it per GPU as ppo_mini_batch_size x rollout.n // GPUs
+    (fsdp_workers.py, dynamic batches or not), so sequences that do not divide over the GPUs silently make smaller
+    mini-batches (more optimizer steps a step); and asserts that the micro-batch divides what each GPU gets."""
+    n, gpus = run.samples, run.gpus
+    mini_key, micro_key = f"{role}.ppo_mini_batch_size", f"{role}.ppo_micro_batch_size_per_gpu"
+    mini, micro, dynamic = _get(cfg, mini_key), _get(cfg, micro_key), _get(cfg, f"{role}.use_dynamic_bsz")
+    if mini is None:
+        return []
+    if not dynamic and mini > batch:
+        return [f"{_where(mini_key, origins)}: {mini_key} {mini} is larger than data.train_batch_size {batch}"]
+    per_gpu = mini * n // gpus  # what verl's workers compute: mini-batch x n over the data-parallel GPUs
+    if mini * n % gpus:
+        keys, multiple = [mini_key, "actor_rollout_ref.rollout.n", *GPUS_KEYS], gpus // math.gcd(gpus, n)
+        return [
+            f"{_all_where(keys, origins)}: {mini_key} {mini} x rollout.n {n} = {mini * n} sequences do not divide "
+            f"over {gpus} GPUs (verl {VERL_VERSION} takes {mini * n} // {gpus} = {per_gpu} a GPU, {per_gpu * gpus} a "
+            f"mini-batch, not {mini * n}); set {mini_key} to a multiple of {multiple} (e.g. "
+            f"{max(multiple, mini - mini % multiple)})"
+        ]
+    if dynamic or micro is None or per_gpu % micro == 0:
+        return []
+    keys = [mini_key, micro_key, "actor_rollout_ref.rollout.n", *GPUS_KEYS]
+    return [
+        f"{_all_where(keys, origins)}: {mini_key} {mini} x rollout.n {n} over {gpus} GPU(s) = {per_gpu} sequences "
+        f"per GPU, which {micro_key} {micro} does not divide; set {micro_key} to a divisor of {per_gpu} or train on "
+        "fewer GPUs"
+    ]
 
 
 def _regroup_problems(cfg: Any, origins: dict[str, str]) -> list[str]:
