@@ -71,3 +71,43 @@ def test_a_mini_batch_that_does_not_divide_over_the_gpus_is_refused(sets, key):
     assert f"set {key} to a multiple of 2 (e.g. {mini - 1})" in line
     # GRPO: 3 prompts x 4 answers = 12 sequences, 6 a GPU
     _plan("actor_rollout_ref.actor.ppo_mini_batch_size=3", count=2, algorithm="grpo")
+
+
+TOKENS = "actor_rollout_ref.actor.p40_update_tokens"
+
+
+@pytest.mark.parametrize(
+    "setting,fix",
+    [
+        ("actor_rollout_ref.actor.use_dynamic_bsz=true", "set actor_rollout_ref.actor.use_dynamic_bsz=false"),
+        (
+            "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum",
+            "set actor_rollout_ref.actor.loss_agg_mode=token-mean",
+        ),
+        ("actor_rollout_ref.model.use_remove_padding=true", "set actor_rollout_ref.model.use_remove_padding=false"),
+        ("actor_rollout_ref.model.trim_padding=false", "set actor_rollout_ref.model.trim_padding=true"),
+    ],
+)
+def test_a_token_budget_the_run_set_where_the_update_is_not_regrouped_is_refused(setting, fix):
+    """The patch (verl_050.py) regroups the update only with trimming on (and use_remove_padding off), token-mean and
+    verl's own micro-batches; elsewhere it silently keeps verl's, so a budget the run set would do nothing it says."""
+    line = _refused(setting, f"{TOKENS}=2048")
+    assert line.startswith(f"--set {TOKENS}=2048, --set {setting}: ")
+    assert f"{TOKENS}=2048 is ignored where {setting}" in line
+    assert line.endswith(f"{fix}, or leave {TOKENS} unset")
+    _plan(setting)  # the plan's own budget (0, verl's micro-batches): nothing to say
+
+
+def test_a_token_budget_the_plan_set_is_not_refused():
+    """Only a budget the run set (`--set`) is refused: one from the plan is the plan's to keep or drop."""
+    from omegaconf import OmegaConf
+
+    from verl_p40.plan import rules
+    from verl_p40.plan.verlconfig import base_config
+
+    cfg = OmegaConf.create(OmegaConf.to_container(_plan().config()))
+    OmegaConf.update(cfg, TOKENS, 2048)
+    OmegaConf.update(cfg, "actor_rollout_ref.actor.use_dynamic_bsz", True)
+    rules.check(cfg, base_config(), {TOKENS: "memory plan (24.7 GB for the allocator)"})
+    with pytest.raises(UserError, match="is ignored where actor_rollout_ref.actor.use_dynamic_bsz=true"):
+        rules.check(cfg, base_config(), {TOKENS: f"--set {TOKENS}=2048"})
