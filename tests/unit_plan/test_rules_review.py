@@ -86,6 +86,7 @@ TOKENS = "actor_rollout_ref.actor.p40_update_tokens"
         ),
         ("actor_rollout_ref.model.use_remove_padding=true", "set actor_rollout_ref.model.use_remove_padding=false"),
         ("actor_rollout_ref.model.trim_padding=false", "set actor_rollout_ref.model.trim_padding=true"),
+        ("actor_rollout_ref.model.use_fused_kernels=true", "set actor_rollout_ref.model.use_fused_kernels=false"),
     ],
 )
 def test_a_token_budget_the_run_set_where_the_update_is_not_regrouped_is_refused(setting, fix):

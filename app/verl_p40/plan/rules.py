@@ -11,7 +11,10 @@ from typing import Any
 
 from verl_p40 import VERL_VERSION, UserError, reward
 from verl_p40.plan.workload import (
+    AGG_KEY,
+    DYNAMIC_KEY,
     ESTIMATOR_KEY,
+    FUSED_KEY,
     GPUS_KEYS,
     LOSS_MODE_KEY,
     REGROUP_LOSS_MODES,
@@ -22,7 +25,6 @@ from verl_p40.plan.workload import (
 
 ENTROPY_KEY = "actor_rollout_ref.actor.entropy_coeff"  # refused above 0 (_entropy_problems)
 UPDATE_TOKENS_KEY = "actor_rollout_ref.actor.p40_update_tokens"  # the regrouped update's budget (patches/p40_update.py)
-AGG_KEY, DYNAMIC_KEY = "actor_rollout_ref.actor.loss_agg_mode", "actor_rollout_ref.actor.use_dynamic_bsz"
 # Names verl 0.5.0 accepts (verl/trainer/ppo/core_algos.py AdvantageEstimator; the rollout and strategy switches).
 CHOICES = {
     "actor_rollout_ref.rollout.name": ("hf", "vllm", "sglang"),
@@ -217,54 +219,38 @@ def _mini_batch_problems(cfg: Any, origins: dict[str, str], role: str, batch: in
 
 def _regroup_problems(cfg: Any, origins: dict[str, str]) -> list[str]:
     """A token budget for the actor's update (patches/p40_update.py) that the run set itself (`--set`, as the plan
-    marks the run's own settings) where the patch keeps verl's micro-batches (`Workload.regroups` decides, as the patch
-    does in the workers): the setting would silently do nothing it says. A budget the plan set is the plan's own."""
+    marks the run's own settings) where the patch keeps verl's micro-batches (`Workload.keeps_micro_batches` names the
+    setting, as the patch decides in the workers): the setting would silently do nothing it says. A budget the plan
+    set is the plan's own."""
     tokens = _get(cfg, UPDATE_TOKENS_KEY)
     if not _is_number(tokens) or tokens <= 0 or not origins.get(UPDATE_TOKENS_KEY, "").startswith("--set "):
         return []
-    if Workload.of(cfg).regroups:
+    run = Workload.of(cfg)
+    if run.regroups:
         return []
-    key, value, why, fix = _regroup_off(cfg)
+    key = run.keeps_micro_batches
+    why, fix = _KEEPS_MICRO_BATCHES[key](run)
+    value = _get(cfg, key)
+    value = str(value).lower() if isinstance(value, bool) else str(value)
     return [
         f"{_all_where([UPDATE_TOKENS_KEY, key], origins)}: {UPDATE_TOKENS_KEY}={tokens} is ignored where {key}={value} "
         f"({why}): {fix}, or leave {UPDATE_TOKENS_KEY} unset"
     ]
 
 
-def _regroup_off(cfg: Any) -> tuple[str, str, str, str]:
-    """Which setting keeps verl's micro-batches in the actor's update, in the order the patch reads them (verl_050.py:
-    trimming, which yields to use_remove_padding; the policy loss; token-mean; verl's own micro-batches): its key,
-    its value as a config writes it, why, and the fix. `Workload.regroups` decides; this names why."""
-    mode, agg = Workload.of(cfg).loss_mode, _get(cfg, AGG_KEY) or "token-mean"
-    off = [  # (key, whether it turns the regrouping off, why, the fix)
-        (RMPAD_KEY, _get(cfg, RMPAD_KEY), "trimming yields to verl's padding removal", f"set {RMPAD_KEY}=false"),
-        (TRIM_KEY, not _get(cfg, TRIM_KEY), "only trimmed rows are regrouped by length", f"set {TRIM_KEY}=true"),
-        (
-            LOSS_MODE_KEY,
-            mode not in REGROUP_LOSS_MODES,
-            f"the update regroups only the policy losses {', '.join(REGROUP_LOSS_MODES)}; {mode} chooses tokens per "
-            "micro-batch, so regrouped rows would change its gradient",
-            f"use {' or '.join(REGROUP_LOSS_MODES)}",
-        ),
-        (
-            AGG_KEY,
-            agg != "token-mean",
-            "only token-mean's token weights survive regrouping",
-            f"set {AGG_KEY}=token-mean",
-        ),
-        (
-            DYNAMIC_KEY,
-            _get(cfg, DYNAMIC_KEY),
-            "verl's dynamic batches replace the micro-batches",
-            f"set {DYNAMIC_KEY}=false",
-        ),
-    ]
-    key, why, fix = next(
-        ((k, w, f) for k, is_off, w, f in off if is_off),
-        (TRIM_KEY, "the patch would not regroup the update", f"set {TRIM_KEY}=true"),
-    )
-    value = _get(cfg, key)
-    return key, str(value).lower() if isinstance(value, bool) else str(value), why, fix
+# each setting that keeps verl's micro-batches in the actor's update (Workload.keeps_micro_batches) -> (why, the fix)
+_KEEPS_MICRO_BATCHES = {
+    RMPAD_KEY: lambda run: ("trimming yields to verl's padding removal", f"set {RMPAD_KEY}=false"),
+    TRIM_KEY: lambda run: ("only trimmed rows are regrouped by length", f"set {TRIM_KEY}=true"),
+    FUSED_KEY: lambda run: ("the actor does not trim with verl's fused kernels", f"set {FUSED_KEY}=false"),
+    LOSS_MODE_KEY: lambda run: (
+        f"the update regroups only the policy losses {', '.join(REGROUP_LOSS_MODES)}; {run.loss_mode} chooses tokens "
+        "per micro-batch, so regrouped rows would change its gradient",
+        f"use {' or '.join(REGROUP_LOSS_MODES)}",
+    ),
+    AGG_KEY: lambda run: ("only token-mean's token weights survive regrouping", f"set {AGG_KEY}=token-mean"),
+    DYNAMIC_KEY: lambda run: ("verl's dynamic batches replace the micro-batches", f"set {DYNAMIC_KEY}=false"),
+}
 
 
 def _entropy_problems(cfg: Any, origins: dict[str, str]) -> list[str]:
