@@ -24,7 +24,21 @@ def test_mixed_gpus_are_sized_for_the_smallest_memory_not_the_oldest_card():
     run = plan(RunOptions(profile="auto", algorithm="grpo-gsm8k"), Facts(gpus=(P40, V100)))
     assert run.profile.name == "p40"
     assert run.record["memory"]["allocator_gb"] == round(memory.usable_bytes(15.8, None) / 1e9, 2)
-    assert layout.least_memory([P40, V100]) == 15.8
+    assert layout.smallest([P40, V100]) == V100
+
+
+def test_the_profiles_memory_warning_reads_the_smallest_card_too():
+    """profiles.select's "sized for N GB and this GPU has M GiB" warning and its mixed-GPU note name the card the
+    memory plan sizes for (the V100's 15.8 GiB), not only the oldest card (the P40's 23.9 GiB, which fits)."""
+    from verl_p40.plan import profiles
+
+    profile, notes = profiles.select([P40, V100])
+    assert profile.fits(P40)
+    warning = [n for n in notes if n.startswith("warning:")]
+    assert len(warning) == 1 and "15.8 GiB" in warning[0] and "GPU 1" in warning[0], notes
+    assert any("memory for the smallest, GPU 1 (15.8 GiB)" in n for n in notes), notes
+    _, alone = profiles.select([P40])
+    assert not [n for n in alone if n.startswith("warning:")], alone
 
 
 def _plan(*sets: str, card: str = "p40", count: int = 1, **options):
