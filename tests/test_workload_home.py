@@ -102,6 +102,8 @@ def test_trims_and_regroups_are_decided_as_the_patch_decides_them():
         ),
         ({"actor_rollout_ref": {**trim["actor_rollout_ref"], "actor": {"use_dynamic_bsz": True}}}, True, False),
         ({"actor_rollout_ref": {**trim["actor_rollout_ref"], "actor": {"loss_agg_mode": "token-mean"}}}, True, True),
+        # the patch's actor trims only without fused kernels (verl_050.py's actor-trim-setting): no regrouping then
+        ({"actor_rollout_ref": {"model": {"trim_padding": True, "use_fused_kernels": True}}}, True, False),
     ]
     # the policy losses whose regrouped gradient is verl's (tests/update_probe.py): vanilla, gpg; not clip_cov, kl_cov
     for mode, regroups in (("vanilla", True), ("gpg", True), ("clip_cov", False), ("kl_cov", False)):
@@ -112,6 +114,26 @@ def test_trims_and_regroups_are_decided_as_the_patch_decides_them():
         assert (run.trims, run.regroups) == (trims, regroups), config
     with pytest.raises(AttributeError):
         Workload.of(trim).trims = False  # frozen
+
+
+def test_the_workload_names_the_setting_that_keeps_verls_micro_batches():
+    """One decision, read by the rules' refusal line: the first setting (in the patch's order) that turns the
+    regrouped update off, or None where it regroups."""
+    from verl_p40.plan.workload import Workload
+
+    model, LOSS = {"trim_padding": True}, "actor_rollout_ref.actor.policy_loss.loss_mode"
+    cases = [
+        ({"model": model}, None),
+        ({"model": {}}, "actor_rollout_ref.model.trim_padding"),
+        ({"model": {**model, "use_remove_padding": True}}, "actor_rollout_ref.model.use_remove_padding"),
+        ({"model": {**model, "use_fused_kernels": True}}, "actor_rollout_ref.model.use_fused_kernels"),
+        ({"model": model, "actor": {"policy_loss": {"loss_mode": "kl_cov"}}}, LOSS),
+        ({"model": model, "actor": {"loss_agg_mode": "seq-mean-token-sum"}}, "actor_rollout_ref.actor.loss_agg_mode"),
+        ({"model": model, "actor": {"use_dynamic_bsz": True}}, "actor_rollout_ref.actor.use_dynamic_bsz"),
+    ]
+    for actor_rollout_ref, key in cases:
+        run = Workload.of({"actor_rollout_ref": actor_rollout_ref})
+        assert (run.keeps_micro_batches, run.regroups) == (key, key is None), actor_rollout_ref
 
 
 def readers(home: Path, reader=reads) -> list[str]:

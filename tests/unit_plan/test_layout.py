@@ -102,7 +102,7 @@ def test_a_subset_of_gpus_is_what_the_trainer_sees(monkeypatch, tokenizer_dir):
 def test_mixed_cards_are_sized_for_the_weakest_and_say_so(monkeypatch, tokenizer_dir):
     run, cfg = composed(monkeypatch, gpus(P40, P100), tokenizer_dir, profile="auto")
     assert run.profile.name == "pascal-16gb"
-    assert any("sized for the weakest, GPU 1" in n for n in run.notes)
+    assert any("features for the oldest, GPU 1" in n for n in run.notes)
     assert layout.weakest(gpus(P40, P100)).index == 1
 
 

@@ -18,7 +18,8 @@
   does alone, and a step takes W times the prompts (a recipe whose learning was not measured). Micro-batches are
   per GPU either way (the memory plan's).
 - Memory: FSDP shards the weights, gradients and Adam states over the W GPUs; which of them then stay on each GPU is
-  the memory plan's choice (verl_p40.plan.memory_plan, by verl_p40.plan.memory's model).
+  the memory plan's choice (verl_p40.plan.memory_plan, by verl_p40.plan.memory's model). Mixed cards: the profile is
+  the oldest card's (`weakest`), the memory the smallest card's (`smallest`), which may be a newer one.
 """
 
 from __future__ import annotations
@@ -114,8 +115,15 @@ def usable(gpus: list[GPUInfo], batch: str = "recipe") -> tuple[tuple[GPUInfo, .
 
 
 def weakest(gpus: tuple[GPUInfo, ...] | list[GPUInfo]) -> GPUInfo:
-    """The GPU a run across them must be sized for: the lowest compute capability, then the least memory."""
+    """The GPU whose features a run across them is planned for (the profile): the lowest compute capability, then the
+    least memory. Its memory is not the run's: a newer card beside it may have less (`smallest`)."""
     return min(gpus, key=lambda g: (g.compute_capability, g.memory_total_gib))
+
+
+def smallest(gpus: tuple[GPUInfo, ...] | list[GPUInfo]) -> GPUInfo:
+    """The GPU whose memory a run across them must fit on each card: the smallest, whatever its compute capability
+    (a V100-16GB beside a P40 holds 16 GiB, not the P40's 24); `weakest` is the oldest, for the features."""
+    return min(gpus, key=lambda g: g.memory_total_gib)
 
 
 def env(layout: Layout) -> dict[str, str]:

@@ -85,9 +85,9 @@ def setting(tree: Any, name: str, role: int = 0) -> Any:
 
 
 def card_gib(hw: Hardware) -> float | None:
-    """The memory of the weakest GPU the run uses; without GPU facts, the card the profile is sized for."""
+    """The memory of the smallest GPU the run uses; without GPU facts, the card the profile is sized for."""
     if hw.layout.gpus:
-        return layout_mod.weakest(hw.layout.gpus).memory_total_gib
+        return layout_mod.smallest(hw.layout.gpus).memory_total_gib
     return hw.profile.match.get("memory_gib")
 
 

@@ -226,7 +226,7 @@ def select(gpus: list[GPUInfo] | tuple[GPUInfo, ...]) -> tuple[Profile, list[str
 
     Among the profiles whose compute-capability range holds the GPU, the narrowest range wins, then the largest
     memory size (`match.memory_gib`) the GPU has (10 % tolerance: a 24 GB card reports 23.9 GiB)."""
-    from verl_p40.plan.layout import weakest
+    from verl_p40.plan.layout import smallest, weakest
 
     gpu = weakest(gpus)
     candidates = [load(name) for name in available()]
@@ -243,13 +243,16 @@ def select(gpus: list[GPUInfo] | tuple[GPUInfo, ...]) -> tuple[Profile, list[str
     fitting = [p for p in matching if memory(p) <= gpu.memory_total_gib * 1.1]
     profile = max(fitting, key=memory) if fitting else min(matching, key=memory)
     notes = [f"auto profile: {profile.name} for {gpu.describe()}"]
-    sized_for = memory(profile)
-    if sized_for and gpu.memory_total_gib < sized_for * 0.95:
+    sized_for, least = memory(profile), smallest(gpus)  # the card the memory plan sizes for
+    if sized_for and least.memory_total_gib < sized_for * 0.95:
         notes.append(
-            f"warning: profile {profile.name} is sized for {sized_for:.0f} GB and this GPU has "
-            f"{gpu.memory_total_gib:.1f} GiB: lower data.train_batch_size and the micro-batch sizes, or offload "
+            f"warning: profile {profile.name} is sized for {sized_for:.0f} GB and GPU {least.index} has "
+            f"{least.memory_total_gib:.1f} GiB: lower data.train_batch_size and the micro-batch sizes, or offload "
             "(actor_rollout_ref.actor.fsdp_config.param_offload=true ...)"
         )
     if len({(g.name, g.compute_capability, round(g.memory_total_gib)) for g in gpus}) > 1:
-        notes.append(f"mixed GPUs ({'; '.join(g.describe() for g in gpus)}): sized for the weakest, GPU {gpu.index}")
+        notes.append(
+            f"mixed GPUs ({'; '.join(g.describe() for g in gpus)}): features for the oldest, GPU {gpu.index}; memory "
+            f"for the smallest, GPU {least.index} ({least.memory_total_gib:.1f} GiB)"
+        )
     return profile, notes

@@ -10,8 +10,21 @@ import math
 from typing import Any
 
 from verl_p40 import VERL_VERSION, UserError, reward
-from verl_p40.plan.workload import ESTIMATOR_KEY, GPUS_KEYS, LOSS_MODE_KEY, REGROUP_LOSS_MODES, Workload
+from verl_p40.plan.workload import (
+    AGG_KEY,
+    DYNAMIC_KEY,
+    ESTIMATOR_KEY,
+    FUSED_KEY,
+    GPUS_KEYS,
+    LOSS_MODE_KEY,
+    REGROUP_LOSS_MODES,
+    RMPAD_KEY,
+    TRIM_KEY,
+    Workload,
+)
 
+ENTROPY_KEY = "actor_rollout_ref.actor.entropy_coeff"  # refused above 0 (_entropy_problems)
+UPDATE_TOKENS_KEY = "actor_rollout_ref.actor.p40_update_tokens"  # the regrouped update's budget (patches/p40_update.py)
 # Names verl 0.5.0 accepts (verl/trainer/ppo/core_algos.py AdvantageEstimator; the rollout and strategy switches).
 CHOICES = {
     "actor_rollout_ref.rollout.name": ("hf", "vllm", "sglang"),
@@ -40,7 +53,7 @@ CHOICES = {
 }
 # Real-valued settings that verl 0.5.0's YAML writes as a whole number (0, 1): a float is what they hold.
 REAL_WITH_INT_DEFAULT = (
-    "actor_rollout_ref.actor.entropy_coeff",
+    ENTROPY_KEY,
     "actor_rollout_ref.rollout.top_p",
     "actor_rollout_ref.rollout.val_kwargs.temperature",
     "actor_rollout_ref.rollout.temperature",
@@ -152,7 +165,7 @@ def check(cfg: Any, base: Any, origins: dict[str, str]) -> None:
         value = _get(cfg, key)
         if _is_number(value) and value < 0:
             problems.append(f"{_where(key, origins)}: {key} must be at least 0, got {value}")
-    problems += _reward_problems(cfg, origins) + _regroup_problems(cfg, origins)
+    problems += _reward_problems(cfg, origins) + _regroup_problems(cfg, origins) + _entropy_problems(cfg, origins)
     if problems:  # the arithmetic below needs sane numbers
         raise UserError("; ".join(problems))
     run = Workload.of(cfg)
@@ -167,45 +180,91 @@ def check(cfg: Any, base: Any, origins: dict[str, str]) -> None:
             f"{', '.join(counts)} GPUs (--gpus; with compose GPUS= in .env), or --batch per-gpu (BATCH=per-gpu), or "
             f"set data.train_batch_size to a multiple of {gpus // math.gcd(gpus, n)}"
         )
-    groups = [("actor_rollout_ref.actor", "actor_rollout_ref.actor.use_dynamic_bsz")]
-    if run.critic:
-        groups.append(("critic", "critic.use_dynamic_bsz"))
-    for role, dynamic in groups:
-        if _get(cfg, dynamic):
-            continue
-        mini_key, micro_key = f"{role}.ppo_mini_batch_size", f"{role}.ppo_micro_batch_size_per_gpu"
-        mini, micro = _get(cfg, mini_key), _get(cfg, micro_key)
-        if mini is None or micro is None:
-            continue
-        if mini > batch:
-            problems.append(
-                f"{_where(mini_key, origins)}: {mini_key} {mini} is larger than data.train_batch_size {batch}"
-            )
-            continue
-        per_gpu = mini * n // gpus  # what verl's workers compute: mini-batch x n over the data-parallel GPUs
-        if per_gpu < 1 or per_gpu % micro:
-            keys = [mini_key, micro_key, "actor_rollout_ref.rollout.n", *GPUS_KEYS]
-            problems.append(
-                f"{_all_where(keys, origins)}: {mini_key} {mini} x rollout.n {n} over {gpus} GPU(s) = "
-                f"{per_gpu} sequences per GPU, which {micro_key} {micro} does not divide; "
-                + (f"set {micro_key} to a divisor of {per_gpu}" if per_gpu >= 1 else f"raise {mini_key}")
-                + " or train on fewer GPUs"
-            )
+    for role in ("actor_rollout_ref.actor", *(("critic",) if run.critic else ())):
+        problems += _mini_batch_problems(cfg, origins, role, batch, run)
     if problems:
         raise UserError("; ".join(problems))
 
 
+def _mini_batch_problems(cfg: Any, origins: dict[str, str], role: str, batch: int, run: Workload) -> list[str]:
+    """What verl 0.5.0 does with the mini-batch of `role` (the actor's, the critic's): refuses one larger than the batch
+    (ray_trainer.py, without dynamic batches); normalises it per GPU as ppo_mini_batch_size x rollout.n // GPUs
+    (fsdp_workers.py, dynamic batches or not), so sequences that do not divide over the GPUs silently make smaller
+    mini-batches (more optimizer steps a step); and asserts that the micro-batch divides what each GPU gets."""
+    n, gpus = run.samples, run.gpus
+    mini_key, micro_key = f"{role}.ppo_mini_batch_size", f"{role}.ppo_micro_batch_size_per_gpu"
+    mini, micro, dynamic = _get(cfg, mini_key), _get(cfg, micro_key), _get(cfg, f"{role}.use_dynamic_bsz")
+    if mini is None:
+        return []
+    if not dynamic and mini > batch:
+        return [f"{_where(mini_key, origins)}: {mini_key} {mini} is larger than data.train_batch_size {batch}"]
+    per_gpu = mini * n // gpus  # what verl's workers compute: mini-batch x n over the data-parallel GPUs
+    if mini * n % gpus:
+        keys, multiple = [mini_key, "actor_rollout_ref.rollout.n", *GPUS_KEYS], gpus // math.gcd(gpus, n)
+        return [
+            f"{_all_where(keys, origins)}: {mini_key} {mini} x rollout.n {n} = {mini * n} sequences do not divide "
+            f"over {gpus} GPUs (verl {VERL_VERSION} takes {mini * n} // {gpus} = {per_gpu} a GPU, {per_gpu * gpus} a "
+            f"mini-batch, not {mini * n}); set {mini_key} to a multiple of {multiple} (e.g. "
+            f"{max(multiple, mini - mini % multiple)})"
+        ]
+    if dynamic or micro is None or per_gpu % micro == 0:
+        return []
+    keys = [mini_key, micro_key, "actor_rollout_ref.rollout.n", *GPUS_KEYS]
+    return [
+        f"{_all_where(keys, origins)}: {mini_key} {mini} x rollout.n {n} over {gpus} GPU(s) = {per_gpu} sequences "
+        f"per GPU, which {micro_key} {micro} does not divide; set {micro_key} to a divisor of {per_gpu} or train on "
+        "fewer GPUs"
+    ]
+
+
 def _regroup_problems(cfg: Any, origins: dict[str, str]) -> list[str]:
-    """A token budget for the actor's update (patches/p40_update.py) with a policy loss whose regrouped gradient is
-    not verl's: the patch would keep verl's micro-batches, so the setting would do nothing it says."""
-    key = "actor_rollout_ref.actor.p40_update_tokens"
-    mode = Workload.of(cfg).loss_mode
-    if not _is_number(_get(cfg, key)) or _get(cfg, key) <= 0 or mode in REGROUP_LOSS_MODES:
+    """A token budget for the actor's update (patches/p40_update.py) that the run set itself (`--set`, as the plan
+    marks the run's own settings) where the patch keeps verl's micro-batches (`Workload.keeps_micro_batches` names the
+    setting, as the patch decides in the workers): the setting would silently do nothing it says. A budget the plan
+    set is the plan's own."""
+    tokens = _get(cfg, UPDATE_TOKENS_KEY)
+    if not _is_number(tokens) or tokens <= 0 or not origins.get(UPDATE_TOKENS_KEY, "").startswith("--set "):
+        return []
+    run = Workload.of(cfg)
+    if run.regroups:
+        return []
+    key = run.keeps_micro_batches
+    why, fix = _KEEPS_MICRO_BATCHES[key](run)
+    value = _get(cfg, key)
+    value = str(value).lower() if isinstance(value, bool) else str(value)
+    return [
+        f"{_all_where([UPDATE_TOKENS_KEY, key], origins)}: {UPDATE_TOKENS_KEY}={tokens} is ignored where {key}={value} "
+        f"({why}): {fix}, or leave {UPDATE_TOKENS_KEY} unset"
+    ]
+
+
+# each setting that keeps verl's micro-batches in the actor's update (Workload.keeps_micro_batches) -> (why, the fix)
+_KEEPS_MICRO_BATCHES = {
+    RMPAD_KEY: lambda run: ("trimming yields to verl's padding removal", f"set {RMPAD_KEY}=false"),
+    TRIM_KEY: lambda run: ("only trimmed rows are regrouped by length", f"set {TRIM_KEY}=true"),
+    FUSED_KEY: lambda run: ("the actor does not trim with verl's fused kernels", f"set {FUSED_KEY}=false"),
+    LOSS_MODE_KEY: lambda run: (
+        f"the update regroups only the policy losses {', '.join(REGROUP_LOSS_MODES)}; {run.loss_mode} chooses tokens "
+        "per micro-batch, so regrouped rows would change its gradient",
+        f"use {' or '.join(REGROUP_LOSS_MODES)}",
+    ),
+    AGG_KEY: lambda run: ("only token-mean's token weights survive regrouping", f"set {AGG_KEY}=token-mean"),
+    DYNAMIC_KEY: lambda run: ("verl's dynamic batches replace the micro-batches", f"set {DYNAMIC_KEY}=false"),
+}
+
+
+def _entropy_problems(cfg: Any, origins: dict[str, str]) -> list[str]:
+    """An entropy bonus: verl 0.5.0's update then computes the entropy with its gradient (dp_actor.py,
+    calculate_entropy: a softmax over the vocabulary, a micro-batch's worth, kept for the backward), which the memory
+    model (plan/memory.py) was not calibrated with and does not price; refused rather than guessed (no run measured
+    it, and torch.compile and entropy_checkpointing change what it holds)."""
+    value = _get(cfg, ENTROPY_KEY)
+    if not _is_number(value) or value == 0:  # not a number: a type problem
         return []
     return [
-        f"{_all_where([key, LOSS_MODE_KEY], origins)}: {key} regroups the update only for the policy losses "
-        f"{', '.join(REGROUP_LOSS_MODES)}; {LOSS_MODE_KEY}={mode} chooses tokens per micro-batch, so regrouped rows "
-        f"would change its gradient: leave {key} unset"
+        f"{_where(ENTROPY_KEY, origins)}: {ENTROPY_KEY}={value}: verl {VERL_VERSION} then keeps the entropy's "
+        "full-vocabulary softmax of every update micro-batch for the backward, which the memory plan does not price "
+        "(the run could run out of GPU memory); set it to 0 (verl's default)"
     ]
 
 

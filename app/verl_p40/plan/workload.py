@@ -24,6 +24,8 @@ ACTOR_DTYPE_KEY = "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dty
 FP32 = ("float32", "fp32")
 TRIM_KEY, RMPAD_KEY = "actor_rollout_ref.model.trim_padding", "actor_rollout_ref.model.use_remove_padding"
 LOSS_MODE_KEY = "actor_rollout_ref.actor.policy_loss.loss_mode"  # verl's policy loss (core_algos.py); vanilla: PPO's
+AGG_KEY, DYNAMIC_KEY = "actor_rollout_ref.actor.loss_agg_mode", "actor_rollout_ref.actor.use_dynamic_bsz"
+FUSED_KEY = "actor_rollout_ref.model.use_fused_kernels"  # verl's fused kernels: the patch's actor then never trims
 OFFLOAD_KEYS = {  # a state of the run -> the verl key that keeps it in host memory between the phases using it
     "actor_params": "actor_rollout_ref.actor.fsdp_config.param_offload",
     "actor_optimizer": "actor_rollout_ref.actor.fsdp_config.optimizer_offload",
@@ -48,7 +50,9 @@ class Workload:
     rollout_dtype: str = "bfloat16"  # actor_rollout_ref.rollout.dtype (verl's default)
     actor_dtype: str = "bf16"  # the actor's FSDP mixed_precision.param_dtype (verl's default)
     trims: bool = False  # the passes run on the columns some row uses (model.trim_padding, where rmpad is off)
-    regroups: bool = False  # the update may run length-grouped micro-batches (patches/p40_update.py)
+    # the first setting, in the patch's order, that keeps verl's micro-batches in the actor's update (None: the update
+    # may run length-grouped micro-batches, patches/p40_update.py); the rules name it where a budget would be ignored
+    keeps_micro_batches: str | None = TRIM_KEY
     loss_mode: str = "vanilla"  # the actor's policy loss (LOSS_MODE_KEY)
 
     @classmethod
@@ -59,17 +63,18 @@ class Workload:
 
         tree = config if OmegaConf.is_config(config) else OmegaConf.create(config or {})
         get = lambda key, default=None: OmegaConf.select(tree, key, default=default)  # noqa: E731
-        # as verl_050.py's patch decides them in the workers (which also turns trimming off for the actor where
-        # use_fused_kernels is on: a verl option no profile or recipe sets): trim_padding yields to
-        # use_remove_padding, and only token-mean's loss, without verl's dynamic batches, is regrouped by length, for
-        # the policy losses where that is exact (REGROUP_LOSS_MODES)
+        # as verl_050.py's patch decides them in the workers: trim_padding yields to use_remove_padding (and, for the
+        # actor, to use_fused_kernels: a verl option no profile or recipe sets), and only token-mean's loss, without
+        # verl's dynamic batches, is regrouped by length, for the policy losses where that is exact
         trims = bool(get(TRIM_KEY, False)) and not get(RMPAD_KEY, False)
         loss_mode = str(get(LOSS_MODE_KEY) or "vanilla")
-        regroups = (
-            trims
-            and loss_mode in REGROUP_LOSS_MODES
-            and get("actor_rollout_ref.actor.loss_agg_mode", "token-mean") == "token-mean"
-            and not get("actor_rollout_ref.actor.use_dynamic_bsz", False)
+        keeps = (  # (key, whether it keeps verl's micro-batches)
+            (RMPAD_KEY, get(RMPAD_KEY, False)),
+            (TRIM_KEY, not get(TRIM_KEY, False)),
+            (FUSED_KEY, get(FUSED_KEY, False)),
+            (LOSS_MODE_KEY, loss_mode not in REGROUP_LOSS_MODES),
+            (AGG_KEY, get(AGG_KEY, "token-mean") != "token-mean"),
+            (DYNAMIC_KEY, get(DYNAMIC_KEY, False)),
         )
         return cls(
             estimator=str(get(ESTIMATOR_KEY, "gae")),
@@ -82,9 +87,14 @@ class Workload:
             rollout_dtype=str(get(ROLLOUT_DTYPE_KEY) or "bfloat16"),
             actor_dtype=str(get(ACTOR_DTYPE_KEY) or "bf16"),
             trims=trims,
-            regroups=bool(regroups),
+            keeps_micro_batches=next((key for key, kept in keeps if kept), None),
             loss_mode=loss_mode,
         )
+
+    @property
+    def regroups(self) -> bool:
+        """Whether the actor's update may run length-grouped micro-batches (patches/p40_update.py)."""
+        return self.keeps_micro_batches is None
 
     @property
     def critic(self) -> bool:
