@@ -67,7 +67,7 @@ def cmd_config(options: o.ConfigOptions) -> int:
     from verl_p40.plan.inputs import Inputs
     from verl_p40.plan.planner import config_yaml, plan
 
-    facts = Facts.of_card(options.card, len(options.gpus or (0,))) if options.card else None
+    facts = Facts.of_card(options.card, indices=options.gpus) if options.card else None
     run = plan(options, facts, Inputs.absent() if options.card else None)  # a card you do not have: nor its folders
     _print_notes(run.notes)
     if options.overrides_only:
@@ -112,18 +112,14 @@ def cmd_cluster(options: o.ClusterOptions) -> int:
 
 
 def cmd_bench(options: o.BenchOptions) -> int:
-    from verl_p40.doctor import runner as doctor
     from verl_p40.perf import bench as benchmark
     from verl_p40.plan.facts import Facts
 
     _stop_on_sigterm()  # outside the training itself (which stops gracefully): temporaries and the work folder go
-    out = Path(options.out)
-    keep = Path(options.keep_model) if options.keep_model else None
-    skip = doctor.skips(options.skip_check)
-    result = benchmark.run(options, Facts.here(), options.steps, out, skip, keep=keep)
+    result = benchmark.run(options, Facts.here())
     for line in benchmark.lines(result):
         print(line)
-    print(f"wrote {out}")
+    print(f"wrote {options.out}")
     return 0
 
 

@@ -185,3 +185,21 @@ def test_bench_runs_a_variant_of_the_users_options(tmp_path):
     assert (variant.model, variant.checkpoints) == (str(tmp_path / "model"), str(tmp_path / "checkpoints"))
     assert variant.sets[:3] == ["a.b=1", "c.d=2", "trainer.total_training_steps=3"]  # the bench's come last
     assert variant.sets[-1] == "trainer.experiment_name=bench"
+
+
+def test_a_plan_for_named_cards_takes_the_gpu_indices_given(monkeypatch, capsys):
+    """`config --card NAME --gpus 2,3`: the cards you do not have are numbered as --gpus numbers them, not 0..n-1 (which
+    ended in "this host has no GPU 2, 3 (it has 0, 1)")."""
+    monkeypatch.delenv("VERL_P40_GPUS", raising=False)
+    assert cli.main(["config", "--card", "a100-80gb", "--gpus", "2,3", "--overrides-only"]) == 0, capsys.readouterr()
+    assert "trainer.n_gpus_per_node=2" in capsys.readouterr().out
+
+
+def test_bench_takes_its_options_whole():
+    """perf.bench.run(options, facts): the steps, the result's file, the kept model and the checks to skip are read from
+    the options inside, not handed beside them (two sources of --steps)."""
+    import inspect
+
+    from verl_p40.perf import bench
+
+    assert list(inspect.signature(bench.run).parameters) == ["options", "facts"]

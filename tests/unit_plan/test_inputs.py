@@ -78,6 +78,9 @@ def test_the_door_reads_the_model_the_data_folder_and_the_allocator_once(tmp_pat
     assert inputs.rows == {str(data / "train.parquet"): 300, str(data / "val.parquet"): 30}
     assert inputs.prompts.longest is None and len(inputs.prompts.lengths) == 300  # counted: no manifest says
     assert Inputs.absent() == Inputs() and Inputs.absent().prompts == Prompts()
+    # the run's own filter off: no prompt is counted (nor the tokenizer loaded), as the schedule counts none then
+    unfiltered = RunOptions(model=str(tokenizer_dir), data=str(data), sets=["data.filter_overlong_prompts=false"])
+    assert Inputs.read(unfiltered).prompts == Prompts()
 
 
 @pytest.fixture

@@ -65,7 +65,7 @@ class NvmlSource:
     """Reads samples from the driver. A failing field becomes None (reported once); a failing GPU is reported and
     skipped for that sample; a GPU that disappears is reported and dropped."""
 
-    def __init__(self, gpus: list[int] | None = None, log=print):
+    def __init__(self, gpus: tuple[int, ...] | None = None, log=print):
         self.nvml = nvml()  # raises NoGPU (exit code 3) without a driver
         self.log = log
         count = self.nvml.nvmlDeviceGetCount()

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import math
 
-from .p40_run_folder import VALIDATION_FOLDER as FOLDER  # noqa: F401 (the plan names the folder by it)
 from .p40_run_folder import read_results, results_path
 
 LEVEL = 0.05  # the family-wise one-sided level of the paired test

@@ -250,15 +250,17 @@ def summarise(steps: list[dict], cfg: Any, shape: projection.Shape, measured_car
     }
 
 
-def run(
-    options: BenchOptions, facts: Facts, steps: int, out: Path, skip: dict[str, str], keep: Path | None = None
-) -> dict:
-    """Run `steps` training steps with random weights of `options.model`'s shape on the machine `facts` describes;
-    write and return the JSON."""
+def run(options: BenchOptions, facts: Facts) -> dict:
+    """Run `options.steps` training steps with random weights of `options.model`'s shape on the machine `facts`
+    describes; write `options.out` and return the JSON."""
+    from verl_p40.doctor import runner as doctor
+
+    out, keep = Path(options.out), Path(options.keep_model) if options.keep_model else None
     folder = check_outputs(out)  # a user's file of its name, a link, a read-only folder: said before the model is made
     work = Path(tempfile.mkdtemp(prefix="verl-p40-bench-"))
     try:  # the random-weight model (2 GB for 0.5B) and the run's checkpoints are the bench's own: never left behind
-        return _run(options, _Bench(facts, steps, out, skip, keep, work), folder)
+        bench = _Bench(facts, options.steps, out, doctor.skips(options.skip_check), keep, work)
+        return _run(options, bench, folder)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -63,12 +63,13 @@ class Facts:
         )
 
     @classmethod
-    def of_card(cls, name: str, count: int = 1) -> Facts:
-        """`count` cards of a kind in CARDS, on a machine with neither vLLM nor Triton (the default image)."""
+    def of_card(cls, name: str, count: int = 1, indices: tuple[int, ...] | None = None) -> Facts:
+        """`count` cards of a kind in CARDS (numbered 0..count-1, or as `indices`, --gpus's, number them), on a
+        machine with neither vLLM nor Triton (the default image)."""
         key = name.lower()
         if key not in CARDS:
             raise UserError(f"--card {name}: not a card verl-p40 knows; use one of {', '.join(CARDS)}")
         model, capability, memory = CARDS[key]
         tensorboard = importlib.util.find_spec("tensorboard") is not None
-        gpus = tuple(GPUInfo(i, model, capability, memory) for i in range(count))
+        gpus = tuple(GPUInfo(i, model, capability, memory) for i in (indices or range(count)))
         return cls(gpus=gpus, tensorboard=tensorboard)

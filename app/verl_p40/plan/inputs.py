@@ -59,11 +59,14 @@ class Inputs:
         val = sets.get("data.val_files", str(data / (HELD_OUT if held_out else "test.parquet")))
         rows = {str(Path(f)): n for f in (train, val) if (n := parquet_rows(Path(f))) is not None}
         tokenizer = sets.get("actor_rollout_ref.model.tokenizer_path") or str(Path(options.model).expanduser())
+        # the prompt lengths count only where verl filters overlong prompts (the schedule's rows): not with the run's
+        # own data.filter_overlong_prompts=false, which spares loading the tokenizer over every train prompt
+        filtered = str(sets.get("data.filter_overlong_prompts", "true")).lower() != "false"
         return cls(
             model=model_config(Path(options.model).expanduser()),
             held_out=held_out,
             rows=rows,
-            prompts=train_prompts(Path(train), tokenizer) if str(Path(train)) in rows else Prompts(),
+            prompts=train_prompts(Path(train), tokenizer) if str(Path(train)) in rows and filtered else Prompts(),
             allocator=os.environ.get(ALLOCATOR_ENV),
         )
 

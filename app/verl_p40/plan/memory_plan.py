@@ -20,7 +20,7 @@ from verl_p40.plan import profiles as profiles_mod
 from verl_p40.plan.part import Part
 from verl_p40.plan.run_options import RunOptions
 from verl_p40.plan.verlconfig import Override, base_config, hydra_value
-from verl_p40.plan.workload import OFFLOAD_KEYS, Workload
+from verl_p40.plan.workload import OFFLOAD_KEYS, UPDATE_TOKENS_KEY, Workload
 
 if TYPE_CHECKING:
     from verl_p40.plan.steps import Batch, Hardware
@@ -29,7 +29,7 @@ KEYS = {
     "generation": ("actor_rollout_ref.rollout.micro_batch_size",),
     "update_micro": ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "critic.ppo_micro_batch_size_per_gpu"),
     # rows x columns of a length-grouped update micro-batch (patches/p40_update.py; 0: verl's micro-batches)
-    "update_tokens": ("actor_rollout_ref.actor.p40_update_tokens", "critic.p40_update_tokens"),
+    "update_tokens": (UPDATE_TOKENS_KEY, "critic.p40_update_tokens"),
     "logprob_micro": (
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
@@ -50,7 +50,7 @@ STATE_WORDS = {
 
 @dataclass(frozen=True)
 class Sized:
-    """What the memory plan decides (a Part of steps.py), and what the run record keeps of it (None: no card to size
+    """What the memory plan decides (a Part, plan/part.py), and what the run record keeps of it (None: no card to size
     for)."""
 
     part: Part

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from verl_p40 import UserError
-from verl_p40.patches import p40_best
+from verl_p40.patches.p40_run_folder import VALIDATION_FOLDER
 from verl_p40.plan import layout as layout_mod
 from verl_p40.plan.inputs import ALLOCATOR_ENV, HELD_OUT, Inputs, data_folder
 from verl_p40.plan.part import MINE, Part
@@ -50,7 +50,7 @@ def paths(options: RunOptions, user: list[Override], layout: layout_mod.Layout, 
         # every validation's answers, question by question, beside the checkpoints: `best` pairs steps on them
         Override(
             "trainer.validation_data_dir",
-            f"{hydra_value(str(checkpoints))}/${{trainer.experiment_name}}/{p40_best.FOLDER}",
+            f"{hydra_value(str(checkpoints))}/${{trainer.experiment_name}}/{VALIDATION_FOLDER}",
             MINE,
         ),
     ]

@@ -20,11 +20,11 @@ from verl_p40.plan.workload import (
     REGROUP_LOSS_MODES,
     RMPAD_KEY,
     TRIM_KEY,
+    UPDATE_TOKENS_KEY,
     Workload,
 )
 
 ENTROPY_KEY = "actor_rollout_ref.actor.entropy_coeff"  # refused above 0 (_entropy_problems)
-UPDATE_TOKENS_KEY = "actor_rollout_ref.actor.p40_update_tokens"  # the regrouped update's budget (patches/p40_update.py)
 # Names verl 0.5.0 accepts (verl/trainer/ppo/core_algos.py AdvantageEstimator; the rollout and strategy switches).
 CHOICES = {
     "actor_rollout_ref.rollout.name": ("hf", "vllm", "sglang"),
