@@ -13,6 +13,10 @@ Set, for a worker's variable: `NAME=` in text (a shell assignment, an `export`, 
 assignment to a subscript keyed by it, a dict literal keyed by it, or `setenv`/`putenv`/`setdefault` with it, where
 "it" is the name as a string or a constant defaults.py binds to it (under any name it is imported as). The plan's
 steps (app/verl_p40/plan/) set them; `WORKER_SETTERS` lists the others allowed, with the reason.
+
+Read, for a name a bench command sets for a bench script it runs (`NAME=value ... python3 bench/X.py`, in a script or
+a usage line): an environment lookup of it (`environ.get`, `os.getenv`, `environ[...]`, by the name or a defaults.py
+constant) in X or in a bench/lib or verl_p40 module X imports, at any depth.
 """
 
 from __future__ import annotations
@@ -179,3 +183,114 @@ def test_the_checks_see_a_stale_name_and_a_worker_set_in_usage_text(tmp_path):
         "os.environ.get(defaults.TF32_ENV)\n"
     )
     assert worker_sets(code, workers) == [4, 5, 6]
+
+
+# ------------------------------------------------------------------ a name set for a script is one that script reads
+
+SETS = re.compile(r"(?:^|\s)(VERL_P40_[A-Z0-9_]+)=")
+RUNS = re.compile(r"\bpython3?\s+(bench/\S+\.py)\b")
+
+
+def _commands(path: Path) -> list[tuple[int, str]]:
+    """(first line, the command) for each command line of `path`, continuation lines (a trailing backslash, doubled
+    in a docstring) joined."""
+    found, start, parts = [], None, []
+    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        start = start or number
+        stripped = line.rstrip()
+        parts.append(stripped.rstrip("\\"))
+        if not stripped.endswith("\\"):
+            found.append((start, " ".join(parts)))
+            start, parts = None, []
+    return found
+
+
+def _constants() -> dict[str, str]:
+    """defaults.py's constants bound to a VERL_P40_ name: constant -> name."""
+    return {
+        target.id: node.value.value
+        for node in ast.walk(ast.parse(DEFAULTS.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+        and NAME.fullmatch(node.value.value)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+
+
+def _module_path(module: str, root: Path) -> Path | None:
+    parts = module.split(".")
+    bases = {"verl_p40": root / "app", "lib": root / "bench"}
+    if parts[0] not in bases:
+        return None
+    stem = bases[parts[0]].joinpath(*parts)
+    return next((p for p in (stem.with_suffix(".py"), stem / "__init__.py") if p.is_file()), None)
+
+
+def _environ_reads(tree: ast.AST, constants: dict[str, str]) -> set[str]:
+    """The VERL_P40_ names a module reads from the environment: `environ.get(N)`, `os.getenv(N)`, `environ[N]`, with N
+    a string or a constant of defaults.py under the name the module imports it as."""
+    bound = dict(constants)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "verl_p40.defaults":
+            bound |= {(a.asname or a.name): constants[a.name] for a in node.names if a.name in constants}
+
+    def name_of(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        key = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+        return bound.get(key)
+
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+            owner = ast.unparse(node.func.value)
+            if (node.func.attr in ("get", "pop") and owner.endswith("environ")) or node.func.attr == "getenv":
+                found.add(name_of(node.args[0]))
+        elif isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith("environ"):
+            found.add(name_of(node.slice))
+    return {n for n in found if n}
+
+
+def script_reads(script: Path, root: Path = REPO) -> set[str]:
+    """The VERL_P40_ names `script` reads from the environment, itself or through the bench/lib and verl_p40 modules
+    it imports (at any depth)."""
+    constants, seen, todo, names = _constants(), set(), [script], set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names |= _environ_reads(tree, constants)
+        for node in ast.walk(tree):
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                modules = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            todo += [p for m in modules if (p := _module_path(m, root))]
+    return names
+
+
+def unread_sets(path: Path, root: Path = REPO) -> list[str]:
+    """`file:line: NAME for bench/X.py` for each VERL_P40_ name a command of `path` sets for a bench script it runs
+    (`NAME=value ... python3 bench/X.py`) that the script does not read (it would measure without it)."""
+    found = []
+    for line, command in _commands(path):
+        ran = RUNS.search(command)
+        if not ran or not (root / ran.group(1)).is_file():
+            continue
+        reads = script_reads(root / ran.group(1), root)
+        found += [
+            f"{path.relative_to(root)}:{line}: {n} for {ran.group(1)}" for n in SETS.findall(command) if n not in reads
+        ]
+    return found
+
+
+def test_a_name_set_for_a_bench_script_is_one_the_script_reads():
+    """Issue 70: rollout_log_probs_gpu.sh and rollout_log_probs.py's usage set the product's cap for a script whose
+    actor read only the workers' variable, so the 2026-12-05 agreement ran uncapped while its README said capped."""
+    wrong = [line for path in project_files() if "bench" in path.relative_to(REPO).parts for line in unread_sets(path)]
+    assert not wrong, "set for a script that never reads it (read it, or set the name it reads):\n" + "\n".join(wrong)
+    checked = [c for p in project_files() for _, c in _commands(p) if RUNS.search(c) and SETS.search(c)]
+    assert len(checked) >= 3, checked  # the check sees the bench lines that set a name for a script
