@@ -154,17 +154,39 @@ def test_gguf_is_a_list_of_kinds_each_once():
 
 
 def _attribute_assignments(path: Path) -> list[str]:
-    """`x.attr = ...` (or `+=`) anywhere in `path`, on a name that holds options."""
+    """`x.attr = ...` (or `+=`), and `setattr(x, ...)`, anywhere in `path`, where x is a parameter of the function it
+    stands in (whatever its name: the options a stage is handed, or anything else handed in), `self` left out."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        targets = (
-            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
-        )
-        for target in targets:
-            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
-                if "options" in target.value.id:
-                    found.append(f"{path.name}:{node.lineno}: {ast.unparse(target)}")
-    return found
+    for function in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        handed = {a.arg for a in (*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs)} - {
+            "self"
+        }
+        for node in ast.walk(function):
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AugAssign)
+                else []
+            )
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
+                targets = [ast.Attribute(value=node.args[0], attr="?")] if node.args else []
+            for target in targets:
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+                    if target.value.id in handed:
+                        found.append(f"{path.name}:{node.lineno}: {target.value.id}.{target.attr}")
+    return sorted(set(found))
+
+
+def test_the_assignment_check_sees_any_name_handed_in(tmp_path):
+    code = tmp_path / "stage.py"
+    code.write_text(
+        "def run(opts, facts):\n    opts.model = 1\n    setattr(facts, 'gpus', ())\n    local = object()\n"
+        "    local.x = 1\n\nclass A:\n    def f(self):\n        self.y = 2\n"
+    )
+    assert _attribute_assignments(code) == ["stage.py:2: opts.model", "stage.py:3: facts.?"]
 
 
 def test_bench_declares_its_options_and_never_changes_the_users():

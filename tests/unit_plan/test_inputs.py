@@ -83,6 +83,19 @@ def test_the_door_reads_the_model_the_data_folder_and_the_allocator_once(tmp_pat
     assert Inputs.read(unfiltered).prompts == Prompts()
 
 
+def test_the_runs_own_data_files_are_read_as_hydra_reads_them(tmp_path, tokenizer_dir):
+    """`--set data.val_files='/a b/val.parquet'`: the rows are those of the file the composed config names (quotes
+    off), so the plan counts the validation questions; a raw reading of the text kept the quotes and found none."""
+    data = _data(tmp_path / "data")
+    moved = tmp_path / "a b"
+    moved.mkdir()
+    (data / "val.parquet").rename(moved / "val.parquet")
+    options = RunOptions(model=str(tokenizer_dir), data=str(data), sets=[f"data.val_files='{moved / 'val.parquet'}'"])
+    assert Inputs.read(options).rows.get(str(moved / "val.parquet")) == 30
+    run = plan(options, Facts.of_card("p40"))
+    assert run.validation_questions == 30
+
+
 @pytest.fixture
 def watch_reads(monkeypatch, tmp_path, tokenizer_dir):
     """Starts watching what is read of the folders under tmp_path and the model's, of parquet files and of the

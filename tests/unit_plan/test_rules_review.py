@@ -126,3 +126,29 @@ def test_a_token_budget_the_plan_set_is_not_refused():
     rules.check(cfg, base_config(), {TOKENS: "memory plan (24.7 GB for the allocator)"})
     with pytest.raises(UserError, match="is ignored where actor_rollout_ref.actor.use_dynamic_bsz=true"):
         rules.check(cfg, base_config(), {TOKENS: f"--set {TOKENS}=2048"})
+    # a profile of the user's own is the user's setting too (docs/configuration.md: "a token budget you set")
+    with pytest.raises(UserError, match="is ignored where actor_rollout_ref.actor.use_dynamic_bsz=true"):
+        rules.check(cfg, base_config(), {TOKENS: "/home/me/profiles/mine.yaml"})
+    # a setting the config does not hold is said as unset, not None
+    OmegaConf.update(cfg, "actor_rollout_ref.actor.use_dynamic_bsz", False)
+    del cfg.actor_rollout_ref.model["trim_padding"]
+    with pytest.raises(UserError, match="is ignored where actor_rollout_ref.model.trim_padding=unset"):
+        rules.check(cfg, base_config(), {TOKENS: f"--set {TOKENS}=2048"})
+
+
+def test_the_mini_batch_divides_over_the_data_parallel_ranks_not_the_gpus():
+    """verl divides ppo_mini_batch_size x n by GPUs // ulysses_sequence_parallel_size: with 4 GPUs in pairs, 2 ranks."""
+    from omegaconf import OmegaConf
+
+    from verl_p40.plan import rules
+    from verl_p40.plan.verlconfig import base_config
+
+    cfg = OmegaConf.create(OmegaConf.to_container(_plan(count=4).config()))
+    OmegaConf.update(cfg, "actor_rollout_ref.actor.ppo_mini_batch_size", 3)
+    OmegaConf.update(cfg, "actor_rollout_ref.rollout.n", 2)
+    OmegaConf.update(cfg, "critic.ppo_mini_batch_size", 3)
+    OmegaConf.update(cfg, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", 1)
+    with pytest.raises(UserError, match="do not divide over 4 GPUs"):
+        rules.check(cfg, base_config(), {})
+    OmegaConf.update(cfg, "actor_rollout_ref.actor.ulysses_sequence_parallel_size", 2)
+    rules.check(cfg, base_config(), {})

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_p40.plan.run_options import RunOptions
-from verl_p40.plan.verlconfig import parse_set
+from verl_p40.plan.verlconfig import set_values
 
 ALLOCATOR_ENV = "PYTORCH_CUDA_ALLOC_CONF"
 HELD_OUT = "val.parquet"  # prep's validation slice (its default, or --val-size)
@@ -52,16 +52,16 @@ class Inputs:
     def read(cls, options: RunOptions) -> Inputs:
         """The folders `options` name (and the files the run's own data.train_files / data.val_files name), and the
         allocator's variable, read once."""
-        sets = {o.key.lstrip("+"): o.value for o in parse_set(options.sets)}
+        sets = set_values(options.sets)
         data = data_folder(options)
-        train = sets.get("data.train_files", str(data / "train.parquet"))
+        train = str(sets.get("data.train_files", data / "train.parquet"))
         held_out = (data / HELD_OUT).is_file()
-        val = sets.get("data.val_files", str(data / (HELD_OUT if held_out else "test.parquet")))
+        val = str(sets.get("data.val_files", data / validation_file(held_out)))
         rows = {str(Path(f)): n for f in (train, val) if (n := parquet_rows(Path(f))) is not None}
-        tokenizer = sets.get("actor_rollout_ref.model.tokenizer_path") or str(Path(options.model).expanduser())
+        tokenizer = str(sets.get("actor_rollout_ref.model.tokenizer_path") or Path(options.model).expanduser())
         # the prompt lengths count only where verl filters overlong prompts (the schedule's rows): not with the run's
         # own data.filter_overlong_prompts=false, which spares loading the tokenizer over every train prompt
-        filtered = str(sets.get("data.filter_overlong_prompts", "true")).lower() != "false"
+        filtered = sets.get("data.filter_overlong_prompts", True) is not False
         return cls(
             model=model_config(Path(options.model).expanduser()),
             held_out=held_out,
@@ -69,6 +69,12 @@ class Inputs:
             prompts=train_prompts(Path(train), tokenizer) if str(Path(train)) in rows and filtered else Prompts(),
             allocator=os.environ.get(ALLOCATOR_ENV),
         )
+
+
+def validation_file(held_out: bool) -> str:
+    """The file of the data folder verl validates on: val.parquet (prep's default, or `--val-size`) when the folder
+    has one (`held_out`), else test.parquet."""
+    return HELD_OUT if held_out else "test.parquet"
 
 
 def data_folder(options: RunOptions) -> Path:

@@ -20,7 +20,7 @@ from verl_p40.plan import profiles as profiles_mod
 from verl_p40.plan.part import Part
 from verl_p40.plan.run_options import RunOptions
 from verl_p40.plan.verlconfig import Override, base_config, hydra_value
-from verl_p40.plan.workload import OFFLOAD_KEYS, UPDATE_TOKENS_KEY, Workload
+from verl_p40.plan.workload import OFFLOAD_KEYS, PLANNED_BUDGET, UPDATE_TOKENS_KEY, Workload
 
 if TYPE_CHECKING:
     from verl_p40.plan.steps import Batch, Hardware
@@ -158,7 +158,7 @@ def plan(
     unmeasured = floor is None or sizes.update_cells(step.width) > floor.update_cells(step.width)
     if unmeasured and max(peaks.values()) > fit.budget:  # said before Ray starts: memcap would end the run in an OOM
         raise UserError(_refused(fit, user))
-    origin = f"memory plan ({usable / 1e9:.1f} GB for the allocator)"
+    origin = f"{PLANNED_BUDGET} ({usable / 1e9:.1f} GB for the allocator)"
     out = [
         Override(key, hydra_value(getattr(sizes, name)), origin)
         for name, keys in KEYS.items()

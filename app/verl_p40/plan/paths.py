@@ -8,7 +8,7 @@ from pathlib import Path
 from verl_p40 import UserError
 from verl_p40.patches.p40_run_folder import VALIDATION_FOLDER
 from verl_p40.plan import layout as layout_mod
-from verl_p40.plan.inputs import ALLOCATOR_ENV, HELD_OUT, Inputs, data_folder
+from verl_p40.plan.inputs import ALLOCATOR_ENV, HELD_OUT, Inputs, data_folder, validation_file
 from verl_p40.plan.part import MINE, Part
 from verl_p40.plan.run_options import RunOptions
 from verl_p40.plan.verlconfig import Override, hydra_value
@@ -18,12 +18,10 @@ VALIDATION_EVERY = 10  # steps between validations on val.parquet; trainer.test_
 
 
 def validation_split(held_out: bool, notes: list[str]) -> str:
-    """The file verl validates on: val.parquet (prep's default, or `--val-size`) when the data folder has one
-    (`held_out`, as `Inputs` read it), else test.parquet."""
+    """The file verl validates on (inputs.validation_file), said in `notes` when it is prep's held-out slice."""
     if held_out:
         notes.append(f"validation: {HELD_OUT} (train rows held out by prep; the test split stays unseen)")
-        return HELD_OUT
-    return "test.parquet"
+    return validation_file(held_out)
 
 
 def paths(options: RunOptions, user: list[Override], layout: layout_mod.Layout, inputs: Inputs) -> Part:

@@ -17,6 +17,7 @@ from verl_p40.plan.workload import (
     FUSED_KEY,
     GPUS_KEYS,
     LOSS_MODE_KEY,
+    PLANNED_BUDGET,
     REGROUP_LOSS_MODES,
     RMPAD_KEY,
     TRIM_KEY,
@@ -188,10 +189,11 @@ def check(cfg: Any, base: Any, origins: dict[str, str]) -> None:
 
 def _mini_batch_problems(cfg: Any, origins: dict[str, str], role: str, batch: int, run: Workload) -> list[str]:
     """What verl 0.5.0 does with the mini-batch of `role` (the actor's, the critic's): refuses one larger than the batch
-    (ray_trainer.py, without dynamic batches); normalises it per GPU as ppo_mini_batch_size x rollout.n // GPUs
-    (fsdp_workers.py, dynamic batches or not), so sequences that do not divide over the GPUs silently make smaller
-    mini-batches (more optimizer steps a step); and asserts that the micro-batch divides what each GPU gets."""
-    n, gpus = run.samples, run.gpus
+    (ray_trainer.py, without dynamic batches); normalises it per data-parallel rank as ppo_mini_batch_size x
+    rollout.n // (GPUs // ulysses_sequence_parallel_size) (fsdp_workers.py, dynamic batches or not), so sequences that
+    do not divide over the ranks silently make smaller mini-batches (more optimizer steps a step); and asserts that the
+    micro-batch divides what each rank gets."""
+    n, gpus = run.samples, run.gpus // int(_get(cfg, f"{role}.ulysses_sequence_parallel_size") or 1)
     mini_key, micro_key = f"{role}.ppo_mini_batch_size", f"{role}.ppo_micro_batch_size_per_gpu"
     mini, micro, dynamic = _get(cfg, mini_key), _get(cfg, micro_key), _get(cfg, f"{role}.use_dynamic_bsz")
     if mini is None:
@@ -218,20 +220,22 @@ def _mini_batch_problems(cfg: Any, origins: dict[str, str], role: str, batch: in
 
 
 def _regroup_problems(cfg: Any, origins: dict[str, str]) -> list[str]:
-    """A token budget for the actor's update (patches/p40_update.py) that the run set itself (`--set`, as the plan
-    marks the run's own settings) where the patch keeps verl's micro-batches (`Workload.keeps_micro_batches` names the
-    setting, as the patch decides in the workers): the setting would silently do nothing it says. A budget the plan
-    set is the plan's own."""
+    """A token budget for the actor's update (patches/p40_update.py) that the run set itself (`--set`, or a profile or
+    recipe of its own) where the patch keeps verl's micro-batches (`Workload.keeps_micro_batches` names the setting,
+    as the patch decides in the workers): the setting would silently do nothing it says. The budget the memory plan
+    set is the plan's own (it offers one only where the update regroups)."""
     tokens = _get(cfg, UPDATE_TOKENS_KEY)
-    if not _is_number(tokens) or tokens <= 0 or not origins.get(UPDATE_TOKENS_KEY, "").startswith("--set "):
+    if not _is_number(tokens) or tokens <= 0 or origins.get(UPDATE_TOKENS_KEY, "").startswith(PLANNED_BUDGET):
         return []
     run = Workload.of(cfg)
     if run.regroups:
         return []
     key = run.keeps_micro_batches
-    why, fix = _KEEPS_MICRO_BATCHES[key](run)
+    why, fix = _KEEPS_MICRO_BATCHES[key]
+    if key == LOSS_MODE_KEY:
+        why = why.format(mode=run.loss_mode)
     value = _get(cfg, key)
-    value = str(value).lower() if isinstance(value, bool) else str(value)
+    value = "unset" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
     return [
         f"{_all_where([UPDATE_TOKENS_KEY, key], origins)}: {UPDATE_TOKENS_KEY}={tokens} is ignored where {key}={value} "
         f"({why}): {fix}, or leave {UPDATE_TOKENS_KEY} unset"
@@ -240,16 +244,16 @@ def _regroup_problems(cfg: Any, origins: dict[str, str]) -> list[str]:
 
 # each setting that keeps verl's micro-batches in the actor's update (Workload.keeps_micro_batches) -> (why, the fix)
 _KEEPS_MICRO_BATCHES = {
-    RMPAD_KEY: lambda run: ("trimming yields to verl's padding removal", f"set {RMPAD_KEY}=false"),
-    TRIM_KEY: lambda run: ("only trimmed rows are regrouped by length", f"set {TRIM_KEY}=true"),
-    FUSED_KEY: lambda run: ("the actor does not trim with verl's fused kernels", f"set {FUSED_KEY}=false"),
-    LOSS_MODE_KEY: lambda run: (
-        f"the update regroups only the policy losses {', '.join(REGROUP_LOSS_MODES)}; {run.loss_mode} chooses tokens "
-        "per micro-batch, so regrouped rows would change its gradient",
+    RMPAD_KEY: ("trimming yields to verl's padding removal", f"set {RMPAD_KEY}=false"),
+    TRIM_KEY: ("only trimmed rows are regrouped by length", f"set {TRIM_KEY}=true"),
+    FUSED_KEY: ("the actor does not trim with verl's fused kernels", f"set {FUSED_KEY}=false"),
+    LOSS_MODE_KEY: (
+        f"the update regroups only the policy losses {', '.join(REGROUP_LOSS_MODES)}; {{mode}} chooses tokens per "
+        "micro-batch, so regrouped rows would change its gradient",
         f"use {' or '.join(REGROUP_LOSS_MODES)}",
     ),
-    AGG_KEY: lambda run: ("only token-mean's token weights survive regrouping", f"set {AGG_KEY}=token-mean"),
-    DYNAMIC_KEY: lambda run: ("verl's dynamic batches replace the micro-batches", f"set {DYNAMIC_KEY}=false"),
+    AGG_KEY: ("only token-mean's token weights survive regrouping", f"set {AGG_KEY}=token-mean"),
+    DYNAMIC_KEY: ("verl's dynamic batches replace the micro-batches", f"set {DYNAMIC_KEY}=false"),
 }
 
 

@@ -166,6 +166,16 @@ def _parsed(text: str, where: str):
     return parsed
 
 
+def set_values(items: list[str]) -> dict[str, Any]:
+    """The run's own `--set` values as Hydra reads them (quotes taken off, numbers and booleans typed), by key; the
+    last of a key wins, as in the composed config."""
+    values = {}
+    for item in parse_set(items):
+        if item.value and not item.key.startswith("~"):
+            values[item.key.lstrip("+")] = _parsed(f"{item.key}={item.value}", _where(item)).value()
+    return values
+
+
 def _checked(item: Override, earlier: set[str]) -> str:
     """The Hydra override string for one override, or a line naming its origin and the fix. `earlier`: the keys the
     overrides before it set."""

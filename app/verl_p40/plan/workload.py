@@ -28,6 +28,7 @@ AGG_KEY, DYNAMIC_KEY = "actor_rollout_ref.actor.loss_agg_mode", "actor_rollout_r
 FUSED_KEY = "actor_rollout_ref.model.use_fused_kernels"  # verl's fused kernels: the patch's actor then never trims
 # the actor's regrouped update budget (patches/p40_update.py): the memory plan sizes it, the rules refuse it ignored
 UPDATE_TOKENS_KEY = "actor_rollout_ref.actor.p40_update_tokens"
+PLANNED_BUDGET = "memory plan"  # how the origin of the memory plan's own sizes begins (the rules leave them be)
 OFFLOAD_KEYS = {  # a state of the run -> the verl key that keeps it in host memory between the phases using it
     "actor_params": "actor_rollout_ref.actor.fsdp_config.param_offload",
     "actor_optimizer": "actor_rollout_ref.actor.fsdp_config.optimizer_offload",
