@@ -180,6 +180,26 @@ def _attribute_assignments(path: Path) -> list[str]:
     return sorted(set(found))
 
 
+# the assignments to a handed-in object that are not options, with the reason (file: the name assigned to)
+HANDED_STATE = {"run/trainer.py": "watcher.failure"}  # the output watcher's own state, kept for the run's report
+
+
+def test_no_function_of_the_package_changes_what_it_is_handed():
+    """Options are never changed after the door (issue 70): no function of app/ (patches/ left out: verl's code)
+    assigns an attribute of a parameter, whatever its name, but the state objects HANDED_STATE lists."""
+    package = Path(cli.__file__).parent
+    found = [
+        f"{path.relative_to(package)}:{line}"
+        for path in sorted(package.rglob("*.py"))
+        if "patches" not in path.relative_to(package).parts
+        for line in _attribute_assignments(path)
+        if not line.endswith(f": {HANDED_STATE.get(str(path.relative_to(package)), '-')}")
+    ]
+    assert not found, "assigned to what a function was handed (build a new value, e.g. dataclasses.replace):\n" + (
+        "\n".join(found)
+    )
+
+
 def test_the_assignment_check_sees_any_name_handed_in(tmp_path):
     code = tmp_path / "stage.py"
     code.write_text(
