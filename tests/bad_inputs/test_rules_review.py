@@ -13,8 +13,6 @@ CASES = [
     ("mini-batch-over-gpus",
      [*P40, "--card", "p40", "--gpus", "0,1", "--algorithm", "ppo", "actor_rollout_ref.actor.ppo_mini_batch_size=3"],
      "actor_rollout_ref.actor.ppo_mini_batch_size 3 x rollout.n 1 = 3 sequences do not divide over 2 GPUs"),
-    ("entropy-coeff", [*P40, "actor_rollout_ref.actor.entropy_coeff=0.01"],
-     "actor_rollout_ref.actor.entropy_coeff=0.01: "),
     ("update-tokens-ignored",
      [*P40, "actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.actor.p40_update_tokens=2048"],
      "actor_rollout_ref.actor.p40_update_tokens=2048 is ignored where actor_rollout_ref.actor.use_dynamic_bsz=true"),

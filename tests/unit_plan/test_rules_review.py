@@ -54,13 +54,15 @@ def _refused(*sets: str, **kwargs) -> str:
     return line
 
 
-def test_an_entropy_bonus_is_refused_as_the_memory_plan_does_not_price_it():
+def test_an_entropy_bonus_plans_with_a_warning_that_the_memory_plan_does_not_price_it():
     """entropy_coeff != 0: verl 0.5.0's update computes the entropy with its gradient (dp_actor.py: calculate_entropy,
-    a full-vocabulary softmax a micro-batch kept for the backward), which the memory model was not calibrated with."""
-    line = _refused("actor_rollout_ref.actor.entropy_coeff=0.001")
-    assert line.startswith("--set actor_rollout_ref.actor.entropy_coeff=0.001: ")
-    assert "set it to 0 (verl's default)" in line
-    _plan("actor_rollout_ref.actor.entropy_coeff=0")  # the default, said explicitly, plans
+    a full-vocabulary softmax kept for the backward), which the memory model does not price: the plan says so beside
+    its memory line and names what to lower (a legitimate verl setting: not refused)."""
+    run = _plan("actor_rollout_ref.actor.entropy_coeff=0.001")
+    warning = [n for n in run.notes if "entropy_coeff" in n]
+    assert len(warning) == 1 and warning[0].startswith("warning: actor_rollout_ref.actor.entropy_coeff=0.001: ")
+    assert "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu" in warning[0]
+    assert not [n for n in _plan("actor_rollout_ref.actor.entropy_coeff=0").notes if "entropy_coeff" in n]
 
 
 @pytest.mark.parametrize(

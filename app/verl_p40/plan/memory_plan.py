@@ -38,6 +38,7 @@ KEYS = {
     # with "modified by an inplace operation" in the Docker e2e of 2026-12-02)
     "checkpointing": ("actor_rollout_ref.model.enable_gradient_checkpointing",),
 }
+ENTROPY_KEY = "actor_rollout_ref.actor.entropy_coeff"  # an entropy bonus: not priced (_unpriced)
 STATE_KEYS = {state: OFFLOAD_KEYS[state] for state in mem.STATES}  # the offload key that keeps it off the GPU
 STRATEGY_KEY = "actor_rollout_ref.actor.strategy"
 STATE_WORDS = {
@@ -171,7 +172,24 @@ def plan(
         if state not in fit.fixed
     ]
     note, record = _said(sizes, step, peaks, usable, fit.budget)
-    return Sized(Part(overrides=out, notes=[note, *_regroup_offer(offer, step)]), record)
+    return Sized(Part(overrides=out, notes=[note, *_regroup_offer(offer, step), *_unpriced(tree)]), record)
+
+
+def _unpriced(tree: Any) -> list[str]:
+    """What the run holds that the memory model does not price, said beside the plan: an entropy bonus (verl 0.5.0's
+    update then computes the entropy with its gradient, dp_actor.py calculate_entropy: a full-vocabulary softmax of
+    each update micro-batch kept for the backward; never measured here, and torch.compile and entropy_checkpointing
+    change what it holds)."""
+    from omegaconf import OmegaConf
+
+    coeff = OmegaConf.select(tree, ENTROPY_KEY, default=0) if OmegaConf.is_config(tree) else 0
+    if not isinstance(coeff, (int, float)) or not coeff:
+        return []
+    return [
+        f"warning: {ENTROPY_KEY}={coeff}: the entropy bonus keeps a full-vocabulary softmax of each update micro-batch "
+        "for the backward, which this memory plan does not price; if the update runs out of GPU memory, lower "
+        f"{KEYS['update_micro'][0]} (or set the bonus to 0, verl's default)"
+    ]
 
 
 def _regroup_offer(tokens: int, step: mem.Step) -> list[str]:

@@ -25,7 +25,6 @@ from verl_p40.plan.workload import (
     Workload,
 )
 
-ENTROPY_KEY = "actor_rollout_ref.actor.entropy_coeff"  # refused above 0 (_entropy_problems)
 # Names verl 0.5.0 accepts (verl/trainer/ppo/core_algos.py AdvantageEstimator; the rollout and strategy switches).
 CHOICES = {
     "actor_rollout_ref.rollout.name": ("hf", "vllm", "sglang"),
@@ -54,7 +53,7 @@ CHOICES = {
 }
 # Real-valued settings that verl 0.5.0's YAML writes as a whole number (0, 1): a float is what they hold.
 REAL_WITH_INT_DEFAULT = (
-    ENTROPY_KEY,
+    "actor_rollout_ref.actor.entropy_coeff",
     "actor_rollout_ref.rollout.top_p",
     "actor_rollout_ref.rollout.val_kwargs.temperature",
     "actor_rollout_ref.rollout.temperature",
@@ -166,7 +165,7 @@ def check(cfg: Any, base: Any, origins: dict[str, str]) -> None:
         value = _get(cfg, key)
         if _is_number(value) and value < 0:
             problems.append(f"{_where(key, origins)}: {key} must be at least 0, got {value}")
-    problems += _reward_problems(cfg, origins) + _regroup_problems(cfg, origins) + _entropy_problems(cfg, origins)
+    problems += _reward_problems(cfg, origins) + _regroup_problems(cfg, origins)
     if problems:  # the arithmetic below needs sane numbers
         raise UserError("; ".join(problems))
     run = Workload.of(cfg)
@@ -255,21 +254,6 @@ _KEEPS_MICRO_BATCHES = {
     AGG_KEY: ("only token-mean's token weights survive regrouping", f"set {AGG_KEY}=token-mean"),
     DYNAMIC_KEY: ("verl's dynamic batches replace the micro-batches", f"set {DYNAMIC_KEY}=false"),
 }
-
-
-def _entropy_problems(cfg: Any, origins: dict[str, str]) -> list[str]:
-    """An entropy bonus: verl 0.5.0's update then computes the entropy with its gradient (dp_actor.py,
-    calculate_entropy: a softmax over the vocabulary, a micro-batch's worth, kept for the backward), which the memory
-    model (plan/memory.py) was not calibrated with and does not price; refused rather than guessed (no run measured
-    it, and torch.compile and entropy_checkpointing change what it holds)."""
-    value = _get(cfg, ENTROPY_KEY)
-    if not _is_number(value) or value == 0:  # not a number: a type problem
-        return []
-    return [
-        f"{_where(ENTROPY_KEY, origins)}: {ENTROPY_KEY}={value}: verl {VERL_VERSION} then keeps the entropy's "
-        "full-vocabulary softmax of every update micro-batch for the backward, which the memory plan does not price "
-        "(the run could run out of GPU memory); set it to 0 (verl's default)"
-    ]
 
 
 def _reward_problems(cfg: Any, origins: dict[str, str]) -> list[str]:
