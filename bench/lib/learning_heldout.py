@@ -185,6 +185,7 @@ def horizon_report(work: Path, out: Path, state: State, steps: list[int]) -> dic
         work,
         state.data.get("algorithm", RECIPE),
         setting,
+        state.data.get("train_command"),
     )
     p40_step = projection.get("p40_s_per_step")
     rows = []

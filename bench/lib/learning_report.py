@@ -38,7 +38,7 @@ def report(work: Path, out: Path, state: State) -> dict:
     gpu_name = data.get("gpu_name", "NVIDIA H200")
     eval_gpus = data.get("final_eval", {}).get("gpus", 1)
     algorithm = data.get("algorithm", RECIPE)
-    projected = p40_projection(mode, steps, work, algorithm, setting)
+    projected = p40_projection(mode, steps, work, algorithm, setting, data.get("train_command"))
     trained_s = dict(zip((int(s["step"]) for s in steps), itertools.accumulate(step_s)))
     result = {
         "date": time.strftime("%Y-%m-%d"),
@@ -129,12 +129,30 @@ def _validation(
     ]
 
 
+def recipe_overrides(recorded: str | None) -> list[str]:
+    """The verl keys the run's own `verl-p40 train` command set that change the recipe (a variant's change:
+    `use_kl_loss=false` drops the reference pass), which its projected p40 config repeats. Left out: the schedule
+    (`trainer.*`, from the run's settings) and the sizes and offloads the memory plan chooses for a card (the fast
+    mode's hand-set sizes for an H200 before the plan existed, which a P40 cannot hold)."""
+    from verl_p40.plan.memory_plan import KEYS, STATE_KEYS
+
+    planned = {key for keys in KEYS.values() for key in keys} | set(STATE_KEYS.values())
+    keys = {w: w.split("=", 1)[0].lstrip("+") for w in shlex.split(recorded or "") if "=" in w and w[0] != "-"}
+    return [word for word, key in keys.items() if not key.startswith("trainer.") and key not in planned]
+
+
 def p40_projection(
-    mode: str, steps: list[dict], work: Path, algorithm: str = RECIPE, setting: dict[str, str] | None = None
+    mode: str,
+    steps: list[dict],
+    work: Path,
+    algorithm: str = RECIPE,
+    setting: dict[str, str] | None = None,
+    recorded: str | None = None,
 ) -> dict:
     """What the run's steps would take on one Tesla P40: bench/project.py's projection of the recipe as the p40
     profile runs it, at this run's logged answer lengths and phase times. `setting`: the run's trainer overrides
-    (trainer_settings), whose schedule (steps, validation, saves) the projected config repeats."""
+    (trainer_settings), whose schedule (steps, validation, saves) the projected config repeats; `recorded`: the
+    run's recorded train command, whose own verl keys (recipe_overrides) the projected config repeats."""
     setting = setting or {}
     if not steps:
         return {"note": "no training step was logged: nothing to project"}
@@ -151,7 +169,7 @@ def p40_projection(
                 test_freq=setting.get("trainer.test_freq", -1),
                 save_freq=setting.get("trainer.save_freq", -1),
                 steps=setting.get("trainer.total_training_steps", len(steps)),
-                override=[],
+                override=recipe_overrides(recorded),
                 algorithm=algorithm,
             ),
             work,

@@ -267,3 +267,28 @@ def test_the_projected_config_repeats_the_runs_own_schedule(tmp_path):
     assert words[:3] == ["verl-p40", "train", "--profile"] and words[3] == "p40"
     assert {f"{key}={value}" for key, value in schedule.items()} <= set(words)
     assert projected["p40_s_per_step"] > 30.0  # a P40 step is slower than the H200's logged one
+
+
+def test_a_variants_own_change_is_in_its_p40_projection(tmp_path):
+    """The no-KL variant of 2026-12-06 (`actor_rollout_ref.actor.use_kl_loss=false`: verl builds no reference worker)
+    was projected at the default's 117.394 s a P40 step, reference pass included: the projected p40 config dropped
+    the run's own verl keys. Its report, redrawn from the committed work bundle, prices the run it was."""
+    import tarfile
+
+    bundle = Path(__file__).resolve().parents[2] / "bench/results/nokl-2026-12-06/learning-work.tgz"
+    with tarfile.open(bundle) as tar:
+        tar.extractall(tmp_path / "work")
+    work, out = tmp_path / "work", tmp_path / "out"
+    out.mkdir()
+    result = learning_run.horizon_report(work, out, State(work, "learning-state.json"), [40])
+    assert result["steps"][0]["against_base"]["flexible"]["p_value"] == 2.468e-11
+    assert result["p40_step_s"] < 117.394 - 10  # the reference pass (~14-18 s of a P40 step) is gone
+    projected = learning_report.p40_projection(
+        "fast",
+        [{"step": 1, "timing_s/step": 11.0, "response_length/max": 512.0}],
+        work,
+        setting={},
+        recorded=result["train_command"],
+    )["projected_config"].split()
+    assert "actor_rollout_ref.actor.use_kl_loss=false" in projected
+    assert not any(word.startswith("trainer.max_actor_ckpt_to_keep") for word in projected)
