@@ -137,6 +137,19 @@ def test_a_token_budget_the_card_cannot_hold_is_refused_before_ray():
         _sizes("p40", sets=["actor_rollout_ref.actor.p40_update_tokens=65536"])
 
 
+@pytest.mark.parametrize("tokens", [3072, 4096])
+def test_a_token_budget_the_run_sets_above_the_offer_recomputes_rather_than_refuses(tokens):
+    """A token budget larger than the one offered fits a P40 with gradient checkpointing; the plan chose checkpointing
+    at verl's micro-batches and then refused the run's budget in a line that called a 16-19 GB peak over its 19.2 GB
+    and said to offload no states ("offload them ()"). The micro-batch, which weighs the loss's tokens, stays the one
+    chosen without the budget."""
+    run, mem = _sizes("p40", cap=24, sets=[f"actor_rollout_ref.actor.p40_update_tokens={tokens}"])
+    assert mem["sizes"]["update_tokens"] == tokens and mem["sizes"]["gradient_checkpointing"] is True
+    assert mem["sizes"]["update_micro"] == _sizes("p40", cap=24)[1]["sizes"]["update_micro"]
+    assert mem["predicted_peak_gb"] <= mem["budget_gb"]
+    assert run.config().actor_rollout_ref.model.enable_gradient_checkpointing is True
+
+
 @pytest.mark.parametrize("mode", ["clip_cov", "kl_cov"])
 def test_no_regrouped_update_for_a_loss_that_chooses_tokens_per_micro_batch(mode):
     """clip_cov and kl_cov choose their tokens per micro-batch (verl's core_algos.py), so length-grouped micro-batches

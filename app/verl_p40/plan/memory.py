@@ -288,6 +288,8 @@ def choose(shape: Shape, step: Step, start: Sizes, budget: float, fixed: set[str
     elif "checkpointing" not in fixed and sizes.update_micro >= 2:
         if fits(replace(sizes, checkpointing=False), UPDATES):
             sizes = replace(sizes, checkpointing=False)
+    if "update_tokens" in fixed and "checkpointing" not in fixed and not fits(sizes, UPDATES):
+        sizes = replace(sizes, checkpointing=True)  # the run's own token budget: recomputed rather than refused
     for state in STATES:
         if state not in fixed and state not in sizes.resident:
             trial = replace(sizes, resident=sizes.resident | {state})
