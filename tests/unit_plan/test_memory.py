@@ -1,7 +1,9 @@
 """The memory plan (verl_p40.plan.memory and the plan's memory step): its model reproduces the peaks it was calibrated
 on, and the sizes it picks fit each card, grow with the card, and leave the run's own settings alone."""
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -84,7 +86,7 @@ def test_the_update_micro_batch_divides_the_mini_batch():
 
 
 @pytest.mark.parametrize(
-    "card,cap,algorithm", [("p40", 24, "grpo-gsm8k"), ("p40", 24, "ppo-gsm8k"), ("h200", 16, "grpo-gsm8k")]
+    "card,cap,algorithm", [("p40", 24, "grpo-gsm8k"), ("p40", 24, "ppo-gsm8k"), ("h200", 20, "grpo-gsm8k")]
 )
 def test_the_regrouped_update_is_offered_in_tokens_within_the_cap(card, cap, algorithm):
     """The length-grouped update (patches/p40_update.py) is offered, not set, until a run has validated it: the plan
@@ -110,7 +112,8 @@ def test_the_regrouped_update_is_offered_in_tokens_within_the_cap(card, cap, alg
     assert any(f"length-grouped within {tokens} tokens" in n for n in taken.notes)
 
 
-def test_a_token_budget_counts_rows_times_columns():
+def test_a_token_budget_counts_rows_times_columns(monkeypatch):
+    monkeypatch.setattr(memory, "UPDATE_TOKENS_FILL", 1.0)  # the fill's own test is below
     base = memory.Sizes(64, 2, 8, False, frozenset())
     same = memory.phase_peaks(memory.QWEN_05B, RECIPE, replace(base, update_tokens=2 * RECIPE.width))
     verls = memory.phase_peaks(memory.QWEN_05B, RECIPE, base)
@@ -121,6 +124,22 @@ def test_a_token_budget_counts_rows_times_columns():
     assert verls["update_actor"] < same["update_actor"] < verls["update_actor"] + 4e6
     more = memory.phase_peaks(memory.QWEN_05B, RECIPE, replace(base, update_tokens=4 * RECIPE.width))
     assert more["update_actor"] > same["update_actor"] and more["generation"] == same["generation"]
+
+
+def test_a_token_budget_is_priced_at_least_at_what_the_p40_path_measured():
+    """Issue 67: at 2,048 tokens the P40 path's update held 19.49 GB (every answer at the limit) and 20.10 GB (real
+    answers) at torch's peak, where the model predicted 18.79 GB: a token budget is filled by rows packed by length,
+    verl's micro-batches (which the model was fitted on) are not. Priced UPDATE_TOKENS_FILL times the per-token terms,
+    the prediction is at least either measurement and not far over; verl's own micro-batches are priced as before."""
+    root = Path(__file__).resolve().parents[2] / "bench/results"
+    runs = ("timing-pair-2026-12-06/both.json", "speedups-real-2026-12-06/validation/p40-path-both.json")
+    measured = [json.loads((root / run).read_text())["torch_phase_peaks_gb"]["update_actor"] for run in runs]
+    step = replace(RECIPE, prompt_width=320, regrouped=True)  # the p40 plan's widths
+    sizes = memory.Sizes(256, 2, 8, False, frozenset({"actor_optimizer"}), update_tokens=2048)  # both runs' sizes
+    predicted = memory.phase_peaks(memory.QWEN_05B, step, sizes)["update_actor"] / 1e9
+    assert max(measured) <= predicted <= 1.05 * max(measured), (measured, predicted)
+    verls = memory.phase_peaks(memory.QWEN_05B, step, replace(sizes, update_tokens=0))["update_actor"] / 1e9
+    assert verls == pytest.approx(16.84, abs=0.01)  # timing-pair-2026-12-06/before.json's prediction (16.3 measured)
 
 
 def test_the_run_can_keep_verls_update_micro_batches():
@@ -137,7 +156,7 @@ def test_a_token_budget_the_card_cannot_hold_is_refused_before_ray():
         _sizes("p40", sets=["actor_rollout_ref.actor.p40_update_tokens=65536"])
 
 
-@pytest.mark.parametrize("tokens", [3072, 4096])
+@pytest.mark.parametrize("tokens", [2560, 3072])
 def test_a_token_budget_the_run_sets_above_the_offer_recomputes_rather_than_refuses(tokens):
     """A token budget larger than the one offered fits a P40 with gradient checkpointing; the plan chose checkpointing
     at verl's micro-batches and then refused the run's budget in a line that called a 16-19 GB peak over its 19.2 GB

@@ -13,6 +13,7 @@ prompt plus the longest answer, `data.max_prompt_length + data.max_response_leng
   pads the results, not the logits), so they are priced per token and per row: the budget's cells, or fewer where
   the rows a micro-batch can hold (`update_rows`) cannot fill them, and each row's answer-wide tensors
   (ROW_VALUES a column: log-probs, old and reference ones, advantages, masks, weights, entropy, gradients);
+  a token budget is priced UPDATE_TOKENS_FILL times the per-token terms (it is filled: measured on the P40 path);
 - activations kept for the backward: one hidden state a layer with gradient checkpointing, every saved tensor of a
   layer without it (ACTIVATION_VALUES per token and layer);
 - generation: the KV cache of the longest answers for the whole chunk, one layer's prefill intermediates, and on
@@ -41,6 +42,12 @@ MAX_UPDATE_MICRO = 16  # sequences a micro-batch: past these an H200 is no faste
 MAX_LOGPROB_MICRO = 32
 TOKEN_STEP = 256  # the grain of a regrouped update's token budget
 ROW_VALUES = 12  # fp32 values a row of an update micro-batch holds per answer column beside its logits
+# A length-grouped micro-batch fills its token budget (rows packed by length: patches/p40_update.py token_groups),
+# where the constants above were fitted on verl's micro-batches, priced at full width but holding rows of whatever
+# length they have. Measured against the model at 2,048 tokens on the P40 path (update_actor, torch's peak), the
+# per-token part (logits and activations) was 1.067x the model's with every answer at the limit (19.49 GB against
+# 18.79: timing-pair-2026-12-06) and 1.126x with real answers (20.10 GB against 18.79: speedups-real-2026-12-06).
+UPDATE_TOKENS_FILL = 1.13  # the larger, rounded up; measured on the actor, priced the same on the critic
 
 
 def activation_values(hidden: int, intermediate: int, kv_dim: int) -> int:
@@ -178,6 +185,7 @@ def phase_peaks(shape: Shape, step: Step, sizes: Sizes) -> dict[str, float]:
     every = activation_values(shape.hidden, shape.intermediate, shape.kv_dim) * shape.layers
     checkpointed = shape.layers * shape.hidden + activation_values(shape.hidden, shape.intermediate, shape.kv_dim)
     per_token = 0 if sizes.checkpointing else (every - checkpointed) * FP32
+    fill = UPDATE_TOKENS_FILL if sizes.update_tokens else 1.0
     chunk = sizes.generation
     kv_cache = chunk * step.width * shape.layers * 2 * shape.kv_dim * FP32
     prefill = chunk * step.prompt_width * (3 * shape.intermediate + 4 * shape.hidden) * FP32
@@ -186,8 +194,7 @@ def phase_peaks(shape: Shape, step: Step, sizes: Sizes) -> dict[str, float]:
         "generation": kept + kv_cache + prefill + 3 * chunk * shape.vocab * FP32 + FIXED_BYTES + unsharded,
         "old_log_prob": kept + LOGPROB_LOGIT_COPIES * logits(sizes.logprob_micro) + FIXED_BYTES,
         "update_actor": with_("actor_grads", "actor_optimizer")
-        + UPDATE_LOGIT_COPIES * update_logit_cells(step, sizes) * shape.vocab * FP32
-        + update_cells * per_token
+        + fill * (UPDATE_LOGIT_COPIES * update_logit_cells(step, sizes) * shape.vocab * FP32 + update_cells * per_token)
         + (update_rows(step, sizes) * step.response_width * ROW_VALUES * FP32 if sizes.update_tokens else 0)
         + FIXED_BYTES,
     }
@@ -196,7 +203,7 @@ def phase_peaks(shape: Shape, step: Step, sizes: Sizes) -> dict[str, float]:
     if step.critic:  # a value head: no vocabulary-wide logits
         transient = sizes.logprob_micro * step.width * (2 * shape.hidden + 3 * shape.intermediate) * FP32  # no grad
         peaks["values"] = with_("critic_params") + transient + FIXED_BYTES
-        kept_for_backward = checkpointed * FP32 * update_cells  # the critic keeps checkpointing
+        kept_for_backward = fill * checkpointed * FP32 * update_cells  # the critic keeps checkpointing
         peaks["update_critic"] = with_("critic_params", "critic_optimizer") + kept_for_backward + FIXED_BYTES
     return peaks
 
@@ -233,15 +240,17 @@ def _powers(low: int, high: int) -> list[int]:
 
 def update_tokens(sizes: Sizes, step: Step, fits) -> int:
     """The largest token budget of a length-grouped update micro-batch that fits the update phases (multiples of
-    TOKEN_STEP, up to MAX_UPDATE_MICRO rows at full width), and never less than the chosen sequences at full width,
-    which hold the same memory as verl's own micro-batch."""
+    TOKEN_STEP, up to MAX_UPDATE_MICRO rows at full width), and never less than the chosen sequences at full width
+    (fewer tokens than verl's own micro-batch would cut its rows finer); 0 where none fits: a budget is filled by rows
+    packed by length, so even verl's full-width box holds more as a budget than as verl's micro-batch
+    (UPDATE_TOKENS_FILL)."""
     from dataclasses import replace
 
     least = sizes.update_micro * step.width
-    for tokens in range(MAX_UPDATE_MICRO * step.width // TOKEN_STEP * TOKEN_STEP, least, -TOKEN_STEP):
+    for tokens in [*range(MAX_UPDATE_MICRO * step.width // TOKEN_STEP * TOKEN_STEP, least, -TOKEN_STEP), least]:
         if fits(replace(sizes, update_tokens=tokens), UPDATES):
             return tokens
-    return least
+    return 0
 
 
 def choose(shape: Shape, step: Step, start: Sizes, budget: float, fixed: set[str], floor: Sizes | None = None) -> Sizes:
