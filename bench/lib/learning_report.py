@@ -15,6 +15,7 @@ from pathlib import Path
 
 from lib.learning_recipe import MODES, RECIPE, VAL_SIZE, train_command
 from lib.real_runs import State, monitor_peaks
+from verl_p40 import UserError
 from verl_p40.patches.p40_run_folder import accuracy_of, validation_metrics
 from verl_p40.plan.workload import Workload
 from verl_p40.run.trainer_log import read_steps
@@ -137,8 +138,26 @@ def recipe_overrides(recorded: str | None) -> list[str]:
     from verl_p40.plan.memory_plan import KEYS, STATE_KEYS
 
     planned = {key for keys in KEYS.values() for key in keys} | set(STATE_KEYS.values())
-    keys = {w: w.split("=", 1)[0].lstrip("+") for w in shlex.split(recorded or "") if "=" in w and w[0] != "-"}
+    words = [w.removeprefix("--set=") for w in shlex.split(recorded or "")]
+    keys = {w: w.split("=", 1)[0].lstrip("+") for w in words if "=" in w and w[0] != "-"}
     return [word for word, key in keys.items() if not key.startswith("trainer.") and key not in planned]
+
+
+def _projection_source(mode: str, priced_at: str) -> str:
+    """How p40_projection priced the run's steps, in words for its record."""
+    passes = (
+        "the tokens this run's passes logged (perf/p40_tokens: its own micro-batches, larger than a P40's, so padded "
+        "more: if anything long)"
+        if priced_at == "the tokens each pass logged"
+        else "this run's longest sequences (it logged no pass tokens)"
+    )
+    generation = (
+        "its generation time is the masked run's own (the p40 plan's chunks)"
+        if mode == "p40"
+        else "its generation time from this run's (unmasked, one 256-answer batch) is a lower bound"
+    )
+    recipe = "bench/project.py: the p40 profile's config of the recipe and the run's own recipe keys"
+    return f"{recipe}, each pass at {passes}; {generation}"
 
 
 def p40_projection(
@@ -175,13 +194,12 @@ def p40_projection(
             work,
         )[3:]
     )
-    row = project.project_run(f"{mode} run as the p40 profile", command, steps, shape, recent=True)
+    try:
+        row = project.project_run(f"{mode} run as the p40 profile", command, steps, shape, recent=True, measured=True)
+    except UserError as refused:  # a setting the run carried that a P40 cannot plan: the run's results stand
+        return {"note": f"not projected: the p40 profile cannot plan this run's settings ({refused})"}
     step_s = row["p40_projection"]["step"]
-    source = "bench/project.py: the p40 profile's config of the recipe at this run's logged answer lengths; " + (
-        "its generation time is the masked run's own (the p40 plan's chunks)"
-        if mode == "p40"
-        else "its generation time from this run's (unmasked, one 256-answer batch) is a lower bound"
-    )
+    source = _projection_source(mode, row["priced_at"])
     return {
         "p40_s_per_step": step_s,
         "p40_hours_per_gsm8k_epoch": row["p40_hours_per_gsm8k_epoch"],

@@ -65,14 +65,20 @@ def masked_p40s(options: RunOptions) -> Facts:
     return Facts.of_card("p40", count)
 
 
-def project_run(name: str, command: str, steps: list[dict], shape: projection.Shape, recent: bool) -> dict:
-    """`recent`: run since trim_padding exists, so its config says whether it trimmed; older runs ran at full width."""
+def project_run(
+    name: str, command: str, steps: list[dict], shape: projection.Shape, recent: bool, measured: bool = False
+) -> dict:
+    """`recent`: run since trim_padding exists, so its config says whether it trimmed; older runs ran at full width.
+    `measured`: each pass priced at the tokens the run's own passes logged (perf/p40_tokens, as `verl-p40 bench`
+    prices them), where it logged them, instead of the step's longest sequences for every micro-batch."""
     options = options_from(command)
     cfg = plan(options, masked_p40s(options)).config()  # the machine that ran it, not this one
     phases = projection.median_phases(steps)
     generated = statistics.median(s.get("response_length/max", 0.0) for s in steps)
-    trimming = recent and Workload.of(cfg).trims
-    run = projection.run_from_config(cfg, generated, projection.longest_lengths(steps) if trimming else None)
+    workload = Workload.of(cfg)
+    trimming = recent and workload.trims
+    tokens = projection.measured_tokens(steps, workload.reference) if measured else None
+    run = projection.run_from_config(cfg, generated, projection.longest_lengths(steps) if trimming else None, tokens)
     host = projection.host_overhead_per_token(phases.get("gen", 0.0), shape, run, H200)
     here, p40 = projection.project(shape, run, H200, host), projection.project(shape, run, projection.P40, host)
     prompts = int(cfg.data.train_batch_size)
@@ -94,4 +100,5 @@ def project_run(name: str, command: str, steps: list[dict], shape: projection.Sh
             "p40_hours_per_gsm8k_epoch": projection.epoch_hours(p40_trimmed["step"], prompts),
         },
         "command": command,
+        "priced_at": "the tokens each pass logged" if tokens else "the step's longest sequences",
     }
