@@ -194,8 +194,9 @@ def _unpriced(tree: Any) -> list[str]:
 
 def _regroup_offer(tokens: int, step: mem.Step) -> list[str]:
     """The length-grouped update the memory plan found room for (patches/p40_update.py: every token keeps its weight,
-    tests/unit_base/test_update_regroup.py), offered rather than set until a run validates it and its memory estimate is
-    corrected (timed in bench/results/speedups-2026-12-05; bench/next-device-session.md, issue 60)."""
+    tests/unit_base/test_update_regroup.py), offered rather than set until a run validates it (timed in
+    bench/results/speedups-2026-12-05; its memory estimate corrected with speedups-real-2026-12-06's measurement:
+    memory.UPDATE_TOKENS_FILL; bench/next-device-session.md, issue 67)."""
     if not tokens:
         return []
     keys = KEYS["update_tokens"] if step.critic else KEYS["update_tokens"][:1]
