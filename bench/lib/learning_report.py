@@ -134,7 +134,8 @@ def recipe_overrides(recorded: str | None) -> list[str]:
     """The verl keys the run's own `verl-p40 train` command set that change the recipe (a variant's change:
     `use_kl_loss=false` drops the reference pass), which its projected p40 config repeats. Left out: the schedule
     (`trainer.*`, from the run's settings) and the sizes and offloads the memory plan chooses for a card (the fast
-    mode's hand-set sizes for an H200 before the plan existed, which a P40 cannot hold)."""
+    mode's hand-set sizes for an H200 before the plan existed, which a P40 cannot hold). Not carried: the train
+    command's own flags (`--samples-per-prompt`, `--lora-rank`, `--batch`, the reward's): no learning run sets one."""
     from verl_p40.plan.memory_plan import KEYS, STATE_KEYS
 
     planned = {key for keys in KEYS.values() for key in keys} | set(STATE_KEYS.values())
