@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-ORDER = ("off", "graph", "eager")  # generate() first: every other decoder is compared with its answers
+ORDER = ("off", "graph", "eager", "compact")  # generate() first: every other decoder is compared with its answers
+# `compact` (added 2026-12-06): graph with p40_decode_compact (ended rows leave the batch every 16 tokens)
 
 
 def compare(reference, other, tokenizer) -> dict:
@@ -71,7 +72,8 @@ def _greedy(args: argparse.Namespace, mode: str):
             "top_p": 1.0,
             "top_k": -1,
             "val_kwargs": {"top_k": -1, "top_p": 1.0, "temperature": 0.0, "n": 1},
-            "p40_decode": mode,
+            "p40_decode": "graph" if mode == "compact" else mode,
+            "p40_decode_compact": mode == "compact",
         }
     )
 
@@ -92,8 +94,13 @@ def _decode(loaded, batch, args: argparse.Namespace, mode: str):
     seconds = time.perf_counter() - started
     lengths = (out.batch["attention_mask"][:, args.prompt_width :].sum(-1)).float()
     steps = float(lengths.max())
+    from verl.utils.p40_decode import take_rows  # the rows x decoding steps the decoder ran (none for generate())
+
+    rows = take_rows().get("perf/p40_tokens/rollout_decode")
     shape = projection.Shape.from_config(loaded.model.config.to_dict())
-    run = projection.Run(args.questions, args.prompt_width, args.new_tokens, steps, False, False, False, {})
+    run = projection.Run(
+        args.questions, args.prompt_width, args.new_tokens, steps, False, False, False, {}, tokens={"gen": rows}
+    )
     _, p40_step = projection.generation_gpu_seconds(shape, run, projection.P40)
     return out.batch["responses"].cpu(), {
         "seconds": round(seconds, 2),
@@ -104,6 +111,8 @@ def _decode(loaded, batch, args: argparse.Namespace, mode: str):
         "p40_gpu_ms_per_decoding_step": round(1000 * p40_step, 2),
         "torch_max_allocated_gb": None if args.cpu else round(torch.cuda.max_memory_allocated() / 1e9, 2),
         "mean_answer_tokens": round(float(lengths.mean()), 1),
+        "decoded_row_steps": rows,
+        "p40_gpu_seconds_decoding": round(p40_step * steps, 2),
     }
 
 

@@ -79,6 +79,105 @@ def test_rows_end_at_their_eos_and_the_loop_stops_soon_after_the_last(tiny):
     assert bool((decoded[:, plain.shape[1] :] == tokenizer.pad_token_id).all())
 
 
+def _ending_at_different_steps(model, tokenizer) -> dict:
+    """generate()'s arguments for six prompts whose rows end at different steps: the end token is the one of their
+    greedy answers that most rows reach, at the most different checks (rows without it run to the limit)."""
+    texts = ["one two three four five six seven eight", "hello", "a b c", "seven", "the cat sat on the mat", "x y"]
+    prompts = tokenizer(texts, return_tensors="pt", padding=True)
+    width = prompts.input_ids.shape[1]
+    free = model.generate(**_kwargs(tokenizer, prompts, do_sample=False, max_new_tokens=64))[:, width:]
+    lists = [row.tolist() for row in free]
+
+    def spread(token: int) -> tuple[int, int]:
+        ends = [row.index(token) // p40_decode.STOP_CHECK for row in lists if token in row]
+        return len(set(ends)), len(ends)
+
+    eos = max({t for row in lists for t in row}, key=spread)
+    return _kwargs(tokenizer, prompts, do_sample=False, max_new_tokens=64, eos_token_id=eos)
+
+
+def test_compacted_rows_keep_their_tokens_and_log_probs(tiny):
+    """p40_decode_compact: rows that have ended leave the batch at the checks; every row's tokens are still
+    generate()'s, its log-probs and entropies those of the whole batch's decode, in its own row; and the steps ran on
+    fewer rows than the batch times the steps."""
+    model, tokenizer, _ = tiny
+    kwargs = _ending_at_different_steps(model, tokenizer)
+    plain = model.generate(**kwargs)
+    settings = {"p40_decode": "eager", "p40_log_probs": "rollout"}
+    whole = p40_decode.generator(model, settings, temperature=0.7)(**kwargs)
+    compact = p40_decode.generator(model, {**settings, "p40_decode_compact": True}, temperature=0.7)(**kwargs)
+    assert torch.equal(whole.sequences[:, : plain.shape[1]], plain)
+    assert torch.equal(compact.sequences, whole.sequences)
+    torch.testing.assert_close(compact.log_probs, whole.log_probs, rtol=0, atol=1e-5)
+    torch.testing.assert_close(compact.entropy, whole.entropy, rtol=0, atol=1e-5)
+    steps = whole.sequences.shape[1] - kwargs["input_ids"].shape[1]
+    assert whole.row_steps == 6 * steps
+    assert compact.row_steps < whole.row_steps
+
+
+def test_compacted_sampling_draws_each_row_from_its_own_distribution(tiny):
+    """Sampled with rows leaving the batch: each row's log-probs are those of its own tokens under the model (a whole
+    forward pass over the sequences, as verl's old_log_prob pass computes them), so no row read another's cache."""
+    model, tokenizer, _ = tiny
+    # sampled near the greedy answers (a low temperature), so that the rows reach the end token at their own steps
+    settings = {"do_sample": True, "top_k": 0, "top_p": 1.0, "temperature": 0.05}
+    kwargs = {**_ending_at_different_steps(model, tokenizer), **settings}
+    torch.manual_seed(3)
+    out = p40_decode.generator(
+        model, {"p40_decode": "eager", "p40_log_probs": "rollout", "p40_decode_compact": True}, temperature=0.05
+    )(**kwargs)
+    width = kwargs["input_ids"].shape[1]
+    mask = torch.cat([kwargs["attention_mask"], torch.ones_like(out.sequences[:, width:])], 1)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=out.sequences, attention_mask=mask, position_ids=positions).logits[:, width - 1 : -1]
+    expected, _ = p40_decode.token_log_probs(
+        logits.reshape(-1, logits.shape[-1]), out.sequences[:, width:].reshape(-1), 0.05
+    )
+    ended = (out.sequences[:, width:] == kwargs["eos_token_id"]).long().cumsum(1)
+    live = (ended - (out.sequences[:, width:] == kwargs["eos_token_id"]).long()) == 0  # up to and with the end token
+    torch.testing.assert_close(out.log_probs[live], expected.reshape(live.shape)[live], rtol=1e-4, atol=1e-4)
+    assert bool((out.log_probs[~live] == 0).all())
+    assert out.row_steps < out.sequences.shape[0] * (out.sequences.shape[1] - width), "no row left the batch"
+
+
+def test_compact_cuts_the_prompt_columns_no_row_attends_to(tiny):
+    """verl left-pads every prompt to max_prompt_length: with p40_decode_compact the prompt's pass, the cache and the
+    steps run on the columns some row attends to, and the answers (greedy) and their log-probs are those of the
+    decode over every column, itself generate()'s."""
+    model, tokenizer, _ = tiny
+    kwargs = _ending_at_different_steps(model, tokenizer)
+    width = kwargs["input_ids"].shape[1]
+    extra = torch.full((kwargs["input_ids"].shape[0], 10), tokenizer.pad_token_id)
+    kwargs["input_ids"] = torch.cat([extra, kwargs["input_ids"]], 1)
+    kwargs["attention_mask"] = torch.cat([torch.zeros_like(extra), kwargs["attention_mask"]], 1)
+    plain = model.generate(**kwargs)
+    settings = {"p40_decode": "eager", "p40_log_probs": "rollout"}
+    whole = p40_decode.generator(model, settings, temperature=0.7)(**kwargs)
+    compact = p40_decode.generator(model, {**settings, "p40_decode_compact": True}, temperature=0.7)(**kwargs)
+    assert whole.prompt_columns == width + 10 and compact.prompt_columns == width
+    assert torch.equal(whole.sequences[:, : plain.shape[1]], plain)
+    assert torch.equal(compact.sequences, whole.sequences)
+    torch.testing.assert_close(compact.log_probs, whole.log_probs, rtol=0, atol=1e-5)
+    p40_decode.take_rows()
+
+
+def test_the_training_decodes_rows_are_counted_for_the_projection_and_validations_are_not(tiny):
+    """take_rows() (logged with the actor's update as perf/p40_tokens/rollout_decode): the rows x decoding steps of
+    the decodes since the last call, those with a temperature (training's; verl's validation passes none), then
+    zero."""
+    model, tokenizer, _ = tiny
+    kwargs = _ending_at_different_steps(model, tokenizer)
+    p40_decode.take_rows()
+    p40_decode.generator(model, {"p40_decode": "eager"})(**kwargs)  # a validation's decode
+    assert p40_decode.take_rows() == {}
+    whole = p40_decode.generator(model, {"p40_decode": "eager"}, temperature=1.0)(**kwargs)
+    compact = p40_decode.generator(model, {"p40_decode": "eager", "p40_decode_compact": True}, temperature=1.0)(
+        **kwargs
+    )
+    assert p40_decode.take_rows() == {"perf/p40_tokens/rollout_decode": whole.row_steps + compact.row_steps}
+    assert p40_decode.take_rows() == {}
+
+
 def test_fsdp2_weights_are_unsharded_for_the_decode_and_sharded_again(tiny, tmp_path):
     """A model sharded by FSDP2 (verl's strategy on a CPU), one process: the same tokens as the plain model's
     generate(), and its parameters are DTensors again afterwards (the shards FSDP2 trains)."""

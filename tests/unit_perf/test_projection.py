@@ -300,3 +300,58 @@ def test_old_log_probs_from_the_rollout_price_no_pass_and_their_decoding_reads(s
     ran = projection.measured_tokens([{**logged, projection.OLD_LOG_PROB_PASS: 1.0}], reference=True)
     assert ran["ref"] == ran["old_log_prob"] == 32 * 300.0  # two passes over the same rows, logged together
     assert projection.measured_tokens([logged], reference=True) == ran  # a log without the metric: the pass ran
+
+
+def test_generation_is_priced_at_the_rows_its_decoding_steps_ran_on(shape):
+    """perf/p40_tokens/rollout_decode (the decoder's rows x decoding steps, patches/p40_decode.take_rows): where every
+    row stayed to the end (as many as every sequence at every step, or more: the stop is checked every 16 tokens) the
+    projection is the one without the count; where ended rows left the batch (p40_decode_compact) a decoding step's
+    FLOPs and cache reads follow the rows still going, never its weights' read."""
+    steps = [{"perf/p40_tokens/actor_forward": 1.0, "perf/p40_tokens/rollout_decode": 64 * 256.0 * k} for k in (9, 1)]
+    assert projection.measured_tokens(steps, reference=True)["gen"] == 64 * 256.0
+    sets = [*PROFILE_SIZES, "data.train_batch_size=32"]  # 256 answers a step: a decoding step is compute-bound
+    cfg = plan(RunOptions(algorithm="grpo-gsm8k", profile="p40", sets=sets)).config()
+    plain = projection.run_from_config(cfg, 256)
+    sequences = plain.sequences
+    assert sequences == 256
+    every = projection.run_from_config(cfg, 256, None, {"gen": sequences * 256.0})
+    over = projection.run_from_config(cfg, 256, None, {"gen": sequences * 270.0})
+    half = projection.run_from_config(cfg, 256, None, {"gen": sequences * 128.0})
+    seconds = lambda run: projection.project(shape, run, projection.P40, 0.0)["gen"]  # noqa: E731
+    assert seconds(every) == seconds(over) == seconds(plain)
+    prefill, _ = projection.generation_gpu_seconds(shape, plain, projection.P40)
+    decoding = seconds(plain) - prefill
+    assert 0.5 * decoding <= seconds(half) - prefill < 0.75 * decoding  # compute-bound at 256 rows a step
+    weights_read = shape.parameters * 4 / (projection.P40.memory_gbs * 1e9)
+    one_row = projection.run_from_config(cfg, 256, None, {"gen": 256.0})
+    assert seconds(one_row) - prefill >= 256 * weights_read - 1e-3
+
+
+def test_a_compacting_decoder_prefills_the_longest_prompt_not_the_padded_width(shape):
+    """With p40_decode_compact the decoder's prompt pass and cache run on the columns some row attends to: the
+    projection prices the prefill at the step's longest prompt (verl's prompt_length/max) instead of
+    data.max_prompt_length; without it, or with generate(), at the padded width."""
+    sets = [*PROFILE_SIZES, "data.train_batch_size=32"]
+    plain_cfg = plan(RunOptions(algorithm="grpo-gsm8k", profile="p40", sets=sets)).config()
+    compact_cfg = plan(
+        RunOptions(
+            algorithm="grpo-gsm8k", profile="p40", sets=[*sets, "actor_rollout_ref.rollout.p40_decode_compact=true"]
+        )
+    ).config()
+    off_cfg = plan(
+        RunOptions(
+            algorithm="grpo-gsm8k",
+            profile="p40",
+            sets=[
+                *sets,
+                "actor_rollout_ref.rollout.p40_decode_compact=true",
+                "actor_rollout_ref.rollout.p40_decode=off",
+            ],
+        )
+    ).config()
+    longest = (160.0, 512.0)
+    plain, compact, off = (projection.run_from_config(c, 512, longest) for c in (plain_cfg, compact_cfg, off_cfg))
+    assert plain.prompt_columns is None and off.prompt_columns is None and compact.prompt_columns == 160.0
+    before, _ = projection.generation_gpu_seconds(shape, plain, projection.P40)
+    after, _ = projection.generation_gpu_seconds(shape, compact, projection.P40)
+    assert plain.prompt_width == 320 and 0.4 * before < after < 0.5 * before  # half the columns, attention quadratic

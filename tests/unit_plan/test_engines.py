@@ -73,6 +73,11 @@ def test_the_decoder_is_said_with_the_hf_rollout():
         hf, Where(sm=P40, vllm=False, triton=False), {"actor_rollout_ref.rollout.p40_decode": "off"}
     )
     assert notes[1] == "rollout decoding: transformers' generate() (p40_decode=off)"
+    _, notes = engines.complete(hf, Where(sm=P40, vllm=False, triton=False), {engines.COMPACT: "true"})
+    assert notes[1] == (
+        "rollout decoding: a static KV cache and one CUDA graph a token, the prompts' padding cut and ended rows "
+        "leaving the batch every 16 tokens (p40_decode=auto; off: transformers' generate())"
+    )
     _, notes = engines.complete(profiles.load("ampere").verl, Where(sm=H200, vllm=True, triton=True))
     assert not any(note.startswith("rollout decoding") for note in notes)
 

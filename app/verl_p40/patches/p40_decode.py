@@ -15,7 +15,12 @@ hands the rollout a function with generate()'s signature that does the same work
   (CUDA graphs run on sm_61; Triton and torch.compile, the usual route to this, do not);
 - sampling and stopping are generate()'s own: its merged generation config, logits processors and stopping criteria
   (transformers' private helpers, pinned with transformers 4.53), finished rows emit the pad token, and the loop
-  ends when every row has ended (checked every STOP_CHECK tokens: the columns after that are pad, as verl pads).
+  ends when every row has ended (checked every STOP_CHECK tokens: the columns after that are pad, as verl pads);
+- with `actor_rollout_ref.rollout.p40_decode_compact=true`, at those checks the rows that have ended leave the batch
+  once at most COMPACT_AT of the rows still decoded are going on (their cache columns moved down in place, the step
+  made again for the fewer rows): a decoding step's FLOPs follow the rows still going instead of the batch (with real
+  answers about half the batch at the limit's half-way). The tokens are the same up to floating-point summation order
+  (a smaller batch); sampled rows draw from the same distributions, in another order of the random stream.
 Anything else (beam search, a LoRA model, sliding-window layers, a model without a static cache) falls back to
 generate(), said once; so does the rest of the process after the decoder fails for any reason but memory (a torch
 or a sharding it never ran on), with the reason. Greedy answers match generate()'s up to floating-point summation
@@ -33,9 +38,20 @@ import torch
 
 MODES = ("off", "eager", "graph", "auto")
 STOP_CHECK = 16  # tokens between two checks (a host sync) of whether every row has ended
+COMPACT_AT = 0.75  # p40_decode_compact: ended rows leave the batch once at most this share of it is going on
 ATTENTION = "p40_decode"
 _said: set[str] = set()
 _failed: list[str] = []  # why the decoder failed in this process: generate() decodes from then on
+_ROWS: list[int] = []  # rows x decoding steps of the training decodes since the last take_rows()
+
+
+def take_rows() -> dict[str, int]:
+    """{"perf/p40_tokens/rollout_decode": the rows the training decodes' steps ran on, summed} since the last call,
+    then zero (nothing where none ran): what the P40 projection prices generation's FLOPs by (perf/projection.py);
+    reported with the actor's update, as p40_trim.take_counts()."""
+    out = {"perf/p40_tokens/rollout_decode": sum(_ROWS)} if _ROWS else {}
+    _ROWS.clear()
+    return out
 
 
 def _say_once(text: str) -> None:
@@ -230,17 +246,12 @@ def _prompt_cache(model, input_ids, attention_mask, positions, total: int):
     return logits, cache
 
 
-def _token_step(model, cache, attention_mask, positions, total: int, graph: bool):
-    """(one token's step, its inputs: the token, its position and its cache column, written in place between steps).
+def _token_step(model, cache, attended, position, column, graph: bool):
+    """(one token's step, its input token), for the rows of `attended` ((rows, total): the prompt's columns that are
+    not padding, then every answer column); the token, `position` and `column` are written in place between steps.
     Each step attends to the prompt's columns that are not padding and to the answer's columns so far."""
-    batch, width = attention_mask.shape
-    device = attention_mask.device
-    token = torch.zeros(batch, 1, dtype=torch.long, device=device)
-    position = positions[:, -1:].clone()
-    column = torch.full((1,), width - 1, dtype=torch.long, device=device)
-    attended = torch.ones(batch, total, dtype=torch.bool, device=device)  # the prompt's padding is never attended
-    attended[:, :width] = attention_mask.bool()
-    columns = torch.arange(total, device=device)
+    token = torch.zeros(attended.shape[0], 1, dtype=torch.long, device=attended.device)
+    columns = torch.arange(attended.shape[1], device=attended.device)
 
     def forward() -> torch.Tensor:
         mask = (attended & (columns <= column))[:, None, None, :]
@@ -254,7 +265,17 @@ def _token_step(model, cache, attention_mask, positions, total: int, graph: bool
             logits_to_keep=1,
         ).logits[:, -1]
 
-    return _Step(forward, graph), token, position, column
+    return _Step(forward, graph), token
+
+
+def _compact_cache(cache, keep: torch.Tensor) -> None:
+    """The rows `keep` of a static cache moved down to its first rows, in place, and the cache cut to them (views: no
+    second cache is allocated; a layer's kept rows are copied through one layer-sized buffer at a time)."""
+    for layers in (cache.key_cache, cache.value_cache):
+        for index, tensor in enumerate(layers):
+            kept = tensor.index_select(0, keep)
+            layers[index] = tensor[: keep.numel()]
+            layers[index].copy_(kept)
 
 
 def token_log_probs(
@@ -270,69 +291,121 @@ def token_log_probs(
     return picked, entropy
 
 
-@torch.no_grad()
-def decode(model, input_ids, attention_mask, generation_config, processors, stopping, graph: bool, temperature=None):
-    """generate()'s greedy or sampled tokens for `input_ids` (left-padded), with `model` a plain copy (_plain_copy).
-    `.sequences`: the prompts and the new tokens, (batch, prompt + generated) as generate() returns them; with a
-    `temperature`, also `.log_probs` and `.entropy` of each new token (token_log_probs; 0 after a row's end)."""
+class _Live:
+    """The rows the decoding steps run on: their static cache, attended columns and positions, the step made for them,
+    and which rows of the whole batch they are (`rows`; None: every row, in order)."""
+
+    def __init__(self, model, cache, attended, position, column, graph: bool):
+        self.model, self.cache, self.attended, self.position = model, cache, attended, position
+        self.column, self.graph, self.rows = column, graph, None
+        self.step, self.token = _token_step(model, cache, attended, position, column, graph)
+
+    @property
+    def at(self):
+        """What indexes the whole batch's tensors at these rows."""
+        return slice(None) if self.rows is None else self.rows
+
+    def leave(self, keep: torch.Tensor) -> None:
+        """Only the rows `keep` (positions among those decoded now) go on: the cache moved down, the step made again."""
+        self.rows = keep if self.rows is None else self.rows[keep]
+        _compact_cache(self.cache, keep)
+        self.attended, self.position = self.attended[keep], self.position[keep]
+        self.step, self.token = _token_step(
+            self.model, self.cache, self.attended, self.position, self.column, self.graph
+        )
+
+    def logits_after(self, tokens: torch.Tensor) -> torch.Tensor:
+        self.token.copy_(tokens[:, None])
+        self.position.add_(1)
+        self.column.add_(1)
+        return self.step()
+
+
+def _start(model, input_ids, attention_mask, total: int, graph: bool, trim: bool):
+    """(the prompt's last logits, the rows to decode, the prompt columns cut) after the prompt's pass. `trim`: the
+    left-padding columns no row attends to are cut first (verl pads every prompt to max_prompt_length): the pass, the
+    cache and every step then run on the columns in use, the same values (positions come from the mask)."""
+    left = int(attention_mask.bool().any(0).long().argmax()) if trim else 0
+    input_ids, attention_mask, total = input_ids[:, left:], attention_mask[:, left:], total - left
     batch, width = input_ids.shape
-    device, total = input_ids.device, generation_config.max_length
+    device = input_ids.device
     if graph and torch.is_autocast_enabled(device.type):  # its cache of cast weights must not be in a graph
         graph = False
         _say_once(f"autocast ({torch.get_autocast_dtype(device.type)}) is on: no CUDA graph")
     positions = attention_mask.long().cumsum(-1) - 1  # as generate() derives them from the mask
     positions.masked_fill_(attention_mask == 0, 1)
     logits, cache = _prompt_cache(model, input_ids, attention_mask, positions, total)
-    step, token, position, column = _token_step(model, cache, attention_mask, positions, total, graph)
+    attended = torch.ones(batch, total, dtype=torch.bool, device=device)  # the prompt's padding is never attended
+    attended[:, :width] = attention_mask.bool()
+    column = torch.full((1,), width - 1, dtype=torch.long, device=device)
+    return logits, _Live(model, cache, attended, positions[:, -1:].clone(), column, graph), left
+
+
+@torch.no_grad()
+def decode(
+    model,
+    input_ids,
+    attention_mask,
+    generation_config,
+    processors,
+    stopping,
+    graph: bool,
+    temperature=None,
+    compact=False,
+):
+    """generate()'s greedy or sampled tokens for `input_ids` (left-padded), with `model` a plain copy (_plain_copy).
+    `.sequences`: the prompts and the new tokens, (batch, prompt + generated) as generate() returns them; with a
+    `temperature`, also `.log_probs` and `.entropy` of each new token (token_log_probs; 0 after a row's end).
+    `.row_steps`: the rows the decoding steps ran on, summed over the steps, and `.prompt_columns`: the columns of the
+    prompt's pass. With `compact`, the decoder computes what is used only: the prompt's columns some row attends to
+    (_start) and, at the checks every STOP_CHECK tokens once at most COMPACT_AT of the rows go on, those rows."""
+    batch, width = input_ids.shape
+    device, total = input_ids.device, generation_config.max_length
+    logits, live, cut = _start(model, input_ids, attention_mask, total, graph, compact)
     pad = generation_config._pad_token_tensor
     sample, ends = generation_config.do_sample, any(hasattr(criterion, "eos_token_id") for criterion in stopping)
     sequences = torch.full((batch, total), 0 if pad is None else int(pad), dtype=torch.long, device=device)
     sequences[:, :width] = input_ids
     unfinished = torch.ones(batch, dtype=torch.long, device=device)
-    length, picked, entropies = width, [], []
+    picked = torch.zeros(batch, total - width, device=device) if temperature is not None else None
+    entropies = torch.zeros_like(picked) if picked is not None else None
+    length, row_steps = width, 0
     while True:
-        scores = processors(sequences[:, :length], logits.to(copy=True, dtype=torch.float32))
+        scores = processors(sequences[live.at, :length], logits.to(copy=True, dtype=torch.float32))
         tokens = torch.multinomial(torch.softmax(scores, -1), 1).squeeze(1) if sample else torch.argmax(scores, -1)
         if ends:
             tokens = tokens * unfinished + pad * (1 - unfinished)
         if temperature is not None:  # a row's tokens after its end are padding: 0, and masked out by verl
             log_prob, entropy = token_log_probs(logits, tokens, temperature)
-            picked.append(log_prob * unfinished)
-            entropies.append(entropy * unfinished)
-        sequences[:, length] = tokens
-        length += 1
-        unfinished = unfinished & ~stopping(sequences[:, :length], scores)
-        if length >= total or (length - width) % STOP_CHECK == 0 and unfinished.max() == 0:
+            picked[live.at, length - width] = log_prob * unfinished
+            entropies[live.at, length - width] = entropy * unfinished
+        sequences[live.at, length] = tokens
+        length, row_steps = length + 1, row_steps + tokens.shape[0]
+        unfinished = unfinished & ~stopping(sequences[live.at, :length], scores)
+        if length >= total:
             break
-        token.copy_(tokens[:, None])
-        position.add_(1)
-        column.add_(1)
-        logits = step()
-    if temperature is None:
-        return SimpleNamespace(sequences=sequences[:, :length], log_probs=None, entropy=None)
-    return SimpleNamespace(
-        sequences=sequences[:, :length],
-        log_probs=torch.stack(picked, 1),
-        entropy=torch.stack(entropies, 1),
-        temperature=float(temperature),
-    )
+        if (length - width) % STOP_CHECK == 0:
+            going = int(unfinished.sum())
+            if going == 0:
+                break
+            if compact and going <= COMPACT_AT * unfinished.shape[0]:
+                keep = unfinished.nonzero().squeeze(1)
+                live.leave(keep)
+                tokens, unfinished = tokens[keep], unfinished[keep]
+        logits = live.logits_after(tokens)
+    out = SimpleNamespace(sequences=sequences[:, :length], log_probs=None, entropy=None, row_steps=row_steps)
+    out.prompt_columns = width - cut  # what the prompt's pass and the cache ran on
+    if temperature is not None:
+        out.log_probs, out.entropy = picked[:, : length - width], entropies[:, : length - width]
+        out.temperature = float(temperature)
+    return out
 
 
-def _generate(module, graph: bool, log_probs_at, input_ids=None, attention_mask=None, generation_config=None, **kwargs):
-    """generate()'s signature, as verl's HF rollout calls it; returns an object with `.sequences` (and, with
-    `log_probs_at` (a temperature), the decoder's `.log_probs` and `.entropy`; generate()'s output has neither)."""
+def _sampling(inner, config, input_ids, attention_mask, kwargs: dict):
+    """(the generation config with its lengths set, generate()'s logits processors, its stopping criteria), made by
+    generate()'s own helpers as it makes them for a greedy or sampled decode."""
     from transformers import LogitsProcessorList, StoppingCriteriaList
-    from transformers.generation.configuration_utils import GenerationMode
 
-    inner = _unwrapped(module)
-    config, model_kwargs = inner._prepare_generation_config(copy.deepcopy(generation_config), **kwargs)
-    mode = config.get_generation_mode()
-    extra = set(model_kwargs) - {"use_cache", "output_scores", "return_dict_in_generate"}
-    if mode not in (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE) or config.num_return_sequences != 1 or extra:
-        _say_once(f"{mode.value} with {sorted(extra)} is generate()'s: decoding through it")
-        return module.generate(
-            input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config, **kwargs
-        )
     inner._prepare_special_tokens(config, True, device=input_ids.device)
     config = inner._prepare_generated_length(
         generation_config=config,
@@ -352,12 +425,43 @@ def _generate(module, graph: bool, log_probs_at, input_ids=None, attention_mask=
         model_kwargs={"attention_mask": attention_mask},
     )
     stopping = inner._get_stopping_criteria(generation_config=config, stopping_criteria=StoppingCriteriaList())
+    return config, processors, stopping
+
+
+def _generate(
+    module,
+    graph: bool,
+    log_probs_at,
+    compact: bool,
+    counted: bool,
+    input_ids=None,
+    attention_mask=None,
+    generation_config=None,
+    **kwargs,
+):
+    """generate()'s signature, as verl's HF rollout calls it; returns an object with `.sequences` (and, with
+    `log_probs_at` (a temperature), the decoder's `.log_probs` and `.entropy`; generate()'s output has neither).
+    `compact`: ended rows leave the batch (decode()); `counted`: the decode's rows go to take_rows()."""
+    from transformers.generation.configuration_utils import GenerationMode
+
+    inner = _unwrapped(module)
+    config, model_kwargs = inner._prepare_generation_config(copy.deepcopy(generation_config), **kwargs)
+    mode = config.get_generation_mode()
+    extra = set(model_kwargs) - {"use_cache", "output_scores", "return_dict_in_generate"}
+    if mode not in (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE) or config.num_return_sequences != 1 or extra:
+        _say_once(f"{mode.value} with {sorted(extra)} is generate()'s: decoding through it")
+        return module.generate(
+            input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config, **kwargs
+        )
+    config, processors, stopping = _sampling(inner, config, input_ids, attention_mask, kwargs)
     _register_attention()
     out = None
     try:
         with _full_weights(module) as weights:
             model = _plain_copy(inner, weights)
-            out = decode(model, input_ids, attention_mask, config, processors, stopping, graph, log_probs_at)
+            out = decode(model, input_ids, attention_mask, config, processors, stopping, graph, log_probs_at, compact)
+            if counted:
+                _ROWS.append(out.row_steps)
     except torch.cuda.OutOfMemoryError:
         raise  # generate() would need the same memory: the plan's sizes are what to change
     except Exception as exc:  # noqa: BLE001 - a path the decoder was never run on (a torch, a sharding): not fatal
@@ -385,8 +489,10 @@ def generator(module, config, temperature: float | None = None):
     """What verl's HF rollout calls in place of `module.generate`: `p40_decode` off (or absent) keeps generate();
     eager decodes with the static cache; graph and auto also replay the step as a CUDA graph where the model is on a
     CUDA GPU (elsewhere they are eager). With a `temperature` and a config that wants_log_probs, the decoder also
-    returns each sampled token's log-prob and entropy at that temperature."""
+    returns each sampled token's log-prob and entropy at that temperature. `p40_decode_compact` (true/false, default
+    false until a GPU run validates it): ended rows leave the batch (decode())."""
     mode = str(config.get("p40_decode", "off") or "off")
+    compact = str(config.get("p40_decode_compact", False)).lower() in ("true", "1")
     if mode not in MODES:
         raise ValueError(f"actor_rollout_ref.rollout.p40_decode={mode}: use one of {', '.join(MODES)}")
     if mode == "off" or _failed:
@@ -399,9 +505,11 @@ def generator(module, config, temperature: float | None = None):
     graph = mode in ("graph", "auto") and cuda
     if mode == "graph" and not cuda:
         _say_once("p40_decode=graph: the model is not on a CUDA GPU, so no graph")
-    _say_once(f"static KV cache{', one CUDA graph a token' if graph else ''} (p40_decode={mode})")
+    dropped = ", the prompts' padding cut and ended rows leaving the batch" if compact else ""
+    _say_once(f"static KV cache{', one CUDA graph a token' if graph else ''}{dropped} (p40_decode={mode})")
     at = float(temperature) if temperature is not None and wants_log_probs(config) else None
-    return functools.partial(_generate, module, graph, at)
+    # the training decodes' rows are counted (take_rows); validation's (no temperature) are not
+    return functools.partial(_generate, module, graph, at, compact, temperature is not None)
 
 
 TEMPERATURE_KEY = "rollout_log_probs_temperature"  # (rows,): the temperature the log-probs were computed at

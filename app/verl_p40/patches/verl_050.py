@@ -555,13 +555,16 @@ EDITS: list[Edit] = [
         file="workers/actor/dp_actor.py",
         old="        self.actor_optimizer.zero_grad()\n        return metrics\n",
         new="        self.actor_optimizer.zero_grad()\n"
+        "        from verl.utils.p40_decode import take_rows\n"
         "        from verl.utils.p40_trim import take_counts  # verl-p40: the step's passes, in tokens\n"
         "\n"
         "        metrics.update(take_counts())\n"
+        "        metrics.update(take_rows())  # and the rows its rollout's decoding steps ran on\n"
         "        return metrics\n",
         why="the P40 projection priced every pass at the step's longest prompt + longest answer (a bound); the "
         "rows x columns each pass of the step ran on (actor and critic, forward-only and update) are logged as "
-        "perf/p40_tokens/* with the actor's update metrics, so the projection prices what ran",
+        "perf/p40_tokens/* with the actor's update metrics, so the projection prices what ran (the rollout's "
+        "decoding steps too: rows x steps, fewer with p40_decode_compact)",
     ),
     Edit(
         name="critic-trim-import",

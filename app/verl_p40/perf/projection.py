@@ -92,6 +92,9 @@ class Run:
     # the old log-probs from the rollout (rollout.p40_log_probs=rollout, plan/log_probs.py): no old_log_prob pass,
     # and each decoding step also reads the logits for the sampled tokens' log-probs and entropies
     log_probs_in_rollout: bool = False
+    # the prompt columns generation's prompt pass and cache run on: the step's longest prompt where the decoder cuts
+    # the padding no row attends to (rollout.p40_decode_compact); None: the whole prompt_width
+    prompt_columns: float | None = None
 
     @property
     def width(self) -> float:
@@ -161,16 +164,25 @@ def phases(shape: Shape, run: Run) -> dict[str, dict[str, float]]:
     return out
 
 
+def decoded_rows(run: Run) -> float:
+    """The rows an average decoding step ran on: as the run logged them (perf/p40_tokens/rollout_decode, rows x
+    decoding steps: fewer than every sequence where ended rows left the batch, p40_decode_compact), else every
+    sequence."""
+    logged = (run.tokens or {}).get("gen")
+    return min(float(run.sequences), logged / max(run.generated, 1.0)) if logged else float(run.sequences)
+
+
 def generation_gpu_seconds(shape: Shape, run: Run, card: Card) -> tuple[float, float]:
     """(prefill seconds, GPU seconds of one average decoding step) on `card`."""
-    prefill_tokens = run.sequences * run.prompt_width
-    prefill = _forward_flops(shape, prefill_tokens, run.prompt_width, lm_head=True) / (card.gemm_tflops * 1e12)
-    context = run.prompt_width + run.generated / 2
-    kv_bytes = run.sequences * context * shape.layers * 2 * shape.kv_dim * FP32
-    flops = 2 * (shape.block_parameters + shape.vocab * shape.hidden) * run.sequences
+    columns = run.prompt_columns or run.prompt_width
+    prefill = _forward_flops(shape, run.sequences * columns, columns, lm_head=True) / (card.gemm_tflops * 1e12)
+    rows = decoded_rows(run)
+    context = columns + run.generated / 2
+    kv_bytes = rows * context * shape.layers * 2 * shape.kv_dim * FP32
+    flops = 2 * (shape.block_parameters + shape.vocab * shape.hidden) * rows
     per_token = max(flops / (card.gemm_tflops * 1e12), (shape.parameters * FP32 + kv_bytes) / (card.memory_gbs * 1e9))
     if run.log_probs_in_rollout:  # scale, log-softmax, gather, entropy: ~6 passes over the logits, after the step
-        per_token += LOG_PROB_PASSES * run.sequences * shape.vocab * FP32 / (card.memory_gbs * 1e9)
+        per_token += LOG_PROB_PASSES * rows * shape.vocab * FP32 / (card.memory_gbs * 1e9)
     return prefill, per_token
 
 
@@ -196,6 +208,17 @@ def host_overhead_per_token(measured_gen_s: float, shape: Shape, run: Run, measu
     """The per-token time generate() spends beyond the GPU's work, from a measured generation phase."""
     prefill, per_token = generation_gpu_seconds(shape, run, measured_card)
     return max(per_token, (measured_gen_s - prefill) / max(run.generated, 1.0))
+
+
+def decoder_compacts(cfg: Any) -> bool:
+    """Whether the HF rollout's decoder computes only what is used (patches/p40_decode.py: rollout.p40_decode on and
+    p40_decode_compact): the prompt's columns some row attends to, the rows still going."""
+    from omegaconf import OmegaConf
+
+    decoder = str(OmegaConf.select(cfg, "actor_rollout_ref.rollout.p40_decode", default="off") or "off") != "off"
+    hf = OmegaConf.select(cfg, "actor_rollout_ref.rollout.name", default="hf") == "hf"
+    compact = OmegaConf.select(cfg, "actor_rollout_ref.rollout.p40_decode_compact", default=False)
+    return decoder and hf and str(compact).lower() == "true"
 
 
 def log_probs_in_rollout(cfg: Any) -> bool:
@@ -246,6 +269,7 @@ def run_from_config(
         tokens=tokens,
         epochs=int(get("actor_rollout_ref.actor.ppo_epochs", 1) or 1),
         log_probs_in_rollout=log_probs_in_rollout(cfg),
+        prompt_columns=longest[0] if longest and decoder_compacts(cfg) else None,
         gpus=gpus,
         micro_batches={
             "old_log_prob": micro(size("logprob_micro")),
@@ -284,6 +308,7 @@ def measured_tokens(steps: list[dict[str, float]], reference: bool, skip_first: 
     out = {"old_log_prob": per_pass if old_pass else None, "ref": per_pass if reference else None}
     out["update_actor"] = median("actor_update")
     out |= {"values": median("critic_forward"), "update_critic": median("critic_update")}
+    out["gen"] = median("rollout_decode")  # rows x decoding steps (generation_gpu_seconds)
     return {phase: value for phase, value in out.items() if value}
 
 

@@ -54,6 +54,9 @@ def _why_not(package: str, installed: bool, feature: str, sm: float | None, hint
     return None
 
 
+COMPACT = "actor_rollout_ref.rollout.p40_decode_compact"  # patches/p40_decode.py; off until a GPU run validates it
+
+
 def _decoding(profile_value: str | None, where: Where, user_sets: dict[str, str] | None) -> str:
     """How the HF rollout decodes (patches/p40_decode.py), as a note."""
     mode = (user_sets or {}).get("actor_rollout_ref.rollout.p40_decode") or profile_value or "off"
@@ -61,6 +64,8 @@ def _decoding(profile_value: str | None, where: Where, user_sets: dict[str, str]
         return "rollout decoding: transformers' generate() (p40_decode=off)"
     graph = mode in ("graph", "auto") and where.sm is not None  # a CUDA graph needs a GPU
     how = "a static KV cache and one CUDA graph a token" if graph else "a static KV cache (no GPU: no CUDA graph)"
+    if str((user_sets or {}).get(COMPACT, "false")).lower() == "true":
+        how += ", the prompts' padding cut and ended rows leaving the batch every 16 tokens"
     return f"rollout decoding: {how} (p40_decode={mode}; off: transformers' generate())"
 
 

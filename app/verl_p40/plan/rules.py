@@ -49,6 +49,7 @@ CHOICES = {
     ),
     "actor_rollout_ref.rollout.dtype": ("float32", "fp32", "float16", "fp16", "half", "bfloat16", "bf16"),
     "actor_rollout_ref.rollout.p40_decode": ("auto", "graph", "eager", "off"),  # patches/p40_decode.py
+    "actor_rollout_ref.rollout.p40_decode_compact": (True, False),  # patches/p40_decode.py
     "actor_rollout_ref.rollout.p40_log_probs": ("auto", "rollout", "pass"),  # plan/log_probs.py
 }
 # Real-valued settings that verl 0.5.0's YAML writes as a whole number (0, 1): a float is what they hold.
@@ -156,7 +157,8 @@ def check(cfg: Any, base: Any, origins: dict[str, str]) -> None:
     for key, allowed in CHOICES.items():
         value = _get(cfg, key)
         if value is not None and value not in allowed:
-            problems.append(f"{_where(key, origins)}: {key}={value!r} is not one of {', '.join(allowed)}")
+            named = ", ".join(str(a).lower() if isinstance(a, bool) else a for a in allowed)
+            problems.append(f"{_where(key, origins)}: {key}={value!r} is not one of {named}")
     for key in POSITIVE:
         value = _get(cfg, key)
         if isinstance(value, int) and not isinstance(value, bool) and value < 1:
