@@ -101,6 +101,12 @@ CASES = [
         "'vllmx' is not one of hf, vllm, sglang",
     ),
     (
+        "config-decode-compact-one",
+        ["config", "--profile", "p40", "actor_rollout_ref.rollout.p40_decode_compact=1"],
+        {},
+        "actor_rollout_ref.rollout.p40_decode_compact=1 is not one of true, false",
+    ),
+    (
         "config-estimator",
         ["config", "--profile", "p40", "algorithm.adv_estimator=grpoo"],
         {},

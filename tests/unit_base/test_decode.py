@@ -161,6 +161,42 @@ def test_compact_cuts_the_prompt_columns_no_row_attends_to(tiny):
     p40_decode.take_rows()
 
 
+def test_rows_leave_again_and_again_and_keep_their_tokens(tiny, monkeypatch):
+    """Checks every 2 tokens and rows leaving at the first that ends: several compactions, each mapping the rows
+    left onto those before (rows[keep] of rows[keep]); the answers and log-probs are still the whole batch's."""
+    model, tokenizer, _ = tiny
+    kwargs = _ending_at_different_steps(model, tokenizer)
+    settings = {"p40_decode": "eager", "p40_log_probs": "rollout"}
+    whole = p40_decode.generator(model, settings, temperature=0.7)(**kwargs)
+    cuts = []
+    monkeypatch.setattr(p40_decode, "STOP_CHECK", 2)
+    monkeypatch.setattr(p40_decode, "COMPACT_AT", 0.99)
+    real = p40_decode._compact_cache
+    monkeypatch.setattr(
+        p40_decode, "_compact_cache", lambda cache, keep: (cuts.append(keep.numel()), real(cache, keep))
+    )
+    compact = p40_decode.generator(model, {**settings, "p40_decode_compact": True}, temperature=0.7)(**kwargs)
+    assert len(cuts) >= 3, cuts
+    assert torch.equal(compact.sequences, whole.sequences[:, : compact.sequences.shape[1]])
+    assert bool((whole.sequences[:, compact.sequences.shape[1] :] == tokenizer.pad_token_id).all())
+    steps = compact.log_probs.shape[1]
+    torch.testing.assert_close(compact.log_probs, whole.log_probs[:, :steps], rtol=0, atol=1e-5)
+    p40_decode.take_rows()
+
+
+def test_a_processor_holding_the_whole_batch_keeps_every_row(tiny):
+    """The encoder repetition penalty holds the whole batch's prompts: with it, no row leaves the batch (the decode
+    stays generate()'s instead of failing and handing the process to generate())."""
+    model, tokenizer, _ = tiny
+    kwargs = {**_ending_at_different_steps(model, tokenizer), "encoder_repetition_penalty": 1.3}
+    plain = model.generate(**kwargs)
+    out = p40_decode.generator(model, {"p40_decode": "eager", "p40_decode_compact": True}, temperature=1.0)(**kwargs)
+    assert not p40_decode._failed
+    assert torch.equal(out.sequences[:, : plain.shape[1]], plain)
+    assert out.row_steps == out.sequences.shape[0] * (out.sequences.shape[1] - kwargs["input_ids"].shape[1])
+    p40_decode.take_rows()
+
+
 def test_the_training_decodes_rows_are_counted_for_the_projection_and_validations_are_not(tiny):
     """take_rows() (logged with the actor's update as perf/p40_tokens/rollout_decode): the rows x decoding steps of
     the decodes since the last call, those with a temperature (training's; verl's validation passes none), then
@@ -310,6 +346,22 @@ def body(r, decode):
         "later_calls_generate": decode.generator(model, {"p40_decode": "eager"}) == model.generate,
     }
 """
+
+
+_ROWS_ON_TWO_RANKS = """
+def body(r, decode):
+    decode._ROWS.extend([100, 20] if r == 0 else [300])
+    return decode.take_rows()
+"""
+
+
+def test_on_two_ranks_the_rows_reported_are_the_slowest_ranks(tmp_path):
+    """verl keeps rank 0's update metrics: take_rows() reports the largest rank's decoding rows (an all-reduce on
+    every rank's update), so the projection prices the rank that decoded longest (gloo, two processes)."""
+    from conftest import run_two_ranks
+
+    first, second = run_two_ranks(tmp_path, _ROWS_ON_TWO_RANKS, Path(p40_decode.__file__))
+    assert first == second == {"perf/p40_tokens/rollout_decode": 300}
 
 
 def test_a_decoder_failing_on_one_rank_sends_every_rank_to_generate(tmp_path):

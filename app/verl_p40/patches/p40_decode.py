@@ -48,10 +48,11 @@ _ROWS: list[int] = []  # rows x decoding steps of the training decodes since the
 def take_rows() -> dict[str, int]:
     """{"perf/p40_tokens/rollout_decode": the rows the training decodes' steps ran on, summed} since the last call,
     then zero (nothing where none ran): what the P40 projection prices generation's FLOPs by (perf/projection.py);
-    reported with the actor's update, as p40_trim.take_counts()."""
-    out = {"perf/p40_tokens/rollout_decode": sum(_ROWS)} if _ROWS else {}
+    reported with the actor's update, as p40_trim.take_counts(). On several GPUs the largest rank's (the slowest: verl
+    keeps rank 0's metrics, and its longest answer is the whole batch's); every rank's update calls this."""
+    rows = most_on_any_rank(sum(_ROWS))
     _ROWS.clear()
-    return out
+    return {"perf/p40_tokens/rollout_decode": rows} if rows else {}
 
 
 def _say_once(text: str) -> None:
@@ -362,6 +363,8 @@ def decode(
     batch, width = input_ids.shape
     device, total = input_ids.device, generation_config.max_length
     logits, live, cut = _start(model, input_ids, attention_mask, total, graph, compact)
+    # a processor holding the whole batch's inputs (the encoder repetition penalty) needs every row to the end
+    leaves = compact and not any(hasattr(processor, "encoder_input_ids") for processor in processors)
     pad = generation_config._pad_token_tensor
     sample, ends = generation_config.do_sample, any(hasattr(criterion, "eos_token_id") for criterion in stopping)
     sequences = torch.full((batch, total), 0 if pad is None else int(pad), dtype=torch.long, device=device)
@@ -388,7 +391,7 @@ def decode(
             going = int(unfinished.sum())
             if going == 0:
                 break
-            if compact and going <= COMPACT_AT * unfinished.shape[0]:
+            if leaves and going <= COMPACT_AT * unfinished.shape[0]:
                 keep = unfinished.nonzero().squeeze(1)
                 live.leave(keep)
                 tokens, unfinished = tokens[keep], unfinished[keep]
@@ -460,8 +463,6 @@ def _generate(
         with _full_weights(module) as weights:
             model = _plain_copy(inner, weights)
             out = decode(model, input_ids, attention_mask, config, processors, stopping, graph, log_probs_at, compact)
-            if counted:
-                _ROWS.append(out.row_steps)
     except torch.cuda.OutOfMemoryError:
         raise  # generate() would need the same memory: the plan's sizes are what to change
     except Exception as exc:  # noqa: BLE001 - a path the decoder was never run on (a torch, a sharding): not fatal
@@ -469,6 +470,8 @@ def _generate(
     # every rank decodes or every rank generates: generate() on the FSDP model all-gathers each layer and all-reduces
     # each token (transformers' synced_gpus), the decoder none of that, so one rank falling back alone would hang
     if every_rank(out is not None):
+        if counted:  # a decode every rank kept: its rows are what the step's generation ran
+            _ROWS.append(out.row_steps)
         return out
     if not _failed:
         _failed.append("it failed on another rank")
@@ -492,7 +495,7 @@ def generator(module, config, temperature: float | None = None):
     returns each sampled token's log-prob and entropy at that temperature. `p40_decode_compact` (true/false, default
     false until a GPU run validates it): ended rows leave the batch (decode())."""
     mode = str(config.get("p40_decode", "off") or "off")
-    compact = str(config.get("p40_decode_compact", False)).lower() in ("true", "1")
+    compact = config.get("p40_decode_compact", False) is True  # a bool: the plan's rules take no other
     if mode not in MODES:
         raise ValueError(f"actor_rollout_ref.rollout.p40_decode={mode}: use one of {', '.join(MODES)}")
     if mode == "off" or _failed:
@@ -532,17 +535,28 @@ def add_log_probs(batch, output, response_length: int) -> None:
     batch[TEMPERATURE_KEY] = log_probs.new_full((rows,), output.temperature)
 
 
-def every_rank(local: bool) -> bool:
-    """Whether `local` holds on every rank of the default process group (itself without one): an all-reduce of the
-    flag, on the GPU under NCCL. Every rank's rollout calls it once a generate_sequences, as verl runs them all."""
+def _over_ranks(value: int, op: str) -> int:
+    """`value` reduced (MIN or MAX) over the default process group's ranks (itself without one): an all-reduce, on the
+    GPU under NCCL."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return local
+        return value
     device = f"cuda:{torch.cuda.current_device()}" if dist.get_backend() == "nccl" else "cpu"
-    flag = torch.tensor([int(local)], device=device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-    return bool(flag.item())
+    held = torch.tensor([int(value)], device=device)
+    dist.all_reduce(held, op=getattr(dist.ReduceOp, op))
+    return int(held.item())
+
+
+def most_on_any_rank(value: int) -> int:
+    """The largest `value` of the ranks; every rank's update calls it once a step (take_rows)."""
+    return _over_ranks(value, "MAX")
+
+
+def every_rank(local: bool) -> bool:
+    """Whether `local` holds on every rank (itself without a process group). Every rank's rollout calls it once a
+    generate_sequences, as verl runs them all."""
+    return bool(_over_ranks(int(local), "MIN"))
 
 
 def all_or_none(parts: list) -> list:

@@ -208,7 +208,9 @@ def summarise(steps: list[dict], cfg: Any, shape: projection.Shape, measured_car
     host = projection.host_overhead_per_token(phases.get("gen", 0.0), shape, run, measured_card)
     here = projection.project(shape, run, measured_card, host)
     p40 = projection.project(shape, run, projection.P40, host)
-    full_width = projection.project(shape, dataclasses.replace(run, pass_width=None, tokens=None), projection.P40, host)
+    full_width = projection.project(
+        shape, dataclasses.replace(run, pass_width=None, tokens=None, prompt_columns=None), projection.P40, host
+    )
     at_longest = projection.project(shape, dataclasses.replace(run, tokens=None), projection.P40, host)
     measured_step = phases.get("step")
     error = round(100 * (here["step"] - measured_step) / measured_step, 1) if measured_step else None

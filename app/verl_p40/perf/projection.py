@@ -218,7 +218,7 @@ def decoder_compacts(cfg: Any) -> bool:
     decoder = str(OmegaConf.select(cfg, "actor_rollout_ref.rollout.p40_decode", default="off") or "off") != "off"
     hf = OmegaConf.select(cfg, "actor_rollout_ref.rollout.name", default="hf") == "hf"
     compact = OmegaConf.select(cfg, "actor_rollout_ref.rollout.p40_decode_compact", default=False)
-    return decoder and hf and str(compact).lower() == "true"
+    return decoder and hf and compact is True  # a bool: the plan's rules take no other
 
 
 def log_probs_in_rollout(cfg: Any) -> bool:

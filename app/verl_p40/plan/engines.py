@@ -64,7 +64,7 @@ def _decoding(profile_value: str | None, where: Where, user_sets: dict[str, str]
         return "rollout decoding: transformers' generate() (p40_decode=off)"
     graph = mode in ("graph", "auto") and where.sm is not None  # a CUDA graph needs a GPU
     how = "a static KV cache and one CUDA graph a token" if graph else "a static KV cache (no GPU: no CUDA graph)"
-    if str((user_sets or {}).get(COMPACT, "false")).lower() == "true":
+    if str((user_sets or {}).get(COMPACT, False)).lower() == "true":  # a bool: rules.CHOICES takes no other
         how += ", the prompts' padding cut and ended rows leaving the batch every 16 tokens"
     return f"rollout decoding: {how} (p40_decode={mode}; off: transformers' generate())"
 

@@ -156,7 +156,8 @@ def check(cfg: Any, base: Any, origins: dict[str, str]) -> None:
     problems = type_problems(cfg, base, origins)
     for key, allowed in CHOICES.items():
         value = _get(cfg, key)
-        if value is not None and value not in allowed:
+        switch = isinstance(allowed[0], bool)  # true or false, not 1 or 0 (which Python counts as equal to them)
+        if value is not None and (value not in allowed or switch and not isinstance(value, bool)):
             named = ", ".join(str(a).lower() if isinstance(a, bool) else a for a in allowed)
             problems.append(f"{_where(key, origins)}: {key}={value!r} is not one of {named}")
     for key in POSITIVE:
