@@ -76,9 +76,11 @@ def project_run(
     phases = projection.median_phases(steps)
     generated = statistics.median(s.get("response_length/max", 0.0) for s in steps)
     workload = Workload.of(cfg)
-    trimming = recent and workload.trims
     tokens = projection.measured_tokens(steps, workload.reference) if measured else None
-    run = projection.run_from_config(cfg, generated, projection.longest_lengths(steps) if trimming else None, tokens)
+    # the step's longest lengths price the trimmed passes' width and a compacting decoder's prefill (run_from_config
+    # uses each only where the config does it); older runs ran at full width
+    longest = projection.longest_lengths(steps) if recent else None
+    run = projection.run_from_config(cfg, generated, longest, tokens)
     host = projection.host_overhead_per_token(phases.get("gen", 0.0), shape, run, H200)
     here, p40 = projection.project(shape, run, H200, host), projection.project(shape, run, projection.P40, host)
     prompts = int(cfg.data.train_batch_size)

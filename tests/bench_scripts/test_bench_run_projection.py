@@ -27,3 +27,27 @@ def test_the_day_s_defaults_stand_in_only_for_what_the_command_does_not_name():
     assert (old.algorithm, old.profile, old.gpus) == ("ppo", "p40", None)
     named = options_from("verl-p40 train --algorithm=grpo-gsm8k --profile ampere")
     assert (named.algorithm, named.profile) == ("grpo-gsm8k", "ampere")
+
+
+def test_a_compacting_run_s_prefill_is_priced_at_its_longest_prompt_without_trim_padding():
+    """The decoder's compaction cuts the prompt's unused padding whether or not the passes trim (model.trim_padding):
+    its run's generation is priced at the step's longest prompt, not at data.max_prompt_length."""
+    import json
+
+    from lib.run_projection import SHARED, project_run
+    from verl_p40.perf import projection
+
+    shape = projection.Shape.from_config(json.loads((SHARED / "config.json").read_text()))
+    steps = [
+        {
+            "prompt_length/max": 120.0,
+            "response_length/max": 300.0,
+            "response_length/mean": 200.0,
+            "timing_s/gen": 20.0,
+            "timing_s/step": 60.0,
+        }
+    ] * 3
+    base = "verl-p40 train --profile p40 --algorithm grpo-gsm8k --set actor_rollout_ref.model.trim_padding=false"
+    full = project_run("full", base, steps, shape, recent=True)
+    compact = project_run("compact", base + " actor_rollout_ref.rollout.p40_decode_compact=true", steps, shape, True)
+    assert compact["p40_projection"]["gen"] < full["p40_projection"]["gen"]

@@ -1,5 +1,7 @@
 """Which rollout engine and torch.compile setting a profile gets, for each GPU generation and installed packages."""
 
+import copy
+
 import pytest
 
 from conftest import cli
@@ -80,6 +82,20 @@ def test_the_decoder_is_said_with_the_hf_rollout():
     )
     _, notes = engines.complete(profiles.load("ampere").verl, Where(sm=H200, vllm=True, triton=True))
     assert not any(note.startswith("rollout decoding") for note in notes)
+
+
+def test_the_compaction_note_reads_the_composed_config(monkeypatch):
+    """A profile that adopts p40_decode_compact is said as the run's own --set is (the user's false wins over it),
+    and the interval named is the decoder's own STOP_CHECK, not a number written twice."""
+    from verl_p40.patches import p40_decode
+
+    hf = copy.deepcopy(profiles.load("p40").verl)
+    hf["actor_rollout_ref"]["rollout"]["p40_decode_compact"] = True
+    monkeypatch.setattr(p40_decode, "STOP_CHECK", 32)
+    _, notes = engines.complete(hf, Where(sm=P40, vllm=False, triton=False))
+    assert "ended rows leaving the batch every 32 tokens" in notes[1]
+    _, notes = engines.complete(hf, Where(sm=P40, vllm=False, triton=False), {engines.COMPACT: "false"})
+    assert "leaving the batch" not in notes[1]
 
 
 @pytest.mark.parametrize("sm,triton,expected", [(P40, True, False), (V100, False, False), (A100, True, True)])

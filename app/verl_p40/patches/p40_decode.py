@@ -16,11 +16,13 @@ hands the rollout a function with generate()'s signature that does the same work
 - sampling and stopping are generate()'s own: its merged generation config, logits processors and stopping criteria
   (transformers' private helpers, pinned with transformers 4.53), finished rows emit the pad token, and the loop
   ends when every row has ended (checked every STOP_CHECK tokens: the columns after that are pad, as verl pads);
-- with `actor_rollout_ref.rollout.p40_decode_compact=true`, at those checks the rows that have ended leave the batch
-  once at most COMPACT_AT of the rows still decoded are going on (their cache columns moved down in place, the step
+- with `actor_rollout_ref.rollout.p40_decode_compact=true`, the prompt's left-padding columns that no row attends to
+  are cut before the prompt's pass, and at those checks the rows that have ended leave the batch once at most
+  COMPACT_AT of the rows still decoded are going on (the cache rows of those going on moved down in place, the step
   made again for the fewer rows): a decoding step's FLOPs follow the rows still going instead of the batch (with real
-  answers about half the batch at the limit's half-way). The tokens are the same up to floating-point summation order
-  (a smaller batch); sampled rows draw from the same distributions, in another order of the random stream.
+  answers about half the batch at the limit's half-way), the prefill's the longest prompt instead of verl's padded
+  width. The tokens are the same up to floating-point summation order (a smaller batch, fewer padded columns); sampled
+  rows draw from the same distributions, in another order of the random stream.
 Anything else (beam search, a LoRA model, sliding-window layers, a model without a static cache) falls back to
 generate(), said once; so does the rest of the process after the decoder fails for any reason but memory (a torch
 or a sharding it never ran on), with the reason. Greedy answers match generate()'s up to floating-point summation
@@ -444,7 +446,8 @@ def _generate(
 ):
     """generate()'s signature, as verl's HF rollout calls it; returns an object with `.sequences` (and, with
     `log_probs_at` (a temperature), the decoder's `.log_probs` and `.entropy`; generate()'s output has neither).
-    `compact`: ended rows leave the batch (decode()); `counted`: the decode's rows go to take_rows()."""
+    `compact`: the prompt's unused padding columns are cut and ended rows leave the batch (decode()); `counted`: the
+    decode's rows go to take_rows()."""
     from transformers.generation.configuration_utils import GenerationMode
 
     inner = _unwrapped(module)
@@ -493,7 +496,7 @@ def generator(module, config, temperature: float | None = None):
     eager decodes with the static cache; graph and auto also replay the step as a CUDA graph where the model is on a
     CUDA GPU (elsewhere they are eager). With a `temperature` and a config that wants_log_probs, the decoder also
     returns each sampled token's log-prob and entropy at that temperature. `p40_decode_compact` (true/false, default
-    false until a GPU run validates it): ended rows leave the batch (decode())."""
+    false until a GPU run validates it): the prompt's unused padding columns are cut and ended rows leave the batch."""
     mode = str(config.get("p40_decode", "off") or "off")
     compact = config.get("p40_decode_compact", False) is True  # a bool: the plan's rules take no other
     if mode not in MODES:

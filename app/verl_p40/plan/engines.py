@@ -57,15 +57,22 @@ def _why_not(package: str, installed: bool, feature: str, sm: float | None, hint
 COMPACT = "actor_rollout_ref.rollout.p40_decode_compact"  # patches/p40_decode.py; off until a GPU run validates it
 
 
-def _decoding(profile_value: str | None, where: Where, user_sets: dict[str, str] | None) -> str:
-    """How the HF rollout decodes (patches/p40_decode.py), as a note."""
-    mode = (user_sets or {}).get("actor_rollout_ref.rollout.p40_decode") or profile_value or "off"
+def _decoding(tree, where: Where, user_sets: dict[str, str] | None) -> str:
+    """How the HF rollout decodes (patches/p40_decode.py), as a note: the run's own settings over the profile's."""
+    from omegaconf import OmegaConf
+
+    def setting(key: str):
+        return (user_sets or {}).get(key, OmegaConf.select(tree, key))
+
+    mode = setting("actor_rollout_ref.rollout.p40_decode") or "off"
     if mode == "off":
         return "rollout decoding: transformers' generate() (p40_decode=off)"
     graph = mode in ("graph", "auto") and where.sm is not None  # a CUDA graph needs a GPU
     how = "a static KV cache and one CUDA graph a token" if graph else "a static KV cache (no GPU: no CUDA graph)"
-    if str((user_sets or {}).get(COMPACT, False)).lower() == "true":  # a bool: rules.CHOICES takes no other
-        how += ", the prompts' padding cut and ended rows leaving the batch every 16 tokens"
+    if str(setting(COMPACT)).lower() == "true":  # a bool: rules.CHOICES takes no other
+        from verl_p40.patches.p40_decode import STOP_CHECK  # torch, only where the decoder will run
+
+        how += f", the prompts' padding cut and ended rows leaving the batch every {STOP_CHECK} tokens"
     return f"rollout decoding: {how} (p40_decode={mode}; off: transformers' generate())"
 
 
@@ -96,7 +103,7 @@ def complete(verl: dict, where: Where, user_sets: dict[str, str] | None = None) 
     else:
         notes.append(f"rollout: {rollout} (the profile's)")
     if (OmegaConf.select(tree, "actor_rollout_ref.rollout.name") or "vllm") == "hf":
-        notes.append(_decoding(OmegaConf.select(tree, "actor_rollout_ref.rollout.p40_decode"), where, user_sets))
+        notes.append(_decoding(tree, where, user_sets))
     compile_reason = _why_not("Triton", where.triton, "triton", where.sm)
     for key in ("actor_rollout_ref.actor.use_torch_compile", "actor_rollout_ref.ref.use_torch_compile"):
         if OmegaConf.select(tree, key) is not False and compile_reason:
