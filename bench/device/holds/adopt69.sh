@@ -7,11 +7,7 @@
 # at its end. Usage: bash adopt69.sh SEED [STEPS]
 seed=${1:?seed}; steps=${2:-80}
 cd /tmp/code
-echo $$ > /tmp/hold.pid
-date -u +"hold start %FT%TZ seed $seed steps $steps"
-for i in $(seq 150); do [ -f /tmp/setup-done ] && break; sleep 2; done
-[ -f /tmp/setup-done ] || { echo "setup did not finish"; touch /tmp/hold-done; exit 3; }
-export BENCH_NO_RANDOM=1; source bench/device/gpu_setup.sh > /tmp/hold-setup.log 2>&1; set +e
+source bench/device/holds/start.sh "seed $seed steps $steps"
 python3 bench/learning_run.py prepare --tokenizer tests/fixtures/qwen2.5-0.5b-instruct --gsm8k tests/fixtures/gsm8k \
   > /tmp/prep.log 2>&1 || { echo "prepare failed"; touch /tmp/hold-done; exit 5; }
 tar xzf bench/results/horizon-2026-12-03/learning-work.tgz -C /tmp/learn eval-base

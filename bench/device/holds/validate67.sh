@@ -4,11 +4,7 @@
 # and actor_rollout_ref.rollout.p40_decode_compact=true, 20 steps validated at 0, 10 and 20. Detached by the launch call
 # (setsid), from the code copy in /tmp/code, once setup.sh has written /tmp/setup-done; /tmp/hold-done at its end.
 cd /tmp/code
-echo $$ > /tmp/hold.pid
-date -u +"hold start %FT%TZ"
-for i in $(seq 150); do [ -f /tmp/setup-done ] && break; sleep 2; done
-[ -f /tmp/setup-done ] || { echo "setup did not finish"; touch /tmp/hold-done; exit 3; }
-export BENCH_NO_RANDOM=1; source bench/device/gpu_setup.sh > /tmp/hold-setup.log 2>&1; set +e
+source bench/device/holds/start.sh validate67
 W=/tmp/learn67
 date -u +"prepare %FT%TZ"
 python3 bench/learning_run.py prepare --work $W --out $W/out --tokenizer tests/fixtures/qwen2.5-0.5b-instruct \
