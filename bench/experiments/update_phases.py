@@ -7,9 +7,9 @@ kernel, a 24 GB cap):
 `bench`: the masked P40-path `verl-p40 bench --steps 3` before and after, back to back on the same machine: before
 with verl's update micro-batches (`p40_update_tokens=0` for actor and critic) and old_log_prob pass, after with the
 length-grouped ones the memory plan offers (patches/p40_update.py; offered, not set, until a run validates it), with the
-rollout's log-probs (`p40_log_probs=auto`), with both, and both under the op audit (`--variants`). Random weights
-answer to the 512-token limit, so only the prompts' lengths differ: the gain there is a lower bound of the
-real-weights one.
+rollout's log-probs (`p40_log_probs=auto`), with both, both with the decoder's compaction (`compact`), and both under
+the op audit (`--variants`). Random weights answer to the 512-token limit, so only the prompts' lengths differ: the
+gain there is a lower bound of the real-weights one.
 
 `phases`: Qwen2.5-0.5B's actor update as the P40 plan runs it, timed by phase at the plan's micro-batch (rows x
 columns): forward with gradients, backward, gradient-checkpoint recomputation (the backward with checkpointing less
@@ -47,9 +47,11 @@ P40_PATH = ["--profile", "p40", "--gpu-memory-cap-gb", "24", "--skip-check", "ke
 
 
 # the variants `bench` runs, each against the default (verl's old_log_prob pass and micro-batches): the rollout's
-# log-probs, the length-grouped update, both, and both under the op audit (half-precision ops must be 0)
+# log-probs, the length-grouped update, both, both with the decoder's compaction, and both under the op audit
+# (half-precision ops must be 0)
 LOG_PROBS = ["--set", "actor_rollout_ref.rollout.p40_log_probs=auto"]
-VARIANTS = ("before", "log-probs", "update", "both", "audited")
+COMPACT = ["--set", "actor_rollout_ref.rollout.p40_decode_compact=true"]  # the decoder's compaction (2026-12-06)
+VARIANTS = ("before", "log-probs", "update", "both", "compact", "audited")
 
 
 def variant_sets(name: str, offer: list[str]) -> list[str]:
@@ -60,6 +62,7 @@ def variant_sets(name: str, offer: list[str]) -> list[str]:
         "log-probs": [*VERLS, *LOG_PROBS],
         "update": [*offer, *pass_],
         "both": [*offer, *LOG_PROBS],
+        "compact": [*offer, *LOG_PROBS, *COMPACT],
         "audited": [*offer, *LOG_PROBS],
     }[name]
 

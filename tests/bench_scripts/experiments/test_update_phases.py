@@ -48,3 +48,8 @@ def test_before_runs_verls_micro_batches_and_after_the_length_grouped_ones():
     assert both.actor_rollout_ref.actor.p40_update_tokens == after.actor_rollout_ref.actor.p40_update_tokens
     kept = planned(update_phases.variant_sets("before", offer)[1::2])
     assert kept.actor_rollout_ref.rollout.p40_log_probs == "pass"
+    compact = planned(update_phases.variant_sets("compact", offer)[1::2])  # both, and the decoder's compaction
+    assert compact.actor_rollout_ref.rollout.p40_decode_compact is True and not both.actor_rollout_ref.rollout.get(
+        "p40_decode_compact", False
+    )
+    assert compact.actor_rollout_ref.actor.p40_update_tokens == after.actor_rollout_ref.actor.p40_update_tokens
