@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 17's hold, detached (setsid) by the launch call, cut to the ~15 minutes of device time left after a refused
+# Session 17's hold, detached (setsid) by the launch call, cut to the ~20 minutes of device time left after a refused
 # first batch: issue 67's decoder check on the real-weights stand-in (masked, 24 GB cap; generate(), the decoder, the
 # decoder with p40_decode_compact), then update_phases.py phases (masked) if the deadline leaves room.
 cd /tmp/code
