@@ -62,9 +62,10 @@ def test_the_reason_is_given():
 
 def test_the_decoder_is_said_with_the_hf_rollout():
     """patches/p40_decode.py: a CUDA graph where there is a GPU, the static cache alone where there is none, and
-    transformers' generate() where the run turns it off; nothing for vLLM, which decodes on its own."""
+    transformers' generate() where the run turns it off; nothing for vLLM, which decodes on its own. The p40 profile
+    sets the compaction (issue 67's validation); the run's own false turns it off."""
     hf = profiles.load("p40").verl
-    _, notes = engines.complete(hf, Where(sm=P40, vllm=False, triton=False))
+    _, notes = engines.complete(hf, Where(sm=P40, vllm=False, triton=False), {engines.COMPACT: "false"})
     assert notes[1] == (
         "rollout decoding: a static KV cache and one CUDA graph a token "
         "(p40_decode=auto; off: transformers' generate())"
@@ -75,7 +76,7 @@ def test_the_decoder_is_said_with_the_hf_rollout():
         hf, Where(sm=P40, vllm=False, triton=False), {"actor_rollout_ref.rollout.p40_decode": "off"}
     )
     assert notes[1] == "rollout decoding: transformers' generate() (p40_decode=off)"
-    _, notes = engines.complete(hf, Where(sm=P40, vllm=False, triton=False), {engines.COMPACT: "true"})
+    _, notes = engines.complete(hf, Where(sm=P40, vllm=False, triton=False))  # the profile's own
     assert notes[1] == (
         "rollout decoding: a static KV cache and one CUDA graph a token, the prompts' padding cut and ended rows "
         "leaving the batch every 16 tokens (p40_decode=auto; off: transformers' generate())"
@@ -87,11 +88,11 @@ def test_the_decoder_is_said_with_the_hf_rollout():
 def test_the_compaction_note_reads_the_composed_config(monkeypatch):
     """A profile that adopts p40_decode_compact is said as the run's own --set is (the user's false wins over it),
     and the interval named is the decoder's own STOP_CHECK, not a number written twice."""
-    from verl_p40.patches import p40_decode
+    from verl_p40.patches import p40_decode_rules
 
     hf = copy.deepcopy(profiles.load("p40").verl)
     hf["actor_rollout_ref"]["rollout"]["p40_decode_compact"] = True
-    monkeypatch.setattr(p40_decode, "STOP_CHECK", 32)
+    monkeypatch.setattr(p40_decode_rules, "STOP_CHECK", 32)
     _, notes = engines.complete(hf, Where(sm=P40, vllm=False, triton=False))
     assert "ended rows leaving the batch every 32 tokens" in notes[1]
     _, notes = engines.complete(hf, Where(sm=P40, vllm=False, triton=False), {engines.COMPACT: "false"})

@@ -38,9 +38,9 @@ from types import SimpleNamespace
 
 import torch
 
+from verl_p40.patches.p40_decode_rules import COMPACT_AT, STOP_CHECK
+
 MODES = ("off", "eager", "graph", "auto")
-STOP_CHECK = 16  # tokens between two checks (a host sync) of whether every row has ended
-COMPACT_AT = 0.75  # p40_decode_compact: ended rows leave the batch once at most this share of it is going on
 ATTENTION = "p40_decode"
 _said: set[str] = set()
 _failed: list[str] = []  # why the decoder failed in this process: generate() decodes from then on
@@ -495,8 +495,9 @@ def generator(module, config, temperature: float | None = None):
     """What verl's HF rollout calls in place of `module.generate`: `p40_decode` off (or absent) keeps generate();
     eager decodes with the static cache; graph and auto also replay the step as a CUDA graph where the model is on a
     CUDA GPU (elsewhere they are eager). With a `temperature` and a config that wants_log_probs, the decoder also
-    returns each sampled token's log-prob and entropy at that temperature. `p40_decode_compact` (true/false, default
-    false until a GPU run validates it): the prompt's unused padding columns are cut and ended rows leave the batch."""
+    returns each sampled token's log-prob and entropy at that temperature. `p40_decode_compact` (true/false; the p40
+    profile sets true since its 20-step validation, verl's config has none): the prompt's unused padding columns are
+    cut and ended rows leave the batch."""
     mode = str(config.get("p40_decode", "off") or "off")
     compact = config.get("p40_decode_compact", False) is True  # a bool: the plan's rules take no other
     if mode not in MODES:

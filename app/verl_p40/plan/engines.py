@@ -54,7 +54,7 @@ def _why_not(package: str, installed: bool, feature: str, sm: float | None, hint
     return None
 
 
-COMPACT = "actor_rollout_ref.rollout.p40_decode_compact"  # patches/p40_decode.py; off until a GPU run validates it
+COMPACT = "actor_rollout_ref.rollout.p40_decode_compact"  # patches/p40_decode.py; the p40 profile sets it
 
 
 def _decoding(tree, where: Where, user_sets: dict[str, str] | None) -> str:
@@ -70,9 +70,9 @@ def _decoding(tree, where: Where, user_sets: dict[str, str] | None) -> str:
     graph = mode in ("graph", "auto") and where.sm is not None  # a CUDA graph needs a GPU
     how = "a static KV cache and one CUDA graph a token" if graph else "a static KV cache (no GPU: no CUDA graph)"
     if str(setting(COMPACT)).lower() == "true":  # a bool: rules.CHOICES takes no other
-        from verl_p40.patches.p40_decode import STOP_CHECK  # torch, only where the decoder will run
+        from verl_p40.patches import p40_decode_rules  # the decoder's own interval; no torch
 
-        how += f", the prompts' padding cut and ended rows leaving the batch every {STOP_CHECK} tokens"
+        how += f", the prompts' padding cut and ended rows leaving the batch every {p40_decode_rules.STOP_CHECK} tokens"
     return f"rollout decoding: {how} (p40_decode={mode}; off: transformers' generate())"
 
 

@@ -14,9 +14,9 @@ tests/unit_base/test_rollout_log_probs.py); these do not, and keep the pass:
   (--tf32, on by default on sm_80+): the two sources round at that precision, each in its own order, far above fp32's
   rounding;
 - a LoRA actor, or p40_decode=off: generate() decodes, and returns no log-probs.
-`actor_rollout_ref.rollout.p40_log_probs`: pass (verl's own pass, always: the default until a run has validated the
-rollout's, timed and compared on the masked GPU in bench/results/speedups-2026-12-05; bench/next-device-session.md),
-auto (the rollout's where they are exact, the pass elsewhere) or rollout (the rollout's, refused where they are not
+`actor_rollout_ref.rollout.p40_log_probs`: auto (the default: the rollout's where they are exact, the pass elsewhere;
+validated over 20 steps on the P40 path, bench/results/p40-path-compact-2026-12-06, after the agreement of
+speedups-real-2026-12-06), pass (verl's own pass, always) or rollout (the rollout's, refused where they are not
 exact).
 """
 
@@ -65,11 +65,6 @@ def decide(tree, tf32: bool, user_value: str | None) -> tuple[str, str]:
         raise UserError(f"--set {KEY}=rollout: {why}; use {KEY}=auto or pass")
     if user_value == "pass":
         return "pass", f"old log-probs: verl's old_log_prob pass ({KEY}=pass, your setting)"
-    if user_value is None and not why:  # exact here, offered: timed, not yet validated over a run (issue 60)
-        return "pass", (
-            "old log-probs: verl's old_log_prob pass; the rollout's are exact here (fp32, the actor's weights) and "
-            f"skip it (a GRPO step 10 % shorter under the P40 mask; not the default until validated): --set {KEY}=auto"
-        )
     if why:
         return "pass", f"old log-probs: verl's old_log_prob pass ({why})"
     return "rollout", (

@@ -46,8 +46,9 @@ ROW_VALUES = 12  # fp32 values a row of an update micro-batch holds per answer c
 # where the constants above were fitted on verl's micro-batches, priced at full width but holding rows of whatever
 # length they have. Measured against the model at 2,048 tokens on the P40 path (update_actor, torch's peak), the
 # per-token part (logits and activations) was 1.067x the model's with every answer at the limit (19.49 GB against
-# 18.79: timing-pair-2026-12-06) and 1.126x with real answers (20.10 GB against 18.79: speedups-real-2026-12-06).
-UPDATE_TOKENS_FILL = 1.13  # the larger, rounded up; measured on the actor, priced the same on the critic
+# 18.79: timing-pair-2026-12-06) and 1.126x with real answers (20.10 GB against 18.79: speedups-real-2026-12-06); at
+# 1,792 tokens with real answers 1.237x (19.65 GB against 18.68 at 1.13: p40-path-compact-2026-12-06, 20 steps).
+UPDATE_TOKENS_FILL = 1.24  # the largest, rounded up; measured on the actor, priced the same on the critic
 
 
 def activation_values(hidden: int, intermediate: int, kv_dim: int) -> int:

@@ -41,6 +41,9 @@ KEYS = {
 ENTROPY_KEY = "actor_rollout_ref.actor.entropy_coeff"  # an entropy bonus: not priced (_unpriced)
 STATE_KEYS = {state: OFFLOAD_KEYS[state] for state in mem.STATES}  # the offload key that keeps it off the GPU
 STRATEGY_KEY = "actor_rollout_ref.actor.strategy"
+# the length-grouped update is set on GPUs below this compute capability (Pascal, fp32: the P40 path it was validated
+# on, bench/results/p40-path-compact-2026-12-06) and offered on newer ones, where no run has validated its memory
+VALIDATED_BELOW_SM = 7.0
 STATE_WORDS = {
     "actor_optimizer": "actor Adam states",
     "reference_params": "reference weights",
@@ -154,7 +157,8 @@ def plan(
     floor = replace(start, update_tokens=0) if measured else None  # a token budget was never measured
     sizes = mem.choose(shape, step, start, fit.budget, set(fit.fixed), floor)
     offer = sizes.update_tokens if "update_tokens" not in fit.fixed else 0
-    sizes = replace(sizes, update_tokens=0) if offer else sizes  # offered, not set: timed, not yet validated over a run
+    adopted = bool(offer) and hw.sm is not None and hw.sm < VALIDATED_BELOW_SM  # set where validated: Pascal
+    sizes = replace(sizes, update_tokens=0) if offer and not adopted else sizes  # elsewhere offered, not set
     peaks = mem.phase_peaks(shape, step, sizes)
     unmeasured = floor is None or sizes.update_cells(step.width) > floor.update_cells(step.width)
     if unmeasured and max(peaks.values()) > fit.budget:  # said before Ray starts: memcap would end the run in an OOM
@@ -172,7 +176,7 @@ def plan(
         if state not in fit.fixed
     ]
     note, record = _said(sizes, step, peaks, usable, fit.budget)
-    return Sized(Part(overrides=out, notes=[note, *_regroup_offer(offer, step), *_unpriced(tree)]), record)
+    return Sized(Part(overrides=out, notes=[note, *_regroup_offer(offer, step, adopted), *_unpriced(tree)]), record)
 
 
 def _unpriced(tree: Any) -> list[str]:
@@ -192,19 +196,24 @@ def _unpriced(tree: Any) -> list[str]:
     ]
 
 
-def _regroup_offer(tokens: int, step: mem.Step) -> list[str]:
+def _regroup_offer(tokens: int, step: mem.Step, adopted: bool) -> list[str]:
     """The length-grouped update the memory plan found room for (patches/p40_update.py: every token keeps its weight,
-    tests/unit_base/test_update_regroup.py), offered rather than set until a run validates it (timed in
-    bench/results/speedups-2026-12-05; its memory estimate corrected with speedups-real-2026-12-06's measurement:
-    memory.UPDATE_TOKENS_FILL; bench/next-device-session.md, issue 67)."""
+    tests/unit_base/test_update_regroup.py): set on Pascal GPUs, as on the P40 path that validated it (20 steps,
+    bench/results/p40-path-compact-2026-12-06; its memory estimate corrected with the P40 path's measurements:
+    memory.UPDATE_TOKENS_FILL), offered on newer ones (VALIDATED_BELOW_SM; bench/next-device-session.md, issue 67)."""
     if not tokens:
         return []
     keys = KEYS["update_tokens"] if step.critic else KEYS["update_tokens"][:1]
+    if adopted:
+        off = " ".join(f"{key}=0" for key in keys)
+        return [
+            f"update: length-grouped micro-batches of {tokens} tokens (the same gradient as verl's micro-batches; "
+            f"the update 7 % shorter under the P40 mask); verl's own: --set {off}"
+        ]
     sets = " ".join(f"{key}={tokens}" for key in keys)
     return [
-        f"update: verl's micro-batches; length-grouped ones of {tokens} tokens fit (the same gradient; under the P40 "
-        "mask, GRPO at 2048 tokens: the update 7 % shorter on 3 GB more; not the default until validated): "
-        f"--set {sets}"
+        f"update: verl's micro-batches; length-grouped ones of {tokens} tokens fit (the same gradient; set by "
+        f"default on Pascal GPUs, where it was validated): --set {sets}"
     ]
 
 
