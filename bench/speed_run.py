@@ -146,13 +146,19 @@ def generation(training: list[dict], sequences: int, shape: projection.Shape, ru
     }
 
 
-def summary(name: str, command: list[str], code: int, wall: float, log: Path | None) -> dict:
+def summary(name: str, command: list[str], code: int, wall: float, log: Path | None, recorded: bool = False) -> dict:
+    """The run's summary from its trainer log. `recorded`: a committed run made before issue 67's speed-ups became the
+    plan's defaults, projected as it ran (run_projection.as_recorded)."""
     steps = [s for s in read_steps(log)] if log else []
     training = [s for s in steps if "timing_s/step" in s]
     out = {"run": name, "command": "verl-p40 " + shlex.join(command[4:]), "returncode": code, "wall_s": wall}
     out["setup"] = "Pascal mask (Tesla P40), op audit off" if RUNS[name][0] else "unmasked H200"
     if not training:
         return out
+    if recorded:
+        from lib.run_projection import as_recorded
+
+        command = [*command[:4], *as_recorded(command[4:])]
     options, facts = options_of(command)
     run = plan(options, facts)
     model = options.model
@@ -261,7 +267,7 @@ def resummarise(args: argparse.Namespace) -> None:
             command[command.index("--model") + 1] = str(
                 Path(__file__).parents[1] / "tests/fixtures/qwen2.5-0.5b-instruct"
             )
-        new = summary(old["run"], command, old["returncode"], old["wall_s"], logs[-1])
+        new = summary(old["run"], command, old["returncode"], old["wall_s"], logs[-1], recorded=True)
         new.update({k: old[k] for k in ("command", "setup", "audit", "predicted", "notes") if k in old})
         new["model"] = model
         path.write_text(json.dumps(new, indent=2) + "\n")

@@ -15,7 +15,7 @@
 # Each call starts with:  bash /tmp/bundle/install.sh && bash bench/experiments/rollout_log_probs_gpu.sh PHASE
 set -euo pipefail
 offered_update_tokens() {  # the actor's token budget in the plan's `update: ...` offer line (verl-p40 config's stderr)
-  sed -n 's/^.*update: .*--set actor_rollout_ref\.actor\.p40_update_tokens=\([0-9][0-9]*\).*$/\1/p' "$1" | head -n 1
+  sed -n 's/^.*update: .*length-grouped [a-z-]* of \([0-9][0-9]*\) tokens.*$/\1/p' "$1" | head -n 1
 }
 [ "${1:-}" = offered-update-tokens ] && { offered_update_tokens "$2"; exit 0; }  # for the test
 PHASE=${1:?agreement, validate or wait}

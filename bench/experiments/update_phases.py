@@ -6,10 +6,10 @@ kernel, a 24 GB cap):
 
 `bench`: the masked P40-path `verl-p40 bench --steps 3` before and after, back to back on the same machine: before
 with verl's update micro-batches (`p40_update_tokens=0` for actor and critic) and old_log_prob pass, after with the
-length-grouped ones the memory plan offers (patches/p40_update.py; offered, not set, until a run validates it), with the
-rollout's log-probs (`p40_log_probs=auto`), with both, both with the decoder's compaction (`compact`), and both under
-the op audit (`--variants`). Random weights answer to the 512-token limit, so only the prompts' lengths differ: the
-gain there is a lower bound of the real-weights one.
+length-grouped ones the memory plan sizes (patches/p40_update.py; set on a P40 since issue 67's validation), with the
+rollout's log-probs (`p40_log_probs=auto`), with both, both with the decoder's compaction (`compact`; every other
+variant turns it off), and both under the op audit (`--variants`). Random weights answer to the 512-token limit, so only
+the prompts' lengths differ: the gain there is a lower bound of the real-weights one.
 
 `phases`: Qwen2.5-0.5B's actor update as the P40 plan runs it, timed by phase at the plan's micro-batch (rows x
 columns): forward with gradients, backward, gradient-checkpoint recomputation (the backward with checkpointing less
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -51,19 +52,21 @@ P40_PATH = ["--profile", "p40", "--gpu-memory-cap-gb", "24", "--skip-check", "ke
 # (half-precision ops must be 0)
 LOG_PROBS = ["--set", "actor_rollout_ref.rollout.p40_log_probs=auto"]
 COMPACT = ["--set", "actor_rollout_ref.rollout.p40_decode_compact=true"]  # the decoder's compaction (2026-12-06)
+# the p40 profile sets the compaction since issue 67's validation: the variants without it say so
+NO_COMPACT = ["--set", "actor_rollout_ref.rollout.p40_decode_compact=false"]
 VARIANTS = ("before", "log-probs", "update", "both", "compact", "audited")
 
 
 def variant_sets(name: str, offer: list[str]) -> list[str]:
-    """The `--set`s of a variant; `offer`: those of the update the plan offers (offered())."""
+    """The `--set`s of a variant; `offer`: those of the update the plan sizes (offered())."""
     pass_ = ["--set", "actor_rollout_ref.rollout.p40_log_probs=pass"]
     return {
-        "before": [*VERLS, *pass_],
-        "log-probs": [*VERLS, *LOG_PROBS],
-        "update": [*offer, *pass_],
-        "both": [*offer, *LOG_PROBS],
+        "before": [*VERLS, *pass_, *NO_COMPACT],
+        "log-probs": [*VERLS, *LOG_PROBS, *NO_COMPACT],
+        "update": [*offer, *pass_, *NO_COMPACT],
+        "both": [*offer, *LOG_PROBS, *NO_COMPACT],
         "compact": [*offer, *LOG_PROBS, *COMPACT],
-        "audited": [*offer, *LOG_PROBS],
+        "audited": [*offer, *LOG_PROBS, *NO_COMPACT],
     }[name]
 
 
@@ -90,10 +93,13 @@ def bench(out: Path, variants: list[str]) -> None:
 
 
 def offered(notes: str) -> list[str]:
-    """The `--set`s of the length-grouped update the plan offers in its `notes` (its line `update: ...`: offered, not
-    set, until this experiment has timed it)."""
-    line = next(n for n in notes.splitlines() if "update: verl's micro-batches; length-grouped" in n)
-    return [part for kv in line.split("--set ", 1)[1].split() for part in ("--set", kv)]
+    """The `--set`s of the length-grouped update the plan finds room for in its `notes`: its line `update: ...` names
+    the token budget, set on a Pascal GPU ("length-grouped micro-batches of N tokens") or offered on a newer one
+    ("length-grouped ones of N tokens fit"), and the keys (the actor's, and the critic's where there is one)."""
+    line = next(n for n in notes.splitlines() if "update: " in n and "length-grouped" in n)
+    tokens = re.search(r"length-grouped (?:micro-batches|ones) of (\d+) tokens", line)[1]
+    keys = re.findall(r"\b((?:actor_rollout_ref\.actor|critic)\.p40_update_tokens)=", line)
+    return [part for key in keys for part in ("--set", f"{key}={tokens}")]
 
 
 def _p40_notes(env: dict) -> str:

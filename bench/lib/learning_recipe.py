@@ -15,12 +15,22 @@ VAL_SIZE = 256
 MAX_NEW_TOKENS = 512  # verl-p40 eval's default, and the recipe's data.max_response_length
 
 
+# Issue 69's yardstick prices every variant with the plan its first runs had (verl's old_log_prob pass, verl's
+# micro-batches, the decoder without compaction): the speed-ups issue 67 adopted since on the P40 path are pinned off
+# in both modes, so that a run's held-out points per projected P40-hour compare with the earlier runs'; a run's own
+# --override (after these) turns them on, and is reported apart.
+YARDSTICK_SETS = [
+    "actor_rollout_ref.rollout.p40_log_probs=pass",
+    "actor_rollout_ref.actor.p40_update_tokens=0",
+    "critic.p40_update_tokens=0",
+    "actor_rollout_ref.rollout.p40_decode_compact=false",
+]
 MODES = {
     "p40": {
         "profile": "p40",
         "mask": "6.1",
         "cli": ["--gpu-memory-cap-gb", "24"],
-        "sets": [],
+        "sets": YARDSTICK_SETS,
         "setup": "Pascal mask PASCAL_MASK_CC=6.1 (Tesla P40), 24 GB cap per process, audit off",
     },
     # the product's own plan on the unmasked GPU, as a user runs it: the auto profile (ampere on an H200, TF32 by
@@ -31,7 +41,7 @@ MODES = {
         "profile": "auto",
         "mask": None,
         "cli": [],
-        "sets": [],
+        "sets": YARDSTICK_SETS,
         "setup": "unmasked, the product's plan as a user runs it (--profile auto, the memory plan; no hand-set sizes)",
     },
 }

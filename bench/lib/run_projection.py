@@ -52,10 +52,27 @@ def recorded_options(words: Sequence[str], then: dict[str, tuple[str, str]] | No
         os.environ.update(saved)
 
 
+# What the p40 plan ran before issue 67's speed-ups became its defaults (2026-12-06, session 18): verl's old_log_prob
+# pass, verl's update micro-batches, the decoder without compaction. Every record projected here was made before, and
+# ran so unless its command named them (bench/lib/learning_recipe.py's runs name them since).
+BEFORE_ADOPTION = {
+    "actor_rollout_ref.rollout.p40_log_probs": "pass",
+    "actor_rollout_ref.actor.p40_update_tokens": "0",
+    "critic.p40_update_tokens": "0",
+    "actor_rollout_ref.rollout.p40_decode_compact": "false",
+}
+
+
+def as_recorded(words: Sequence[str]) -> list[str]:
+    """A recorded command's words with BEFORE_ADOPTION's settings it does not name, as it ran."""
+    named = {w.removeprefix("--set=").split("=", 1)[0].lstrip("+") for w in words if "=" in w}
+    return [*words, *(f"{key}={value}" for key, value in BEFORE_ADOPTION.items() if key not in named)]
+
+
 def options_from(command: str) -> RunOptions:
     """The verl config a recorded `verl-p40 train|bench ...` command ran with (RECORDED_DEFAULTS where it names no
-    algorithm or profile)."""
-    return recorded_options(shlex.split(command)[1:], RECORDED_DEFAULTS)
+    algorithm or profile, BEFORE_ADOPTION's settings where it names none of them)."""
+    return recorded_options(as_recorded(shlex.split(command)[1:]), RECORDED_DEFAULTS)
 
 
 def masked_p40s(options: RunOptions) -> Facts:

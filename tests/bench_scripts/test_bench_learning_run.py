@@ -95,12 +95,20 @@ def test_the_fast_mode_runs_the_same_recipe_unmasked_through_the_cli(tmp_path):
     args.algorithm = "ppo-gsm8k"  # --algorithm: the recipe to compare with, the rest the same
     other = learning_recipe.train_command(args, tmp_path)
     assert other[other.index("--algorithm") + 1] == "ppo-gsm8k" and len(other) == len(fast)
-    # the only verl settings are the run's own (validation, saving, length): the sizes are the memory plan's
+    # the only verl settings are the run's own (validation, saving, length) and issue 69's yardstick (the plan its
+    # earlier runs had: the speed-ups issue 67 adopted pinned off): the sizes are the memory plan's
     assert [w for w in fast if "=" in w] == [
         "trainer.val_before_train=true",
         "trainer.test_freq=5",
         "trainer.save_freq=10",
         "trainer.total_training_steps=100",
+        *learning_recipe.YARDSTICK_SETS,
+    ]
+    assert learning_recipe.YARDSTICK_SETS == [
+        "actor_rollout_ref.rollout.p40_log_probs=pass",
+        "actor_rollout_ref.actor.p40_update_tokens=0",
+        "critic.p40_update_tokens=0",
+        "actor_rollout_ref.rollout.p40_decode_compact=false",
     ]
 
 

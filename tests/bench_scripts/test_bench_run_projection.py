@@ -48,6 +48,6 @@ def test_a_compacting_run_s_prefill_is_priced_at_its_longest_prompt_without_trim
         }
     ] * 3
     base = "verl-p40 train --profile p40 --algorithm grpo-gsm8k --set actor_rollout_ref.model.trim_padding=false"
-    full = project_run("full", base, steps, shape, recent=True)
+    full = project_run("full", base + " actor_rollout_ref.rollout.p40_decode_compact=false", steps, shape, recent=True)
     compact = project_run("compact", base + " actor_rollout_ref.rollout.p40_decode_compact=true", steps, shape, True)
     assert compact["p40_projection"]["gen"] < full["p40_projection"]["gen"]

@@ -40,8 +40,11 @@ def test_before_runs_verls_micro_batches_and_after_the_length_grouped_ones():
     offer = update_phases.offered("\n".join(f"[verl-p40] {n}" for n in default.notes))
     before, after = planned(sets), planned(offer[1::2])
     assert before.actor_rollout_ref.actor.p40_update_tokens == 0 and before.critic.p40_update_tokens == 0
-    assert default.config().actor_rollout_ref.actor.p40_update_tokens == 0  # offered, not set
+    # set on a P40 since issue 67's validation: `offered` reads the budget from the line that says so
+    assert default.config().actor_rollout_ref.actor.p40_update_tokens == after.actor_rollout_ref.actor.p40_update_tokens
     assert after.actor_rollout_ref.actor.p40_update_tokens > 0 and offer[0] == "--set"
+    h200 = plan(RunOptions(profile="p40", algorithm="grpo-gsm8k", gpu_memory_cap_gb=24), Facts.of_card("h200"))
+    assert update_phases.offered("\n".join(h200.notes)) == offer  # offered, not set, on a newer GPU: the same budget
     assert "--gpu-memory-cap-gb" in update_phases.P40_PATH and "kernels" in update_phases.P40_PATH
     both = planned(update_phases.variant_sets("both", offer)[1::2])
     assert both.actor_rollout_ref.rollout.p40_log_probs == "rollout"  # auto resolved: the pass is skipped
@@ -49,7 +52,8 @@ def test_before_runs_verls_micro_batches_and_after_the_length_grouped_ones():
     kept = planned(update_phases.variant_sets("before", offer)[1::2])
     assert kept.actor_rollout_ref.rollout.p40_log_probs == "pass"
     compact = planned(update_phases.variant_sets("compact", offer)[1::2])  # both, and the decoder's compaction
-    assert compact.actor_rollout_ref.rollout.p40_decode_compact is True and not both.actor_rollout_ref.rollout.get(
+    assert compact.actor_rollout_ref.rollout.p40_decode_compact is True
+    assert kept.actor_rollout_ref.rollout.p40_decode_compact is False and not both.actor_rollout_ref.rollout.get(
         "p40_decode_compact", False
-    )
+    )  # the profile sets it since 2026-12-06: every variant but `compact` turns it off
     assert compact.actor_rollout_ref.actor.p40_update_tokens == after.actor_rollout_ref.actor.p40_update_tokens
