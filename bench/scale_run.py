@@ -221,10 +221,13 @@ def p40_rate(result: dict) -> tuple[float, float]:
     from verl_p40.perf import projection
 
     shape = projection.Shape.from_config(json.loads((project.SHARED / "config.json").read_text()))
-    row = project.project_run("scale", result["command"], result["steps"], shape, recent=True)
+    # a scale run's record names no speed-up of issue 67 (those committed ran before they were the defaults, and the
+    # multi-GPU runs, where they are not set, keep them off): projected as it ran
+    row = project.project_run("scale", result["command"], result["steps"], shape, recent=True, recorded=True)
     if row["train_batch_size"] != result["settings"]["train_batch_size"]:
         # run before 2026-12-04, when several GPUs multiplied the batch: today's plan of that is `--batch per-gpu`
-        row = project.project_run("scale", f"{result['command']} --batch per-gpu", result["steps"], shape, recent=True)
+        command = f"{result['command']} --batch per-gpu"
+        row = project.project_run("scale", command, result["steps"], shape, recent=True, recorded=True)
     step = row["p40_projection"]["step"]
     return step, row["train_batch_size"] / step
 

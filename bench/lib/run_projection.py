@@ -53,8 +53,9 @@ def recorded_options(words: Sequence[str], then: dict[str, tuple[str, str]] | No
 
 
 # What the p40 plan ran before issue 67's speed-ups became its defaults (2026-12-06, session 18): verl's old_log_prob
-# pass, verl's update micro-batches, the decoder without compaction. Every record projected here was made before, and
-# ran so unless its command named them (bench/lib/learning_recipe.py's runs name them since).
+# pass, verl's update micro-batches, the decoder without compaction. A record made before ran so unless its command
+# named them: project_run(recorded=True) projects it as it ran (bench/project.py's committed runs, the committed scale
+# runs); a new run, or today's plan, is projected as planned (recorded=False).
 BEFORE_ADOPTION = {
     "actor_rollout_ref.rollout.p40_log_probs": "pass",
     "actor_rollout_ref.actor.p40_update_tokens": "0",
@@ -69,10 +70,12 @@ def as_recorded(words: Sequence[str]) -> list[str]:
     return [*words, *(f"{key}={value}" for key, value in BEFORE_ADOPTION.items() if key not in named)]
 
 
-def options_from(command: str) -> RunOptions:
+def options_from(command: str, recorded: bool = False) -> RunOptions:
     """The verl config a recorded `verl-p40 train|bench ...` command ran with (RECORDED_DEFAULTS where it names no
-    algorithm or profile, BEFORE_ADOPTION's settings where it names none of them)."""
-    return recorded_options(as_recorded(shlex.split(command)[1:]), RECORDED_DEFAULTS)
+    algorithm or profile; `recorded`, a run made before the speed-ups' adoption: BEFORE_ADOPTION's settings it does
+    not name)."""
+    words = shlex.split(command)[1:]
+    return recorded_options(as_recorded(words) if recorded else words, RECORDED_DEFAULTS)
 
 
 def masked_p40s(options: RunOptions) -> Facts:
@@ -83,12 +86,19 @@ def masked_p40s(options: RunOptions) -> Facts:
 
 
 def project_run(
-    name: str, command: str, steps: list[dict], shape: projection.Shape, recent: bool, measured: bool = False
+    name: str,
+    command: str,
+    steps: list[dict],
+    shape: projection.Shape,
+    recent: bool,
+    measured: bool = False,
+    recorded: bool = False,
 ) -> dict:
     """`recent`: run since trim_padding exists, so its config says whether it trimmed; older runs ran at full width.
     `measured`: each pass priced at the tokens the run's own passes logged (perf/p40_tokens, as `verl-p40 bench`
-    prices them), where it logged them, instead of the step's longest sequences for every micro-batch."""
-    options = options_from(command)
+    prices them), where it logged them, instead of the step's longest sequences for every micro-batch. `recorded`: a
+    run made before issue 67's speed-ups were the plan's defaults (BEFORE_ADOPTION)."""
+    options = options_from(command, recorded)
     cfg = plan(options, masked_p40s(options)).config()  # the machine that ran it, not this one
     phases = projection.median_phases(steps)
     generated = statistics.median(s.get("response_length/max", 0.0) for s in steps)

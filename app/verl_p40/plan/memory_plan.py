@@ -41,8 +41,8 @@ KEYS = {
 ENTROPY_KEY = "actor_rollout_ref.actor.entropy_coeff"  # an entropy bonus: not priced (_unpriced)
 STATE_KEYS = {state: OFFLOAD_KEYS[state] for state in mem.STATES}  # the offload key that keeps it off the GPU
 STRATEGY_KEY = "actor_rollout_ref.actor.strategy"
-# the length-grouped update is set on GPUs below this compute capability (Pascal, fp32: the P40 path it was validated
-# on, bench/results/p40-path-compact-2026-12-06) and offered on newer ones, where no run has validated its memory
+# the length-grouped update is set where the 20-step run validated it (bench/results/p40-path-compact-2026-12-06: one
+# Pascal GPU, fp32, a GRPO actor without a critic or LoRA) and offered elsewhere, where no run has checked its memory
 VALIDATED_BELOW_SM = 7.0
 STATE_WORDS = {
     "actor_optimizer": "actor Adam states",
@@ -157,7 +157,7 @@ def plan(
     floor = replace(start, update_tokens=0) if measured else None  # a token budget was never measured
     sizes = mem.choose(shape, step, start, fit.budget, set(fit.fixed), floor)
     offer = sizes.update_tokens if "update_tokens" not in fit.fixed else 0
-    adopted = bool(offer) and hw.sm is not None and hw.sm < VALIDATED_BELOW_SM  # set where validated: Pascal
+    adopted = bool(offer) and _validated(hw, step)  # set where a run validated it, offered elsewhere
     sizes = replace(sizes, update_tokens=0) if offer and not adopted else sizes  # elsewhere offered, not set
     peaks = mem.phase_peaks(shape, step, sizes)
     unmeasured = floor is None or sizes.update_cells(step.width) > floor.update_cells(step.width)
@@ -196,11 +196,18 @@ def _unpriced(tree: Any) -> list[str]:
     ]
 
 
+def _validated(hw: Hardware, step: mem.Step) -> bool:
+    """Whether the run is one the length-grouped update was validated on: one Pascal GPU (sm below
+    VALIDATED_BELOW_SM; no GPU seen: not), a full actor without a critic."""
+    pascal = hw.sm is not None and hw.sm < VALIDATED_BELOW_SM
+    return pascal and step.world == 1 and not step.critic and not step.lora
+
+
 def _regroup_offer(tokens: int, step: mem.Step, adopted: bool) -> list[str]:
     """The length-grouped update the memory plan found room for (patches/p40_update.py: every token keeps its weight,
-    tests/unit_base/test_update_regroup.py): set on Pascal GPUs, as on the P40 path that validated it (20 steps,
-    bench/results/p40-path-compact-2026-12-06; its memory estimate corrected with the P40 path's measurements:
-    memory.UPDATE_TOKENS_FILL), offered on newer ones (VALIDATED_BELOW_SM; bench/next-device-session.md, issue 67)."""
+    tests/unit_base/test_update_regroup.py): set where a run validated it (_validated: one Pascal GPU, GRPO without a
+    critic, 20 steps, bench/results/p40-path-compact-2026-12-06; its memory estimate corrected with the P40 path's
+    measurements: memory.UPDATE_TOKENS_FILL), offered elsewhere (bench/next-device-session.md, issue 67)."""
     if not tokens:
         return []
     keys = KEYS["update_tokens"] if step.critic else KEYS["update_tokens"][:1]
@@ -213,7 +220,7 @@ def _regroup_offer(tokens: int, step: mem.Step, adopted: bool) -> list[str]:
     sets = " ".join(f"{key}={tokens}" for key in keys)
     return [
         f"update: verl's micro-batches; length-grouped ones of {tokens} tokens fit (the same gradient; set by "
-        f"default on Pascal GPUs, where it was validated): --set {sets}"
+        f"default where a run validated it: one Pascal GPU, no critic): --set {sets}"
     ]
 
 
