@@ -9,6 +9,7 @@ import shlex
 from pathlib import Path
 
 from lib.real_runs import State, cli, real_model, run
+from lib.run_projection import BEFORE_ADOPTION
 
 RECIPE = "grpo-gsm8k"
 VAL_SIZE = 256
@@ -19,12 +20,7 @@ MAX_NEW_TOKENS = 512  # verl-p40 eval's default, and the recipe's data.max_respo
 # micro-batches, the decoder without compaction): the speed-ups issue 67 adopted since on the P40 path are pinned off
 # in both modes, so that a run's held-out points per projected P40-hour compare with the earlier runs'; a run's own
 # --override (after these) turns them on, and is reported apart.
-YARDSTICK_SETS = [
-    "actor_rollout_ref.rollout.p40_log_probs=pass",
-    "actor_rollout_ref.actor.p40_update_tokens=0",
-    "critic.p40_update_tokens=0",
-    "actor_rollout_ref.rollout.p40_decode_compact=false",
-]
+YARDSTICK_SETS = [f"{key}={value}" for key, value in BEFORE_ADOPTION.items()]
 MODES = {
     "p40": {
         "profile": "p40",
