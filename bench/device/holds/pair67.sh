@@ -4,8 +4,10 @@
 # rollout's log-probs, the length-grouped update at the plan's budget, the decoder's compaction), back to back on one
 # machine, then the band. Needs only the bundle and the code (no model chunks: random weights). Detached by the launch
 # call (setsid), from the code copy in /tmp/code, once setup.sh has written /tmp/setup-done; /tmp/hold-done at its end.
+# Usage: bash pair67.sh [VARIANTS]: `compact` alone (~4 minutes) where a session's device time cannot hold the pair.
+variants=${1:-before,compact}
 cd /tmp/code
-source bench/device/holds/start.sh pair67
+source bench/device/holds/start.sh "pair67 $variants"
 W=/tmp/pair67
 mkdir -p $W
 # bench's common arguments name .gpu-shared's tokenizer and config folder: the code copy has them as test fixtures
@@ -13,6 +15,6 @@ mkdir -p .gpu-shared && ln -sfn "$PWD/tests/fixtures/qwen2.5-0.5b-instruct" .gpu
 python3 bench/device/make_random_model.py --config tests/fixtures/qwen2.5-0.5b-instruct --out /tmp/qwen-random \
   > /tmp/random.log 2>&1 || { echo "random model failed"; touch /tmp/hold-done; exit 4; }
 date -u +"timing pair %FT%TZ"
-python3 bench/experiments/update_phases.py bench --variants before,compact --out $W/timing-pair > $W/session.log 2>&1
+python3 bench/experiments/update_phases.py bench --variants "$variants" --out $W/timing-pair > $W/session.log 2>&1
 echo "timing pair rc=$?"
 date -u +"hold end %FT%TZ"; touch /tmp/hold-done
