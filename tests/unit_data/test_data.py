@@ -1,4 +1,5 @@
 import json
+import os
 
 import pyarrow.parquet as pq
 import pytest
@@ -225,3 +226,22 @@ def test_tokenizer_statistics(tmp_path, gsm8k_dir, tokenizer_dir):
     assert result.returncode == 0, result.stderr
     stats = json.loads((tmp_path / "s.json").read_text())["splits"]["train"]["prompt_tokens"]
     assert 60 < stats["mean"] < 200 and stats["p50"] <= stats["p99"] <= stats["max"]
+
+
+def test_a_tokenizer_whose_chat_template_cannot_run_stops_prep_before_it_writes(tmp_path, gsm8k_dir, tokenizer_dir):
+    # transformers does not install jinja2, which apply_chat_template needs: a missing one is named in one line before
+    # any file is written, not a traceback after the parquet files are
+    # (None in sys.modules: transformers finds no jinja2 and imports, as where it was never installed)
+    absent = tmp_path / "no-jinja2"
+    absent.mkdir()
+    (absent / "sitecustomize.py").write_text('import sys\nsys.modules["jinja2"] = None\n')
+    out = tmp_path / "o"
+    path = f"{absent}:{os.environ.get('PYTHONPATH', '')}"
+    result = cli(
+        "prep", "--source", str(gsm8k_dir), "--out", str(out), "--limit", "50", "--tokenizer", str(tokenizer_dir),
+        "--summary-json", str(tmp_path / "s.json"), env={"PYTHONPATH": path},
+    )  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "jinja2" in lines[0] and str(tokenizer_dir) in lines[0], lines
+    assert not out.exists() and not (tmp_path / "s.json").exists()

@@ -10,15 +10,25 @@ from verl_p40 import UserError
 
 
 def load_tokenizer(tokenizer_path: str):
-    """The tokenizer prep measures prompts with; loaded before anything is written, so a bad path changes nothing."""
+    """The tokenizer prep measures prompts with, its chat template tried once: both before anything is written, so a
+    bad path or a missing package (transformers does not install the jinja2 its templates need) changes nothing."""
     try:
         from transformers import AutoTokenizer
     except ImportError:
         raise UserError("--tokenizer needs the 'transformers' package") from None
     try:
-        return AutoTokenizer.from_pretrained(tokenizer_path)
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
     except Exception as exc:
         raise UserError(f"{tokenizer_path}: cannot load a tokenizer ({exc})") from None
+    try:
+        prompt_lengths([[{"role": "user", "content": "1 + 1?"}]], tokenizer)
+    except ImportError as exc:
+        raise UserError(
+            f"--tokenizer {tokenizer_path}: its chat template cannot run ({exc}); fix: pip install jinja2"
+        ) from None
+    except Exception as exc:
+        raise UserError(f"--tokenizer {tokenizer_path}: its chat template fails ({exc})") from None
+    return tokenizer
 
 
 def prompt_lengths(prompts: list, tokenizer) -> list[int]:
