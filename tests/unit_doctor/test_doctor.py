@@ -235,6 +235,23 @@ def test_data_check(tmp_path, prepared, gsm8k_dir, tiny_model):
     assert other.status == "FAIL" and "train-small.parquet: missing" in other.detail, other.detail
 
 
+def test_a_data_folder_of_gsm8k_as_published_is_prepared_into_another_folder(tmp_path, gsm8k_dir, monkeypatch):
+    # `prep --out` the folder itself would read the hub (prep's default source) and write beside the user's files: the
+    # fix names the folder as the source and a folder to write, and the --data that then reads it
+    monkeypatch.delenv("VERL_P40_SERVICE", raising=False)
+    monkeypatch.delenv("VERL_P40_DATA", raising=False)
+    raw = _one(_ctx(tmp_path, data=str(gsm8k_dir)), "data")
+    assert raw.status == "FAIL" and "train.parquet: missing" in raw.detail
+    assert raw.fix == f"verl-p40 prep --source {gsm8k_dir} --out data/gsm8k, then --data data/gsm8k", raw.fix
+    named = tmp_path / "data" / "gsm8k"  # the source is where prep would write by default: another folder beside it
+    shutil.copytree(gsm8k_dir, named)
+    monkeypatch.chdir(tmp_path)
+    beside = _one(_ctx(tmp_path, data="data/gsm8k"), "data")
+    assert beside.fix == "verl-p40 prep --source data/gsm8k --out data/gsm8k-prepared, then --data data/gsm8k-prepared"
+    empty = _one(_ctx(tmp_path, data=str(tmp_path / "empty")), "data")  # nothing there: prep's own source, as before
+    assert empty.fix == f"verl-p40 prep --out {tmp_path / 'empty'}", empty.fix
+
+
 # ------------------------------------------------------------------------------------------ writable, disk, shm, ram
 
 

@@ -167,6 +167,14 @@ def _parquet_shards(folder: Path, split: str) -> list[Path]:
     return []
 
 
+def holds_a_source(folder: Path) -> bool:
+    """Whether `folder` holds GSM8K as published (train.jsonl, or the hub's parquet export), which prep reads with
+    --source, rather than a folder prep wrote."""
+    if (folder / "train.jsonl").is_file():
+        return True
+    return any(path != folder / "train.parquet" for path in _parquet_shards(folder, "train"))
+
+
 def _read_hub(repo: str, cache_dir: str | None) -> dict[str, Iterable[RawRow]]:
     try:
         import datasets

@@ -31,8 +31,7 @@ def check_data(ctx: Context) -> str:
     folder = Path(ctx.options.data).expanduser()
     problems, rows = folder_problems(folder)
     if problems:
-        fix = status.phrased("docker compose run --rm data-prep", f"verl-p40 prep --out {folder}")
-        raise CheckFailed(f"{folder}: {'; '.join(problems[:3])}", fix)
+        raise CheckFailed(f"{folder}: {'; '.join(problems[:3])}", _prep_fix(folder))
     checked = {(folder / f"{split}.parquet").resolve() for split in rows}
     moved = _files_set_elsewhere(ctx, checked)
     for key, path in moved:  # what verl will read, where a KEY=VALUE took it out of --data
@@ -44,6 +43,21 @@ def check_data(ctx: Context) -> str:
         + ", ".join(f"{split} {n} rows" for split, n in rows.items())
         + "".join(f"; {key}={path}" for key, path in moved)
     )
+
+
+def _prep_fix(folder: Path) -> str:
+    """How to prepare `folder`: prep into it, or, where it holds GSM8K as published (prep's default source is the hub),
+    prep from it into another folder that --data then names."""
+    from verl_p40 import defaults
+    from verl_p40.data.gsm8k import holds_a_source
+
+    cli = f"verl-p40 prep --out {folder}"
+    if holds_a_source(folder):
+        out = Path(defaults.DATA.get())
+        if out.resolve() == folder.resolve():
+            out = folder.parent / f"{folder.name}-prepared"
+        cli = f"verl-p40 prep --source {folder} --out {out}, then --data {out}"
+    return status.phrased("docker compose run --rm data-prep", cli)
 
 
 def _files_set_elsewhere(ctx: Context, checked: set[Path]) -> list[tuple[str, Path]]:
