@@ -57,7 +57,8 @@ class RunOptions:
     samples_per_prompt: int | None = option(
         None,
         "answers sampled per prompt (verl's rollout.n); the profile's "
-        "sequences per step are kept, so prompts per step = batch / N",
+        "sequences per step are kept, so prompts per step = batch / N, except for a recipe "
+        "(grpo-gsm8k, ppo-gsm8k), whose prompts per step are its own",
         env="VERL_P40_SAMPLES_PER_PROMPT",
         kind=int,
         low=1,
