@@ -77,7 +77,7 @@ def test_the_door_reads_the_model_the_data_folder_and_the_allocator_once(tmp_pat
     assert inputs.model["hidden_size"] == 896 and inputs.held_out and inputs.allocator == "expandable_segments:False"
     assert inputs.rows == {str(data / "train.parquet"): 300, str(data / "val.parquet"): 30}
     assert inputs.prompts.longest is None and len(inputs.prompts.lengths) == 300  # counted: no manifest says
-    assert Inputs.absent() == Inputs() and Inputs.absent().prompts == Prompts()
+    assert Inputs.absent() == Inputs(here=False) and Inputs.absent().prompts == Prompts() and Inputs().here
     # the run's own filter off: no prompt is counted (nor the tokenizer loaded), as the schedule counts none then
     unfiltered = RunOptions(model=str(tokenizer_dir), data=str(data), sets=["data.filter_overlong_prompts=false"])
     assert Inputs.read(unfiltered).prompts == Prompts()
@@ -161,7 +161,8 @@ def test_a_plan_for_a_card_you_do_not_have_takes_nothing_of_the_folders_here(tmp
     assert cli.main([*args, "--data", str(tmp_path / "no-data")]) == 0
     nowhere = capsys.readouterr()
     assert here.out.replace(str(data), "D") == nowhere.out.replace(str(tmp_path / "no-data"), "D")
-    assert "val.parquet" not in here.out and "not readable here" in here.err
+    assert "val.parquet" not in here.out and "not readable here" not in here.err  # it is: it was not read
+    assert f"{data}/train.parquet is not read: a plan for --card takes no files of this machine" in here.err
 
 
 def test_the_doctor_plans_with_the_inputs_train_reads_and_reads_them_once(tmp_path, tokenizer_dir, monkeypatch):

@@ -42,11 +42,12 @@ class Inputs:
     rows: Mapping[str, int] = field(default_factory=dict)  # rows of each parquet file the plan names, by path
     prompts: Prompts = Prompts()  # the train file's
     allocator: str | None = None  # $PYTORCH_CUDA_ALLOC_CONF (None: unset)
+    here: bool = True  # read on this machine (False: a plan for --card, which reads nothing here)
 
     @classmethod
     def absent(cls) -> Inputs:
         """A plan for a card you do not have: no model, no data, no setting of this machine's."""
-        return cls()
+        return cls(here=False)
 
     @classmethod
     def read(cls, options: RunOptions) -> Inputs:

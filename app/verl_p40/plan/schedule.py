@@ -30,14 +30,20 @@ class Rows:
 
 
 def train_rows(
-    train_file: Path, rows: int | None, prompts: Prompts, filter_overlong: bool, max_prompt_length: int
+    train_file: Path,
+    rows: int | None,
+    prompts: Prompts,
+    filter_overlong: bool,
+    max_prompt_length: int,
+    here: bool = True,
 ) -> Rows:
     """The rows of `train_file` (`rows` of them, None: not readable here) verl's dataset keeps: every row, less the
     prompts over `max_prompt_length` tokens when the filter is on. Prep's manifest tells when no prompt is that long
     (`prompts.longest`: `prep --tokenizer`); else the prompts counted with the model's tokenizer (`prompts.lengths`);
     without either the count is of the rows before the filter, and says so. `plan/inputs.py` read them."""
-    if rows is None:  # a plan made for another machine: the file is not here
-        return Rows(None, False, f"{train_file} is not readable here")
+    if rows is None:  # missing or unreadable, or a plan made for another machine (`here` False), which reads no file
+        why = "is not readable here" if here else "is not read: a plan for --card takes no files of this machine"
+        return Rows(None, False, f"{train_file} {why}")
     if not filter_overlong:
         return Rows(rows)
     if prompts.longest is not None and prompts.longest <= max_prompt_length:

@@ -247,7 +247,7 @@ def schedule(batch: Batch, tree, settings: list[Override], user: list[Override],
     origins = {o.key.lstrip("+"): o.origin for o in settings}
     train = Path(str(get("data.train_files")))
     filtered = bool(get("data.filter_overlong_prompts"))
-    rows = schedule_mod.train_rows(train, inputs.rows.get(str(train)), inputs.prompts, filtered, longest)
+    rows = schedule_mod.train_rows(train, inputs.rows.get(str(train)), inputs.prompts, filtered, longest, inputs.here)
     counted = schedule_mod.plan(
         rows,
         prompts,
