@@ -108,6 +108,23 @@ def test_join_needs_the_heads_address():
     assert result.stderr.strip().splitlines()[-1].startswith("verl-p40 cluster: error: --address HEAD:PORT")
 
 
+def test_without_ray_both_ends_say_so_in_one_line_before_any_ray_start(tmp_path):
+    """`ray start` is Ray's own program: without Ray it would end in a traceback of the child (join execs it)."""
+    absent = tmp_path / "no-ray"  # None in sys.modules: Ray is not found, as where it was never installed
+    absent.mkdir()
+    (absent / "sitecustomize.py").write_text('import sys\nsys.modules["ray"] = None\n')
+    env = {"PYTHONPATH": f"{absent}:{os.environ.get('PYTHONPATH', '')}", "RAY_ADDRESS": ""}
+    for args in (["join", "--address", "10.0.0.1:6379"], ["head", "--profile", "p40", "--model", str(tmp_path)]):
+        result = cli("cluster", *args, env=env)
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert lines == [
+            "verl-p40 cluster: error: this command needs the Python package 'ray', which is not installed here: run it "
+            "in the image (docker compose), or pip install ray (docs/image.md, the pip package)"
+        ], lines
+        assert "$ " not in result.stdout  # no `ray start` was printed, nor run
+
+
 def test_a_bad_environment_value_does_not_break_help():
     """Environment values are checked when the command that reads them is parsed, not while the parser is built."""
     for env in ({"RAY_PORT": "abc"}, {"VERL_P40_CLUSTER_WAIT_S": "soon"}):

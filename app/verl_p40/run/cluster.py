@@ -15,6 +15,7 @@ Ports (host networking): RAY_PORT (6379) on the head for Ray's GCS, and on every
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -29,7 +30,10 @@ from verl_p40.plan import layout as layout_mod
 
 def ray_command() -> list[str]:
     """Ray's command line from the Ray this interpreter imports (the trainer's own), so that no `ray` script on PATH is
-    needed and none of another version is picked up (packages installed with `pip --target` come with no script)."""
+    needed and none of another version is picked up (packages installed with `pip --target` come with no script).
+    Without Ray the command's one line says so (cli.missing_dependency), before `ray start` ends in a traceback."""
+    if importlib.util.find_spec("ray") is None:
+        raise ModuleNotFoundError("No module named 'ray'", name="ray")
     return [sys.executable, "-m", "ray.scripts.scripts"]
 
 
