@@ -39,6 +39,10 @@ All through the product's CLI:
   evaluation); its record says it was not evaluated.
 - audit: one step of the recipe on the P40 path (half its prompts, not validated or saved) with the Pascal mask's op
   audit on: learning-audit-<date>.json counts half-precision ops and SDPA kernels in every process.
+- pair: issue 69's two-trainer measurement (bench/lib/learning_pair.py): two trainers of the mode's recipe on one GPU
+  with the same cap (--pair-cap-gb; half the GPU less 2 GB by default), --steps steps each, not validated or saved,
+  first together (each its own Ray instance) and then in a row: pair-<date>.json, the pair's wall time against the
+  two in a row.
 - compare (no GPU): several runs' validation curves against prompts seen (`--axis prompts`), the GPU-minutes of
   their training steps (`gpu-minutes`: recipes at equal GPU time) or their projected P40 hours (`p40-hours`), one
   plot and a markdown table.
@@ -48,8 +52,8 @@ All through the product's CLI:
   entropy, response length), from the returned work bundle (`report --work DIR`).
 
 This script is the command line; each mode's work is a module of bench/lib: `learning_recipe` (the recipe, the
-modes, prepare, the train command), `learning_session` (session, audit), `learning_heldout` (final, horizon, rescore,
-the work bundle) and `learning_report` (report, the P40 projection, compare).
+modes, prepare, the train command), `learning_session` (session, audit), `learning_pair` (pair), `learning_heldout`
+(final, horizon, rescore, the work bundle) and `learning_report` (report, the P40 projection, compare).
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ import json
 from pathlib import Path
 
 from lib.learning_heldout import final, horizon, horizon_report, rescore
+from lib.learning_pair import first_gpu, pair
 from lib.learning_recipe import MODES, RECIPE, prepare
 from lib.learning_report import AXES, compare, plot, report
 from lib.learning_session import audit, session
@@ -77,6 +82,7 @@ PHASES = (
     "report",
     "plot-record",
     "compare",
+    "pair",
 )
 
 
@@ -121,6 +127,9 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--score-steps", default="", help="horizon: the saved steps scored on the test split, named before the run"
     )
+    parser.add_argument(
+        "--pair-cap-gb", type=int, help="pair: the memory cap each of the two trainers gets (half the GPU less 2 GB)"
+    )
     parser.add_argument("--heldout-limit", type=int, help="final: only the first N test questions (a smoke check)")
 
 
@@ -153,6 +162,8 @@ def _state_phase(args: argparse.Namespace, work: Path, out: Path, state: State) 
         session(args, work, out, state)
     elif args.phase == "audit":
         print(json.dumps(audit(args, work, out)["audit"], indent=1))
+    elif args.phase == "pair":
+        pair(args, work, out, *first_gpu())
     elif args.phase in ("horizon", "horizon-report"):  # the report alone: from a returned work bundle, no GPU
         steps = [int(s) for s in args.score_steps.split(",")]
         result = horizon(args, work, out, state) if args.phase == "horizon" else horizon_report(work, out, state, steps)

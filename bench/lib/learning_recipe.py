@@ -56,7 +56,6 @@ def prepare(args: argparse.Namespace, work: Path, out: Path, state: State) -> No
 def train_command(args: argparse.Namespace, work: Path, *, audit: bool = False) -> list[str]:
     """The mode's `verl-p40 train` of the recipe. `audit`: one step at half the prompts (AUDIT_SETS), not validated
     or saved, into folders of its own."""
-    mode = MODES[args.mode]
     run_sets = (
         AUDIT_SETS
         if audit
@@ -68,6 +67,15 @@ def train_command(args: argparse.Namespace, work: Path, *, audit: bool = False) 
         ]
     )
     suffix = "-audit" if audit else ""
+    return recipe_command(args, work, work / f"ckpt{suffix}", work / f"logs{suffix}", run_sets)
+
+
+def recipe_command(
+    args: argparse.Namespace, work: Path, checkpoints: Path, logs: Path, run_sets: list[str], flags: tuple = ()
+) -> list[str]:
+    """`verl-p40 train` of the recipe in the mode (its profile, flags and the yardstick's sets), with `flags` after the
+    mode's, the run's own `run_sets`, and the run's --override last."""
+    mode = MODES[args.mode]
     return cli(
         "train",
         "--profile",
@@ -75,14 +83,15 @@ def train_command(args: argparse.Namespace, work: Path, *, audit: bool = False) 
         "--algorithm",
         args.algorithm,
         *mode["cli"],
+        *flags,
         "--model",
         str(work / "qwen-real"),
         "--data",
         str(work / "gsm8k"),
         "--checkpoints",
-        str(work / f"ckpt{suffix}"),
+        str(checkpoints),
         "--logs",
-        str(work / f"logs{suffix}"),
+        str(logs),
         *run_sets,
         *mode["sets"],
         *args.override,

@@ -337,3 +337,91 @@ def test_a_learning_runs_projection_prices_the_tokens_its_passes_logged():
     priced = learning_report.p40_projection("fast", [{**s, **logged} for s in steps], Path("/nonexistent"), setting={})
     assert priced["p40_s_per_step"] < wide["p40_s_per_step"]
     assert "the tokens this run's passes logged" in priced["source"] and "logged no pass tokens" in wide["source"]
+
+
+def _pair_args(**kw):
+    import argparse
+
+    base = {"mode": "fast", "steps": 10, "override": [], "algorithm": learning_run.RECIPE, "budget_s": 60.0}
+    return argparse.Namespace(pair_cap_gb=None, **{**base, **kw})
+
+
+def test_the_pair_is_two_capped_unvalidated_unsaved_trainers_in_folders_of_their_own(tmp_path):
+    from lib import learning_pair
+
+    assert learning_pair.pair_cap_gb(81559) == 37  # an 80 GB H100: two caps and the margin fit
+    assert learning_pair.pair_cap_gb(143771) == 68  # an H200
+    args = _pair_args(override=["actor_rollout_ref.actor.use_kl_loss=false"])
+    a, b = (learning_pair.pair_command(args, tmp_path, 37, tmp_path / "pair" / f"together-{n}") for n in "ab")
+    for command, name in ((a, "a"), (b, "b")):
+        assert command[command.index("--gpu-memory-cap-gb") + 1] == "37"
+        assert command[command.index("--profile") + 1] == "auto"  # the fast path: unmasked, the product's plan
+        assert command[command.index("--checkpoints") + 1] == str(tmp_path / "pair" / f"together-{name}" / "ckpt")
+        settings = [w for w in command if "=" in w]
+        for kept in ("trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=-1"):
+            assert kept in settings
+        assert "trainer.total_training_steps=10" in settings
+        assert settings[-1] == "actor_rollout_ref.actor.use_kl_loss=false"  # the run's change, after the yardstick
+    assert [w for w in a if "pair" not in w] == [w for w in b if "pair" not in w]  # the same run but its folders
+    with pytest.raises(SystemExit, match="--mode fast"):
+        learning_pair.pair(_pair_args(mode="p40"), tmp_path, tmp_path, 81559, "H100")
+
+
+FAKE_TRAINER = """
+import sys, time, pathlib
+logs = pathlib.Path(sys.argv[sys.argv.index("--logs") + 1]); logs.mkdir(parents=True)
+steps = int([w for w in sys.argv if w.startswith("trainer.total_training_steps=")][0].split("=")[1])
+lines = []
+for step in range(1, steps + 1):
+    time.sleep({sleep})
+    lines.append(f"step:{{step}} - timing_s/step:{sleep} - peak_allocated_gb/update_actor:np.float64(3.5)\\n")
+    (logs / "train-1.log").write_text("".join(lines))
+"""
+
+
+def _fake_pair(monkeypatch, sleep: float):
+    """pair() with trainers that sleep `sleep` s a step and log it as verl does, and no Ray to stop."""
+    import sys as _sys
+
+    from lib import learning_pair
+
+    calls = []
+    monkeypatch.setattr(learning_pair, "ray_stop", lambda: calls.append("ray stop"))
+    monkeypatch.setattr(learning_pair, "POLL_S", 0.02)
+    real = learning_pair.pair_command
+
+    def fake(args, work, cap, folder):
+        command = real(args, work, cap, folder)
+        return [_sys.executable, "-c", FAKE_TRAINER.format(sleep=sleep), *command[3:]]
+
+    monkeypatch.setattr(learning_pair, "pair_command", fake)
+    return learning_pair, calls
+
+
+def test_the_pair_runs_together_then_in_a_row_and_compares_the_wall_times(tmp_path, monkeypatch):
+    learning_pair, calls = _fake_pair(monkeypatch, sleep=0.3)
+    out = tmp_path / "out"
+    out.mkdir()
+    result = learning_pair.pair(_pair_args(steps=2), tmp_path, out, 81559, "NVIDIA H100 80GB HBM3")
+    together, in_row = result["rounds"]["together"], result["rounds"]["in-a-row"]
+    assert result["cap_gb_each"] == 37 and result["complete"]
+    for round_ in (together, in_row):
+        assert set(round_["trainers"]) == {"a", "b"}
+        for trainer in round_["trainers"].values():
+            assert trainer["returncode"] == 0 and trainer["steps"] == 2 and trainer["median_step_s"] == 0.3
+            assert trainer["peak_allocated_gb"] == 3.5 and trainer["command"].startswith("verl-p40 train")
+    # fake trainers that only sleep overlap fully: the pair takes about one trainer's time, the row two
+    assert in_row["wall_s"] > 1.5 * together["wall_s"]
+    assert result["speedup"] > 1.5 and result["verdict"].startswith("the pair is faster")
+    assert calls.count("ray stop") >= 3  # before the pair, before each trainer in a row; never inside a round
+    saved = json.loads((out / f"pair-{result['date']}.json").read_text())
+    assert saved["speedup"] == result["speedup"]
+    assert (out / "pair-logs" / "in-a-row-b" / "train-1.log").is_file()
+
+
+def test_a_pair_stopped_by_its_budget_gives_no_verdict(tmp_path, monkeypatch):
+    learning_pair, _ = _fake_pair(monkeypatch, sleep=0.5)
+    result = learning_pair.pair(_pair_args(steps=20, budget_s=1.0), tmp_path, tmp_path, 81559, "H100")
+    stopped = result["rounds"]["together"]["trainers"]["a"]
+    assert stopped["stopped_by_budget"] and stopped["steps"] < 20
+    assert not result["complete"] and result["verdict"].startswith("incomplete")

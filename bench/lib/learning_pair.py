@@ -1,0 +1,164 @@
+"""Issue 69's two-trainer measurement (`learning_run.py pair`): two trainers of the recipe on one GPU with the same
+memory cap, first together (each its own Ray instance: neither joins a cluster, so `ray.init` starts one per trainer,
+with ports of its own) and then the same two in a row; the pair's wall time against the two in a row, each trainer's
+median step and the GPU's peak, from logs on one machine.
+
+Together runs first: if anything it pays the cold start (caches, the first CUDA context), so a pair that comes out
+faster is not an artefact of the order. Each trainer has folders of its own for every round (the run lock is per
+checkpoints folder, and a second round must not resume the first's run); nothing is validated or saved, so the wall
+time is start-up plus the steps."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+from lib.learning_recipe import recipe_command
+from lib.real_runs import ray_stop
+from verl_p40.run.trainer_log import read_steps
+
+TRAINERS = ("a", "b")
+ROUNDS = ("together", "in-a-row")
+POLL_S = 1.0  # how often a round looks at its trainers
+GPU_MARGIN_GB = 2  # left beside the two caps: the CUDA contexts and allocator slack outside each trainer's cap
+
+
+def pair_cap_gb(total_mib: int) -> int:
+    """The one cap both trainers get: half the GPU's memory less the margin, whole GB (37 on an 80 GB H100)."""
+    return int(total_mib / 1024 / 2 - GPU_MARGIN_GB)
+
+
+def pair_command(args: argparse.Namespace, work: Path, cap_gb: int, folder: Path) -> list[str]:
+    """One trainer of the pair: the mode's recipe for --steps steps at the shared cap, not validated or saved, into
+    `folder`."""
+    run_sets = [
+        "trainer.val_before_train=false",
+        "trainer.test_freq=-1",
+        "trainer.save_freq=-1",
+        f"trainer.total_training_steps={args.steps}",
+    ]
+    flags = ("--gpu-memory-cap-gb", str(cap_gb))
+    return recipe_command(args, work, folder / "ckpt", folder / "logs", run_sets, flags)
+
+
+def _own_ray_env() -> dict[str, str]:
+    """The trainer's environment without a cluster address: `ray.init` in verl's main_ppo starts a local instance of
+    its own (ports chosen free) instead of joining one."""
+    return {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+
+
+def _run_round(commands: dict[str, list[str]], together: bool, deadline: float) -> dict[str, dict]:
+    """Each trainer's exit code and wall time (its start to its exit); in a row, one after the other. A trainer still
+    running at the deadline gets one SIGTERM (its graceful stop) and is said to be stopped."""
+    results: dict[str, dict] = {}
+    groups = [list(commands)] if together else [[name] for name in commands]
+    for group in groups:
+        ray_stop()  # nothing of an earlier trainer left; never during a round: it would stop the other trainer's Ray
+        running = {}
+        for name in group:
+            print("$ " + shlex.join(commands[name]), flush=True)
+            running[name] = (subprocess.Popen(commands[name], env=_own_ray_env()), time.time())
+        while running:
+            time.sleep(POLL_S)
+            for name, (proc, started) in list(running.items()):
+                if proc.poll() is not None:
+                    results[name] = {
+                        "returncode": proc.returncode,
+                        "stopped_by_budget": results.get(name, {}).get("stopped_by_budget", False),
+                        "wall_s": round(time.time() - started, 1),
+                    }
+                    del running[name]
+                elif time.time() > deadline and name not in results:
+                    print(f"[pair] {name}: the budget ran out: SIGTERM", flush=True)
+                    proc.send_signal(signal.SIGTERM)
+                    results[name] = {"stopped_by_budget": True}
+    return results
+
+
+def trainer_summary(folder: Path) -> dict:
+    """A finished trainer's steps from its own log: how many, the median step and the update's peak."""
+    logs = sorted((folder / "logs").glob("train-*.log"))
+    steps = [s for s in read_steps(logs[-1]) if "timing_s/step" in s] if logs else []
+    timings = [s["timing_s/step"] for s in steps]
+    peaks = [s[k] for s in steps for k in s if k.startswith("peak_allocated_gb/")]
+    return {
+        "steps": len(steps),
+        "median_step_s": round(statistics.median(timings), 2) if timings else None,
+        "steps_s": round(sum(timings), 1),
+        "peak_allocated_gb": round(max(peaks), 2) if peaks else None,
+    }
+
+
+def summarise(rounds: dict[str, dict], cap_gb: int, gpu: str, steps: int) -> dict:
+    """The pair's wall time against the two in a row (each round's from its first trainer's start to its last one's
+    end; in a row, the Ray clean-up between the two included), and what each trainer did, read from its own log."""
+    out: dict = {"gpu": gpu, "cap_gb_each": cap_gb, "steps_each": steps, "rounds": rounds}
+    together, in_row = rounds.get("together"), rounds.get("in-a-row")
+
+    def done(trainer: dict) -> bool:
+        return trainer["returncode"] == 0 and not trainer["stopped_by_budget"] and trainer["steps"] == steps
+
+    complete = all(r and all(done(t) for t in r["trainers"].values()) for r in (together, in_row))
+    out["complete"] = complete
+    if together and in_row:
+        out["together_wall_s"] = together["wall_s"]
+        out["in_a_row_wall_s"] = in_row["wall_s"]
+        out["speedup"] = round(in_row["wall_s"] / together["wall_s"], 3) if together["wall_s"] else None
+        if not complete:
+            out["verdict"] = "incomplete: a trainer failed, stopped early or trained fewer steps (no verdict)"
+        elif out["speedup"] and out["speedup"] > 1:
+            out["verdict"] = "the pair is faster: pair the variants two to a GPU"
+        else:
+            out["verdict"] = "the pair is not faster: run the variants one at a time"
+    return out
+
+
+def first_gpu() -> tuple[int, str]:
+    """The first GPU's memory (MiB) and name, as nvidia-smi says them."""
+    said = subprocess.run(
+        ["nvidia-smi", "--query-gpu=memory.total,name", "--format=csv,noheader,nounits", "-i", "0"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    total, name = said.strip().split(",", 1)
+    return int(total), name.strip()
+
+
+def pair(args: argparse.Namespace, work: Path, out: Path, gpu_total_mib: int, gpu: str) -> dict:
+    """Both rounds under --budget-s, then pair-<date>.json in `out` (each trainer's log copied beside it)."""
+    if args.mode != "fast":
+        raise SystemExit("pair: the two-trainer measurement is of the unmasked fast path: --mode fast (issue 69)")
+    cap = args.pair_cap_gb or pair_cap_gb(gpu_total_mib)
+    deadline = time.time() + args.budget_s
+    rounds: dict[str, dict] = {}
+    for round_name in ROUNDS:
+        folders = {name: work / "pair" / f"{round_name}-{name}" for name in TRAINERS}
+        commands = {name: pair_command(args, work, cap, folder) for name, folder in folders.items()}
+        started = time.time()
+        results = _run_round(commands, round_name == "together", deadline)
+        ended = time.time()
+        ray_stop()
+        trainers = {}
+        for name, result in results.items():
+            trainers[name] = {
+                **result,
+                **trainer_summary(folders[name]),
+                "command": "verl-p40 " + shlex.join(commands[name][3:]),
+            }
+            log_out = out / "pair-logs" / f"{round_name}-{name}"
+            log_out.mkdir(parents=True, exist_ok=True)
+            for log in (folders[name] / "logs").glob("train-*.log"):
+                (log_out / log.name).write_bytes(log.read_bytes())
+        rounds[round_name] = {"wall_s": round(ended - started, 1), "trainers": trainers}
+    result = {"date": time.strftime("%Y-%m-%d"), **summarise(rounds, cap, gpu, args.steps)}
+    (out / f"pair-{result['date']}.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k != "rounds"}, indent=1), flush=True)
+    return result
