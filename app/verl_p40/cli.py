@@ -309,13 +309,33 @@ COMMANDS = (
 )
 
 
+class _Version(argparse.Action):
+    """`--version`: verl-p40's, the verl release it runs, and the verl installed here (looked up when asked, without
+    importing it), so that a missing or other verl is not read as the one it runs."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None):
+        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        from verl_p40 import patches
+
+        try:
+            installed = f"verl {patches.verl_version(patches.default_verl_dir())} installed"
+        except patches.PatchError:
+            installed = f"verl not installed: pip install --no-deps verl=={VERL_VERSION}"
+        print(f"verl-p40 {__version__} (runs verl {VERL_VERSION}; {installed})")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Every command's flags from its options dataclass; nothing is read from the environment here."""
     parser = Parser(
         prog="verl-p40",
         description=f"RL post-training (PPO, GRPO, ...) with verl {VERL_VERSION} on old and small NVIDIA GPUs",
     )
-    parser.add_argument("--version", action="version", version=f"verl-p40 {__version__} (verl {VERL_VERSION})")
+    parser.add_argument(
+        "--version", action=_Version, help="show verl-p40's version, the verl it runs and the one installed"
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         p = sub.add_parser(command.name, help=command.help, description=command.help)
