@@ -70,6 +70,10 @@ DAMAGE = {
         ),
         "model.safetensors: tensor x (F32 [4, 4]) needs 64 bytes, its data offsets give 32",
     ),
+    "header-only": (
+        lambda f: raw_safetensors(f / "model.safetensors", {"__metadata__": {"format": "pt"}}, 0),
+        "model.safetensors: holds no tensors, only a header; copy or fetch it again",
+    ),
     "trailing-bytes": (
         lambda f: (f / "model.safetensors").write_bytes((f / "model.safetensors").read_bytes() + b"junk"),
         "model.safetensors: 4 bytes more than its header describes",

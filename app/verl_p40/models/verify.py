@@ -163,6 +163,8 @@ def read_weights(folder: Path) -> tuple[list[str], Weights]:
             problems.append(f"{name}: cannot read it ({exc.strerror or exc})")
             continue
         weights.headers[name] = raw
+        if not set(header) - {"__metadata__"}:  # a header written and nothing else: the model would load no weights
+            problems.append(f"{name}: holds no tensors, only a header; copy or fetch it again")
         for tensor, entry in header.items():
             if tensor != "__metadata__":
                 weights.shapes[tensor], weights.files[tensor] = [int(n) for n in entry["shape"]], name
