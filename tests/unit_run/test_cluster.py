@@ -108,6 +108,18 @@ def test_join_needs_the_heads_address():
     assert result.stderr.strip().splitlines()[-1].startswith("verl-p40 cluster: error: --address HEAD:PORT")
 
 
+def test_join_refuses_an_address_that_is_not_host_and_port():
+    for address in ("10.0.0.1:notaport", "10.0.0.1", ":6379", "10.0.0.1:70000"):
+        result = cli("cluster", "join", "--address", address)
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert lines == [
+            f"verl-p40 cluster: error: --address {address} (RAY_HEAD): not HEAD:PORT; give the head's address and "
+            "its RAY_PORT, e.g. 10.0.0.1:6379"
+        ], lines
+        assert "$ " not in result.stdout  # no `ray start` was printed, nor run
+
+
 def test_without_ray_both_ends_say_so_in_one_line_before_any_ray_start(tmp_path):
     """`ray start` is Ray's own program: without Ray it would end in a traceback of the child (join execs it)."""
     absent = tmp_path / "no-ray"  # None in sys.modules: Ray is not found, as where it was never installed

@@ -152,6 +152,12 @@ def cmd_head(options, gpus: tuple[GPUInfo, ...] | None, train) -> int:
 def cmd_join(options, gpus: tuple[GPUInfo, ...] | None) -> int:
     if not options.address:
         raise UserError("--address HEAD:PORT (RAY_HEAD) is needed: where `verl-p40 cluster head` runs")
+    host, _, port = options.address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UserError(
+            f"--address {options.address} (RAY_HEAD): not HEAD:PORT; give the head's address and its RAY_PORT, "
+            "e.g. 10.0.0.1:6379"
+        )
     layout = _layout(options, gpus)
     env = layout_mod.env(layout)
     command = ray_start(
