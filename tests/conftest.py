@@ -16,6 +16,12 @@ from tiny_model import make_tiny_qwen  # noqa: F401 (the tests import it from he
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 
+# A module whose tests start Ray sets `pytestmark = ONE_RAY`: the `ray stop --force` each such module ends with kills
+# every Ray process of this machine, so these tests run one at a time, on one pytest-xdist worker, while the rest of
+# the suite is spread over the others (`-n 2 --dist loadgroup`, as .ci/run runs it; without xdist the mark does
+# nothing).
+ONE_RAY = pytest.mark.xdist_group("ray")
+
 
 def _fixture(sub: str) -> Path:
     """A folder of tests/fixtures, its data files checked against SHA256SUMS (a checkout that rewrote line endings

@@ -2,6 +2,7 @@
 # Set up a CPU test environment in .venv (idempotent) and run the test suite. Needs Python 3.11 or 3.12, a C compiler,
 # CMake and PyPI access;
 # the data the tests read is committed in tests/fixtures (nothing beside the clone). Usage: bash tests/run.sh [pytest args]
+# (-n 2 --dist loadgroup: the suite on 2 cores, as CI runs it; the tests that start Ray stay on one pytest-xdist worker)
 # The suite passes with and without an NVIDIA driver (the tests about "no GPU" hide NVML themselves). VERL_P40_TEST_NVML=p40
 # runs it under tests/nvml/p40's stand-in NVML, a P40 host's (CI does, on a machine without a driver).
 set -euo pipefail

@@ -14,8 +14,10 @@ import time
 
 import pytest
 
-from conftest import cli
+from conftest import ONE_RAY, cli
 from verl_p40.run.cluster import ray_command
+
+pytestmark = ONE_RAY  # a head and a joined host, stopped with `ray stop --force` (conftest.ONE_RAY)
 
 
 def _free_base() -> int:

@@ -74,12 +74,13 @@ def test_bench_reads_the_gpus_once_and_keeps_no_run_record(tiny_model, prepared,
 
     from bench_standins import stand_in
 
-    from verl_p40.models import checkpoints
-    from verl_p40.run import lock
+    from verl_p40.run import lock, sequence
 
     reads = _reads(p40_host)
     records, taken = [], []
-    monkeypatch.setattr(checkpoints, "write_run_record", lambda record: records.append(record))
+    # patched where the sequence calls it: patching verl_p40.models.checkpoints' copy missed the sequence when it was
+    # imported before, and when this test imported it first, the stand-in stayed there for the tests after it
+    monkeypatch.setattr(sequence, "write_run_record", lambda record: records.append(record))
     monkeypatch.setattr(lock, "train_lock", lambda folder: taken.append(folder) or 99)
     handed = stand_in(monkeypatch, tiny_model)
     out = tmp_path / "bench.json"

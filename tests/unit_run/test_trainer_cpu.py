@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, make_tiny_qwen
+from conftest import ONE_RAY, REPO, make_tiny_qwen
 from verl_p40.run.trainer_log import read_steps
 
+pytestmark = ONE_RAY  # a Ray cluster of its own, stopped with `ray stop --force` (conftest.ONE_RAY)
 BIN = Path(sys.executable).parent
 # `verl-p40 train` of the seed's PPO (a critic too) with the p40 profile; a test naming another --algorithm wins
 TRAIN = [sys.executable, "-m", "verl_p40.cli", "train", "--algorithm", "ppo", "--profile", "p40"]
@@ -52,6 +53,9 @@ def cluster(patched_verl, tmp_path_factory):
         "TOKENIZERS_PARALLELISM": "false",
         # no GPU here: the preflight's GPU checks are skipped by name (they say so in the log)
         "VERL_P40_DOCTOR_SKIP": "gpu,kernels,compute",
+        # Ray starts its workers at nice 15: beside the rest of the suite (the other pytest-xdist worker, nice 0) the
+        # trainer's processes got a fraction of a core and these tests, the suite's longest chain, took twice as long
+        "RAY_worker_niceness": "0",
     }
     temp = tmp_path_factory.mktemp("ray")
     started = subprocess.run(
