@@ -1,7 +1,7 @@
 """Issue 69's two-trainer measurement (`learning_run.py pair`): two trainers of the recipe on one GPU with the same
 memory cap, first together (each its own Ray instance: neither joins a cluster, so `ray.init` starts one per trainer,
 with ports of its own) and then the same two in a row; the pair's wall time against the two in a row, each trainer's
-median step and the GPU's peak, from logs on one machine.
+median step and its update's allocator peak, from logs on one machine.
 
 Together runs first: if anything it pays the cold start (caches, the first CUDA context), so a pair that comes out
 faster is not an artefact of the order. Each trainer has folders of its own for every round (the run lock is per
@@ -20,7 +20,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from lib.learning_recipe import recipe_command
+from lib.learning_recipe import UNVALIDATED_UNSAVED, recipe_command
 from lib.real_runs import ray_stop
 from verl_p40.run.trainer_log import read_steps
 
@@ -38,12 +38,7 @@ def pair_cap_gb(total_mib: int) -> int:
 def pair_command(args: argparse.Namespace, work: Path, cap_gb: int, folder: Path) -> list[str]:
     """One trainer of the pair: the mode's recipe for --steps steps at the shared cap, not validated or saved, into
     `folder`."""
-    run_sets = [
-        "trainer.val_before_train=false",
-        "trainer.test_freq=-1",
-        "trainer.save_freq=-1",
-        f"trainer.total_training_steps={args.steps}",
-    ]
+    run_sets = [*UNVALIDATED_UNSAVED, f"trainer.total_training_steps={args.steps}"]
     flags = ("--gpu-memory-cap-gb", str(cap_gb))
     return recipe_command(args, work, folder / "ckpt", folder / "logs", run_sets, flags)
 
