@@ -42,7 +42,8 @@ All through the product's CLI:
 - pair: issue 69's two-trainer measurement (bench/lib/learning_pair.py): two trainers of the mode's recipe on one GPU
   with the same cap (--pair-cap-gb; half the GPU less 2 GB by default), --steps steps each, not validated or saved,
   first together (each its own Ray instance) and then in a row: pair-<date>.json, the pair's wall time against the
-  two in a row.
+  two in a row; then pair-<date>.md and .png (each phase's median, every trainer's step times). pair-report --record
+  pair-<date>.json (no GPU) redraws them from a returned record and the trainers' logs beside it.
 - compare (no GPU): several runs' validation curves against prompts seen (`--axis prompts`), the GPU-minutes of
   their training steps (`gpu-minutes`: recipes at equal GPU time) or their projected P40 hours (`p40-hours`), one
   plot and a markdown table.
@@ -63,7 +64,7 @@ import json
 from pathlib import Path
 
 from lib.learning_heldout import final, horizon, horizon_report, rescore
-from lib.learning_pair import first_gpu, pair
+from lib.learning_pair import first_gpu, pair, pair_report
 from lib.learning_recipe import MODES, RECIPE, prepare
 from lib.learning_report import AXES, compare, plot, report
 from lib.learning_session import audit, session
@@ -83,6 +84,7 @@ PHASES = (
     "plot-record",
     "compare",
     "pair",
+    "pair-report",
 )
 
 
@@ -95,7 +97,11 @@ def _parser() -> argparse.ArgumentParser:
         "--algorithm", default=RECIPE, help="session, audit: the recipe trained (grpo-gsm8k; ppo-gsm8k to compare)"
     )
     parser.add_argument("--no-eval", action="store_true", help="session: the validation curve only, no held-out eval")
-    parser.add_argument("--record", type=Path, help="plot-record: a JSON of the per-step rewards a device call printed")
+    parser.add_argument(
+        "--record",
+        type=Path,
+        help="plot-record: a JSON of the per-step rewards a device call printed; pair-report: a pair-<date>.json",
+    )
     parser.add_argument("--gguf", default="/tmp/model.gguf")
     parser.add_argument("--tokenizer", default=".gpu-shared/qwen2.5-0.5b-instruct")
     parser.add_argument("--gsm8k", default=".gpu-shared/gsm8k")
@@ -141,6 +147,11 @@ def _stateless_phase(args: argparse.Namespace, work: Path) -> bool:
         record = json.loads(args.record.read_text())
         steps = [{"step": int(k), "critic/score/mean": v} for k, v in record["training_reward_per_step"].items()]
         plot(steps, args.record.with_suffix(".png"))
+    elif args.phase == "pair-report":  # no GPU: a pair's record redrawn from its JSON and the logs beside it
+        if args.record is None or not args.record.is_file():
+            raise SystemExit(f"pair-report: --record {args.record}: no such file; name a pair-<date>.json from `pair`")
+        summary = pair_report(args.record)
+        print(json.dumps({k: v for k, v in summary.items() if k != "rounds"}, indent=1))
     elif args.phase == "compare":  # no GPU: the runs' validation curves against prompts seen, --out a .png
         table = compare(args.runs, Path(args.out), args.axis)
         Path(args.out).with_suffix(".md").write_text(table)

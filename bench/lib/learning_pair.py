@@ -22,6 +22,7 @@ from pathlib import Path
 
 from lib.learning_recipe import UNVALIDATED_UNSAVED, recipe_command
 from lib.real_runs import ray_stop
+from verl_p40.perf.bench import phase_peaks_gb
 from verl_p40.run.trainer_log import read_steps
 
 TRAINERS = ("a", "b")
@@ -77,17 +78,17 @@ def _run_round(commands: dict[str, list[str]], together: bool, deadline: float) 
     return results
 
 
-def trainer_summary(folder: Path) -> dict:
-    """A finished trainer's steps from its own log: how many, the median step and the update's peak."""
-    logs = sorted((folder / "logs").glob("train-*.log"))
-    steps = [s for s in read_steps(logs[-1]) if "timing_s/step" in s] if logs else []
+def trainer_summary(logs: Path) -> dict:
+    """A finished trainer's steps from its own log (its newest train-*.log in `logs`): how many, the median step,
+    their sum and the update's allocator peak (GB of 1e9 bytes, from perf/peak_allocated_gb/update_actor)."""
+    found = sorted(logs.glob("train-*.log"))
+    steps = [s for s in read_steps(found[-1]) if "timing_s/step" in s] if found else []
     timings = [s["timing_s/step"] for s in steps]
-    peaks = [s[k] for s in steps for k in s if k.startswith("peak_allocated_gb/")]
     return {
         "steps": len(steps),
         "median_step_s": round(statistics.median(timings), 2) if timings else None,
         "steps_s": round(sum(timings), 1),
-        "peak_allocated_gb": round(max(peaks), 2) if peaks else None,
+        "update_peak_gb": phase_peaks_gb(steps).get("update_actor"),
     }
 
 
@@ -106,10 +107,17 @@ def summarise(rounds: dict[str, dict], cap_gb: int, gpu: str, steps: int) -> dic
         out["together_wall_s"] = together["wall_s"]
         out["in_a_row_wall_s"] = in_row["wall_s"]
         out["speedup"] = round(in_row["wall_s"] / together["wall_s"], 3) if together["wall_s"] else None
+        # the steps alone, start-up left out (what a longer run tends to): in a row they add up, together they overlap
+        overlapped = max(t["steps_s"] for t in together["trainers"].values())
+        in_row_steps = sum(t["steps_s"] for t in in_row["trainers"].values())
+        out["steps_speedup"] = round(in_row_steps / overlapped, 3) if overlapped else None
         if not complete:
             out["verdict"] = "incomplete: a trainer failed, stopped early or trained fewer steps (no verdict)"
         elif out["speedup"] and out["speedup"] > 1:
-            out["verdict"] = "the pair is faster: pair the variants two to a GPU"
+            out["verdict"] = (
+                f"the pair is faster than the same two in a row at {cap_gb} GB each "
+                "(one trainer with the whole GPU, whose plan may give it larger micro-batches, is not measured here)"
+            )
         else:
             out["verdict"] = "the pair is not faster: run the variants one at a time"
     return out
@@ -145,7 +153,7 @@ def pair(args: argparse.Namespace, work: Path, out: Path, gpu_total_mib: int, gp
         for name, result in results.items():
             trainers[name] = {
                 **result,
-                **trainer_summary(folders[name]),
+                **trainer_summary(folders[name] / "logs"),
                 "command": "verl-p40 " + shlex.join(commands[name][3:]),
             }
             log_out = out / "pair-logs" / f"{round_name}-{name}"
@@ -154,6 +162,92 @@ def pair(args: argparse.Namespace, work: Path, out: Path, gpu_total_mib: int, gp
                 (log_out / log.name).write_bytes(log.read_bytes())
         rounds[round_name] = {"wall_s": round(ended - started, 1), "trainers": trainers}
     result = {"date": time.strftime("%Y-%m-%d"), **summarise(rounds, cap, gpu, args.steps)}
-    (out / f"pair-{result['date']}.json").write_text(json.dumps(result, indent=2) + "\n")
+    saved = out / f"pair-{result['date']}.json"
+    saved.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "rounds"}, indent=1), flush=True)
+    pair_report(saved)
     return result
+
+
+STEP_PHASES = ("gen", "old_log_prob", "ref", "update_actor")  # verl's timing_s/<phase>: where a shared GPU slows
+
+
+def _trainer_steps(saved: Path, round_name: str, name: str) -> list[dict]:
+    found = sorted((saved.parent / "pair-logs" / f"{round_name}-{name}").glob("train-*.log"))
+    return [s for s in read_steps(found[-1]) if "timing_s/step" in s] if found else []
+
+
+def pair_report(saved: Path) -> dict:
+    """A pair's record redrawn from its JSON and the trainers' logs beside it (pair-logs/<round>-<name>/, as `pair`
+    copies them): each trainer read again from its log by this code, the summary again, then <record>.md (a table
+    with each phase's median, first step left out) and <record>.png (every trainer's step times). Returns the
+    summary."""
+    result = json.loads(saved.read_text())
+    rounds = {}
+    for round_name, round_ in result["rounds"].items():
+        logs = saved.parent / "pair-logs"
+        trainers = {n: {**t, **trainer_summary(logs / f"{round_name}-{n}")} for n, t in round_["trainers"].items()}
+        rounds[round_name] = {**round_, "trainers": trainers}
+    summary = {"date": result["date"], **summarise(rounds, result["cap_gb_each"], result["gpu"], result["steps_each"])}
+    rows = [
+        "| round | round's wall (s) | trainer | steps | median step (s) | "
+        + " | ".join(f"median {p} (s)" for p in STEP_PHASES)
+        + " | steps' sum (s) | update's peak (GB) |",
+        "|" + " --- |" * (7 + len(STEP_PHASES)),
+    ]
+    for round_name, round_ in rounds.items():
+        for name, t in round_["trainers"].items():
+            later = _trainer_steps(saved, round_name, name)[1:]
+            phases = [
+                f"{statistics.median(v):.2f}"
+                if (v := [s[f"timing_s/{p}"] for s in later if f"timing_s/{p}" in s])
+                else "-"
+                for p in STEP_PHASES
+            ]
+            rows.append(
+                f"| {round_name} | {round_['wall_s']} | {name} | {t['steps']} | {t['median_step_s']} | "
+                + " | ".join(phases)
+                + f" | {t['steps_s']} | {t['update_peak_gb']} |"
+            )
+    rows += [
+        "",
+        f"{summary['gpu']}, {summary['cap_gb_each']} GB cap each, {summary['steps_each']} steps each: the pair "
+        f"{summary.get('together_wall_s')} s, in a row {summary.get('in_a_row_wall_s')} s, {summary.get('speedup')}x; "
+        f"the steps alone (start-up left out) {summary.get('steps_speedup')}x. "
+        f"Verdict: {summary.get('verdict', 'none')}",
+    ]
+    saved.with_suffix(".md").write_text("\n".join(rows) + "\n")
+    _plot_steps(saved, summary)
+    return summary
+
+
+def _plot_steps(saved: Path, summary: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    for round_name, round_ in summary["rounds"].items():
+        for name in round_["trainers"]:
+            steps = _trainer_steps(saved, round_name, name)
+            ax.plot(
+                [s["step"] for s in steps],
+                [s["timing_s/step"] for s in steps],
+                marker="o" if round_name == "together" else "s",
+                linestyle="-" if round_name == "together" else "--",
+                label=f"{round_name}, trainer {name} (round {round_['wall_s']} s)",
+            )
+    ax.set_xlabel("step")
+    ax.set_ylabel("step time (s)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(
+        f"two trainers on one {summary['gpu']}, {summary['cap_gb_each']} GB each: the pair "
+        f"{summary.get('speedup')}x the two in a row\n(wall time, start-up included; "
+        f"{summary.get('steps_speedup')}x on the steps alone)",
+        fontsize=9,
+    )
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(saved.with_suffix(".png"), dpi=110)
+    plt.close(fig)

@@ -2,12 +2,14 @@
 from the trainer's own log, so a run on another layout is summarised right, and step 0 (validation only) is no step."""
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH))
 
 import learning_run  # noqa: E402
 from lib import learning_heldout, learning_recipe, learning_report  # noqa: E402
@@ -374,7 +376,8 @@ steps = int([w for w in sys.argv if w.startswith("trainer.total_training_steps="
 lines = []
 for step in range(1, steps + 1):
     time.sleep({sleep})
-    lines.append(f"step:{{step}} - timing_s/step:{sleep} - peak_allocated_gb/update_actor:np.float64(3.5)\\n")
+    peaks = "perf/peak_allocated_gb/generation:np.float64(9.0) - perf/peak_allocated_gb/update_actor:np.float64(3.5)"
+    lines.append(f"step:{{step}} - timing_s/step:{sleep} - {{peaks}}\\n")
     (logs / "train-1.log").write_text("".join(lines))
 """
 
@@ -409,14 +412,71 @@ def test_the_pair_runs_together_then_in_a_row_and_compares_the_wall_times(tmp_pa
         assert set(round_["trainers"]) == {"a", "b"}
         for trainer in round_["trainers"].values():
             assert trainer["returncode"] == 0 and trainer["steps"] == 2 and trainer["median_step_s"] == 0.3
-            assert trainer["peak_allocated_gb"] == 3.5 and trainer["command"].startswith("verl-p40 train")
+            # the update's peak (3.5 GiB in GB of 1e9, as the memory plan speaks), not the step's largest phase
+            assert trainer["update_peak_gb"] == 3.76 and trainer["command"].startswith("verl-p40 train")
     # fake trainers that only sleep overlap fully: the pair takes about one trainer's time, the row two
     assert in_row["wall_s"] > 1.5 * together["wall_s"]
     assert result["speedup"] > 1.5 and result["verdict"].startswith("the pair is faster")
+    assert result["steps_speedup"] > 1.5  # the steps alone: both trainers' 0.6 s overlap, in a row 1.2 s
     assert calls.count("ray stop") >= 3  # before the pair, before each trainer in a row; never inside a round
     saved = json.loads((out / f"pair-{result['date']}.json").read_text())
     assert saved["speedup"] == result["speedup"]
     assert (out / "pair-logs" / "in-a-row-b" / "train-1.log").is_file()
+    # the record's table and plot, made at the end and again from the record alone (pair-report, no GPU)
+    table = (out / f"pair-{result['date']}.md").read_text()
+    assert "| together |" in table and "| in-a-row |" in table and f"{result['speedup']}x" in table
+    assert (out / f"pair-{result['date']}.png").stat().st_size > 10_000
+    (out / f"pair-{result['date']}.md").unlink()
+    redrawn = learning_pair.pair_report(out / f"pair-{result['date']}.json")
+    assert redrawn["speedup"] == result["speedup"] and (out / f"pair-{result['date']}.md").read_text() == table
+
+
+def test_pair_report_reads_the_update_peak_a_device_record_lacked(tmp_path):
+    """The 2026-12-07 record came back with no update peak (the key was read without verl's perf/ prefix): the report
+    reads it again from the trainers' logs beside it; a missing record is one line."""
+    out = tmp_path / "res"
+    logs = out / "pair-logs"
+    trainer = {"returncode": 0, "stopped_by_budget": False, "wall_s": 9.0, "steps": 2, "peak_allocated_gb": None}
+    record = {"date": "2026-12-07", "gpu": "H100", "cap_gb_each": 37, "steps_each": 2}
+    record["rounds"] = {
+        r: {"wall_s": w, "trainers": {n: dict(trainer) for n in "ab"}}
+        for r, w in (("together", 10.0), ("in-a-row", 15.0))
+    }
+    for folder in ("together-a", "together-b", "in-a-row-a", "in-a-row-b"):
+        (logs / folder).mkdir(parents=True)
+        step = 3.0 if folder.startswith("together") else 2.0
+        (logs / folder / "train-1.log").write_text(
+            "".join(
+                f"(TaskRunner pid=1) step:{i} - timing_s/step:{step} - timing_s/gen:1.0 - "
+                f"perf/peak_allocated_gb/update_actor:np.float64(20.0)\n"
+                for i in (1, 2)
+            )
+        )
+    (out / "pair-2026-12-07.json").write_text(json.dumps(record))
+    before = (out / "pair-2026-12-07.json").read_text()
+    run = subprocess.run(
+        [sys.executable, str(BENCH / "learning_run.py"), "pair-report", "--record", str(out / "pair-2026-12-07.json")],
+        capture_output=True,
+        text=True,
+        cwd=BENCH.parent,
+    )
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)
+    assert summary["speedup"] == 1.5 and summary["steps_speedup"] == round(8.0 / 6.0, 3)
+    assert (
+        "| together | 10.0 | a | 2 | 3.0 | 1.00 | - | - | - | 6.0 | 21.47 |" in (out / "pair-2026-12-07.md").read_text()
+    )
+    assert (out / "pair-2026-12-07.json").read_text() == before  # the device's record is kept as it came
+    missing = subprocess.run(
+        [sys.executable, str(BENCH / "learning_run.py"), "pair-report", "--record", str(out / "nope.json")],
+        capture_output=True,
+        text=True,
+        cwd=BENCH.parent,
+    )
+    assert missing.returncode == 1 and "Traceback" not in missing.stderr
+    assert missing.stderr.strip().splitlines() == [
+        f"pair-report: --record {out / 'nope.json'}: no such file; name a pair-<date>.json from `pair`"
+    ]
 
 
 def test_a_pair_stopped_by_its_budget_gives_no_verdict(tmp_path, monkeypatch):
