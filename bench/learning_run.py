@@ -148,7 +148,9 @@ def _stateless_phase(args: argparse.Namespace, work: Path) -> bool:
         steps = [{"step": int(k), "critic/score/mean": v} for k, v in record["training_reward_per_step"].items()]
         plot(steps, args.record.with_suffix(".png"))
     elif args.phase == "pair-report":  # no GPU: a pair's record redrawn from its JSON and the logs beside it
-        if args.record is None or not args.record.is_file():
+        if args.record is None:
+            raise SystemExit("pair-report needs --record pair-<date>.json (what `pair` wrote, its pair-logs/ beside)")
+        if not args.record.is_file():
             raise SystemExit(f"pair-report: --record {args.record}: no such file; name a pair-<date>.json from `pair`")
         summary = pair_report(args.record)
         print(json.dumps({k: v for k, v in summary.items() if k != "rounds"}, indent=1))

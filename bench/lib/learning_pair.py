@@ -23,6 +23,7 @@ from pathlib import Path
 from lib.learning_recipe import UNVALIDATED_UNSAVED, recipe_command
 from lib.real_runs import ray_stop
 from verl_p40.perf.bench import phase_peaks_gb
+from verl_p40.perf.projection import median_phases
 from verl_p40.run.trainer_log import read_steps
 
 TRAINERS = ("a", "b")
@@ -78,11 +79,15 @@ def _run_round(commands: dict[str, list[str]], together: bool, deadline: float) 
     return results
 
 
-def trainer_summary(logs: Path) -> dict:
-    """A finished trainer's steps from its own log (its newest train-*.log in `logs`): how many, the median step,
-    their sum and the update's allocator peak (GB of 1e9 bytes, from perf/peak_allocated_gb/update_actor)."""
+def trainer_steps(logs: Path) -> list[dict]:
+    """A trainer's timed steps from its own log (its newest train-*.log in `logs`); none when it wrote no log."""
     found = sorted(logs.glob("train-*.log"))
-    steps = [s for s in read_steps(found[-1]) if "timing_s/step" in s] if found else []
+    return [s for s in read_steps(found[-1]) if "timing_s/step" in s] if found else []
+
+
+def trainer_summary(steps: list[dict]) -> dict:
+    """A finished trainer's steps: how many, the median step, their sum and the update's allocator peak (GB of 1e9
+    bytes, from perf/peak_allocated_gb/update_actor)."""
     timings = [s["timing_s/step"] for s in steps]
     return {
         "steps": len(steps),
@@ -153,7 +158,7 @@ def pair(args: argparse.Namespace, work: Path, out: Path, gpu_total_mib: int, gp
         for name, result in results.items():
             trainers[name] = {
                 **result,
-                **trainer_summary(folders[name] / "logs"),
+                **trainer_summary(trainer_steps(folders[name] / "logs")),
                 "command": "verl-p40 " + shlex.join(commands[name][3:]),
             }
             log_out = out / "pair-logs" / f"{round_name}-{name}"
@@ -169,75 +174,71 @@ def pair(args: argparse.Namespace, work: Path, out: Path, gpu_total_mib: int, gp
     return result
 
 
-STEP_PHASES = ("gen", "old_log_prob", "ref", "update_actor")  # verl's timing_s/<phase>: where a shared GPU slows
-
-
-def _trainer_steps(saved: Path, round_name: str, name: str) -> list[dict]:
-    found = sorted((saved.parent / "pair-logs" / f"{round_name}-{name}").glob("train-*.log"))
-    return [s for s in read_steps(found[-1]) if "timing_s/step" in s] if found else []
+STEP_PHASES = ("step", "gen", "old_log_prob", "ref", "update_actor")  # verl's timing_s/<phase> the report shows
 
 
 def pair_report(saved: Path) -> dict:
     """A pair's record redrawn from its JSON and the trainers' logs beside it (pair-logs/<round>-<name>/, as `pair`
     copies them): each trainer read again from its log by this code, the summary again, then <record>.md (a table
-    with each phase's median, first step left out) and <record>.png (every trainer's step times). Returns the
-    summary."""
-    result = json.loads(saved.read_text())
-    rounds = {}
+    of each phase's median over the steps after the first, verl_p40's median_phases) and <record>.png (every
+    trainer's step times). Returns the summary."""
+    try:
+        result = json.loads(saved.read_text())
+    except json.JSONDecodeError as err:
+        raise SystemExit(f"{saved}: not JSON ({err}); name a pair-<date>.json from `pair`") from None
+    if not isinstance(result, dict) or "rounds" not in result:
+        raise SystemExit(f"{saved}: not a pair record (no 'rounds'); name a pair-<date>.json from `pair`")
+    rounds, steps_of = {}, {}
     for round_name, round_ in result["rounds"].items():
-        logs = saved.parent / "pair-logs"
-        trainers = {n: {**t, **trainer_summary(logs / f"{round_name}-{n}")} for n, t in round_["trainers"].items()}
+        trainers = {}
+        for name, trainer in round_["trainers"].items():
+            steps_of[round_name, name] = trainer_steps(saved.parent / "pair-logs" / f"{round_name}-{name}")
+            trainers[name] = {**trainer, **trainer_summary(steps_of[round_name, name])}
         rounds[round_name] = {**round_, "trainers": trainers}
     summary = {"date": result["date"], **summarise(rounds, result["cap_gb_each"], result["gpu"], result["steps_each"])}
     rows = [
-        "| round | round's wall (s) | trainer | steps | median step (s) | "
-        + " | ".join(f"median {p} (s)" for p in STEP_PHASES)
-        + " | steps' sum (s) | update's peak (GB) |",
-        "|" + " --- |" * (7 + len(STEP_PHASES)),
+        "| round | round's wall (s) | trainer | steps | "
+        + " | ".join(f"{p} (s)" for p in STEP_PHASES)
+        + " | the steps' sum (s) | update's peak (GB) |",
+        "|" + " --- |" * (6 + len(STEP_PHASES)),
     ]
     for round_name, round_ in rounds.items():
         for name, t in round_["trainers"].items():
-            later = _trainer_steps(saved, round_name, name)[1:]
-            phases = [
-                f"{statistics.median(v):.2f}"
-                if (v := [s[f"timing_s/{p}"] for s in later if f"timing_s/{p}" in s])
-                else "-"
-                for p in STEP_PHASES
-            ]
+            medians = median_phases(steps_of[round_name, name])
+            phases = [f"{medians[p]:.2f}" if p in medians else "-" for p in STEP_PHASES]
             rows.append(
-                f"| {round_name} | {round_['wall_s']} | {name} | {t['steps']} | {t['median_step_s']} | "
+                f"| {round_name} | {round_['wall_s']} | {name} | {t['steps']} | "
                 + " | ".join(phases)
                 + f" | {t['steps_s']} | {t['update_peak_gb']} |"
             )
     rows += [
         "",
+        "Each phase: the median over the steps after the first (the first warms up).",
         f"{summary['gpu']}, {summary['cap_gb_each']} GB cap each, {summary['steps_each']} steps each: the pair "
         f"{summary.get('together_wall_s')} s, in a row {summary.get('in_a_row_wall_s')} s, {summary.get('speedup')}x; "
         f"the steps alone (start-up left out) {summary.get('steps_speedup')}x. "
         f"Verdict: {summary.get('verdict', 'none')}",
     ]
     saved.with_suffix(".md").write_text("\n".join(rows) + "\n")
-    _plot_steps(saved, summary)
+    _plot_steps(saved, summary, steps_of)
     return summary
 
 
-def _plot_steps(saved: Path, summary: dict) -> None:
+def _plot_steps(saved: Path, summary: dict, steps_of: dict[tuple[str, str], list[dict]]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 4.2))
-    for round_name, round_ in summary["rounds"].items():
-        for name in round_["trainers"]:
-            steps = _trainer_steps(saved, round_name, name)
-            ax.plot(
-                [s["step"] for s in steps],
-                [s["timing_s/step"] for s in steps],
-                marker="o" if round_name == "together" else "s",
-                linestyle="-" if round_name == "together" else "--",
-                label=f"{round_name}, trainer {name} (round {round_['wall_s']} s)",
-            )
+    for (round_name, name), steps in steps_of.items():
+        ax.plot(
+            [s["step"] for s in steps],
+            [s["timing_s/step"] for s in steps],
+            marker="o" if round_name == "together" else "s",
+            linestyle="-" if round_name == "together" else "--",
+            label=f"{round_name}, trainer {name} (round {summary['rounds'][round_name]['wall_s']} s)",
+        )
     ax.set_xlabel("step")
     ax.set_ylabel("step time (s)")
     ax.set_ylim(bottom=0)

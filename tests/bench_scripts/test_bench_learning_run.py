@@ -431,9 +431,14 @@ def test_the_pair_runs_together_then_in_a_row_and_compares_the_wall_times(tmp_pa
     assert redrawn["speedup"] == result["speedup"] and (out / f"pair-{result['date']}.md").read_text() == table
 
 
+def _pair_report(*args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, str(BENCH / "learning_run.py"), "pair-report", *args]
+    return subprocess.run(command, capture_output=True, text=True, cwd=BENCH.parent)
+
+
 def test_pair_report_reads_the_update_peak_a_device_record_lacked(tmp_path):
     """The 2026-12-07 record came back with no update peak (the key was read without verl's perf/ prefix): the report
-    reads it again from the trainers' logs beside it; a missing record is one line."""
+    reads it again from the trainers' logs beside it, each phase's median over the steps after the first."""
     out = tmp_path / "res"
     logs = out / "pair-logs"
     trainer = {"returncode": 0, "stopped_by_budget": False, "wall_s": 9.0, "steps": 2, "peak_allocated_gb": None}
@@ -444,39 +449,50 @@ def test_pair_report_reads_the_update_peak_a_device_record_lacked(tmp_path):
     }
     for folder in ("together-a", "together-b", "in-a-row-a", "in-a-row-b"):
         (logs / folder).mkdir(parents=True)
-        step = 3.0 if folder.startswith("together") else 2.0
+        later = 3.0 if folder.startswith("together") else 2.0  # the first step, a warm-up, takes 2 s more
         (logs / folder / "train-1.log").write_text(
             "".join(
-                f"(TaskRunner pid=1) step:{i} - timing_s/step:{step} - timing_s/gen:1.0 - "
+                f"(TaskRunner pid=1) step:{i} - timing_s/step:{step} - timing_s/gen:{gen} - "
                 f"perf/peak_allocated_gb/update_actor:np.float64(20.0)\n"
-                for i in (1, 2)
+                for i, step, gen in ((1, later + 2.0, 5.0), (2, later, 1.0))
             )
         )
     (out / "pair-2026-12-07.json").write_text(json.dumps(record))
     before = (out / "pair-2026-12-07.json").read_text()
-    run = subprocess.run(
-        [sys.executable, str(BENCH / "learning_run.py"), "pair-report", "--record", str(out / "pair-2026-12-07.json")],
-        capture_output=True,
-        text=True,
-        cwd=BENCH.parent,
-    )
+    run = _pair_report("--record", str(out / "pair-2026-12-07.json"))
     assert run.returncode == 0, run.stderr
     summary = json.loads(run.stdout)
-    assert summary["speedup"] == 1.5 and summary["steps_speedup"] == round(8.0 / 6.0, 3)
-    assert (
-        "| together | 10.0 | a | 2 | 3.0 | 1.00 | - | - | - | 6.0 | 21.47 |" in (out / "pair-2026-12-07.md").read_text()
-    )
+    # the steps: together 8 s each overlapping, in a row 6 + 6 s
+    assert summary["speedup"] == 1.5 and summary["steps_speedup"] == 1.5
+    table = (out / "pair-2026-12-07.md").read_text()
+    assert "| together | 10.0 | a | 2 | 3.00 | 1.00 | - | - | - | 8.0 | 21.47 |" in table  # step 1 left out
+    assert "| in-a-row | 15.0 | b | 2 | 2.00 | 1.00 | - | - | - | 6.0 | 21.47 |" in table
     assert (out / "pair-2026-12-07.json").read_text() == before  # the device's record is kept as it came
-    missing = subprocess.run(
-        [sys.executable, str(BENCH / "learning_run.py"), "pair-report", "--record", str(out / "nope.json")],
-        capture_output=True,
-        text=True,
-        cwd=BENCH.parent,
-    )
-    assert missing.returncode == 1 and "Traceback" not in missing.stderr
-    assert missing.stderr.strip().splitlines() == [
-        f"pair-report: --record {out / 'nope.json'}: no such file; name a pair-<date>.json from `pair`"
-    ]
+
+
+def test_pair_report_on_a_wrong_record_is_one_line(tmp_path):
+    not_pair = tmp_path / "learning-2026-12-07.json"
+    not_pair.write_text(json.dumps({"eval": {}}))
+    broken = tmp_path / "pair-2026-12-08.json"
+    broken.write_text('{"rounds": ')
+    for args, line in (
+        ((), "pair-report needs --record pair-<date>.json (what `pair` wrote, its pair-logs/ beside)"),
+        (
+            ("--record", str(tmp_path / "nope.json")),
+            f"pair-report: --record {tmp_path / 'nope.json'}: no such file; name a pair-<date>.json from `pair`",
+        ),
+        (
+            ("--record", str(not_pair)),
+            f"{not_pair}: not a pair record (no 'rounds'); name a pair-<date>.json from `pair`",
+        ),
+        (("--record", str(broken)), None),
+    ):
+        run = _pair_report(*args)
+        assert run.returncode == 1 and "Traceback" not in run.stderr
+        said = run.stderr.strip().splitlines()
+        assert len(said) == 1 and (line is None or said == [line]), said
+        assert line is not None or said[0].startswith(f"{broken}: not JSON (")
+    assert not list(tmp_path.glob("*.md")) and not list(tmp_path.glob("*.png"))  # nothing written
 
 
 def test_a_pair_stopped_by_its_budget_gives_no_verdict(tmp_path, monkeypatch):

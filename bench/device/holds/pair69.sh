@@ -2,7 +2,7 @@
 # Issue 69, two trainers on one GPU, measured once: `learning_run.py pair` (bench/lib/learning_pair.py), the default
 # recipe unmasked on the real-weights stand-in, 10 steps each, not validated or saved, the same memory cap each (half
 # the GPU less 2 GB: 37 GB on an H100), first together (each its own Ray instance), then the same two in a row
-# (~5 + ~7 minutes on an H100). Detached by the launch call (setsid), from the code copy in /tmp/code (code.sh); the
+# (6.3 + 8.3 minutes on an H100, 2026-12-07). Detached by the launch call (setsid), from the code copy in /tmp/code (code.sh); the
 # model's chunks are staged as for adopt69.sh; then, if the deadline leaves room, issue 67's pair67.sh; /tmp/hold-done
 # at its end. Usage: bash pair69.sh
 cd /tmp/code
