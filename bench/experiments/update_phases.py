@@ -8,8 +8,9 @@ kernel, a 24 GB cap):
 with verl's update micro-batches (`p40_update_tokens=0` for actor and critic) and old_log_prob pass, after with the
 length-grouped ones the memory plan sizes (patches/p40_update.py; set on a P40 since issue 67's validation), with the
 rollout's log-probs (`p40_log_probs=auto`), with both, both with the decoder's compaction (`compact`; every other
-variant turns it off), and both under the op audit (`--variants`). Random weights answer to the 512-token limit, so only
-the prompts' lengths differ: the gain there is a lower bound of the real-weights one.
+variant turns it off), and both under the op audit without and with the compaction (`audited`, `compact-audited`;
+`--variants`). Random weights answer to the 512-token limit, so only the prompts' lengths differ: the gain there is a
+lower bound of the real-weights one.
 
 `phases`: Qwen2.5-0.5B's actor update as the P40 plan runs it, timed by phase at the plan's micro-batch (rows x
 columns): forward with gradients, backward, gradient-checkpoint recomputation (the backward with checkpointing less
@@ -48,13 +49,13 @@ P40_PATH = ["--profile", "p40", "--gpu-memory-cap-gb", "24", "--skip-check", "ke
 
 
 # the variants `bench` runs, each against the default (verl's old_log_prob pass and micro-batches): the rollout's
-# log-probs, the length-grouped update, both, both with the decoder's compaction, and both under the op audit
-# (half-precision ops must be 0)
+# log-probs, the length-grouped update, both, both with the decoder's compaction, and both under the op audit without
+# and with the compaction (half-precision ops must be 0)
 LOG_PROBS = ["--set", "actor_rollout_ref.rollout.p40_log_probs=auto"]
 COMPACT = ["--set", "actor_rollout_ref.rollout.p40_decode_compact=true"]  # the decoder's compaction (2026-12-06)
 # the p40 profile sets the compaction since issue 67's validation: the variants without it say so
 NO_COMPACT = ["--set", "actor_rollout_ref.rollout.p40_decode_compact=false"]
-VARIANTS = ("before", "log-probs", "update", "both", "compact", "audited")
+VARIANTS = ("before", "log-probs", "update", "both", "compact", "audited", "compact-audited")
 
 
 def variant_sets(name: str, offer: list[str]) -> list[str]:
@@ -66,7 +67,8 @@ def variant_sets(name: str, offer: list[str]) -> list[str]:
         "update": [*offer, *pass_, *NO_COMPACT],
         "both": [*offer, *LOG_PROBS, *NO_COMPACT],
         "compact": [*offer, *LOG_PROBS, *COMPACT],
-        "audited": [*offer, *LOG_PROBS, *NO_COMPACT],
+        "audited": [*offer, *LOG_PROBS, *NO_COMPACT],  # both, as audited on 2026-12-06
+        "compact-audited": [*offer, *LOG_PROBS, *COMPACT],  # the path the p40 plan sets since 2026-12-06
     }[name]
 
 
@@ -80,7 +82,7 @@ def bench(out: Path, variants: list[str]) -> None:
     offer = offered(_p40_notes(mask_env("6.1")))
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     for name in variants:
-        audit = out / "audit.jsonl" if name == "audited" else None
+        audit = out / f"{name}.jsonl" if name.endswith("audited") else None
         work = ["--checkpoints", f"/tmp/update-{name}/ck", "--logs", f"/tmp/update-{name}/logs"]
         sets = variant_sets(name, offer)
         args = ["bench", *COMMON, *work, *P40_PATH, *sets, "--out", str(out / f"{name}.json")]

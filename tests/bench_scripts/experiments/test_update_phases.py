@@ -57,3 +57,11 @@ def test_before_runs_verls_micro_batches_and_after_the_length_grouped_ones():
         "p40_decode_compact", False
     )  # the profile sets it since 2026-12-06: every variant but `compact` turns it off
     assert compact.actor_rollout_ref.actor.p40_update_tokens == after.actor_rollout_ref.actor.p40_update_tokens
+    # the op audit of the path the plan sets: the same config as `compact`, the default's
+    audited = planned(update_phases.variant_sets("compact-audited", offer)[1::2])
+    assert audited == compact and update_phases.variant_sets("compact-audited", offer) == update_phases.variant_sets(
+        "compact", offer
+    )
+    assert audited.actor_rollout_ref.rollout.p40_decode_compact == default.config().actor_rollout_ref.rollout.get(
+        "p40_decode_compact"
+    )
