@@ -188,6 +188,8 @@ def main(config_path: str) -> None:
                 "grads": grads,
                 "widths": {"full": full["widths"], "trimmed": trimmed["widths"]},
                 "counts": {"full": full["counts"], "trimmed": trimmed["counts"]},
+                # the columns of the logits the actor's model handed back, a call (its output layer's columns)
+                "logits_columns": {"full": full["logits_columns"], "trimmed": trimmed["logits_columns"]},
                 "full_width": PROMPT + RESPONSE,
                 "padded": {
                     "log_probs": float((padded["log_probs"] - trimmed["log_probs"]).abs().max()),

@@ -39,15 +39,20 @@ def test_the_models_saw_fewer_columns(probe):
 def test_the_actors_update_reports_the_tokens_each_kind_of_pass_ran_on(probe):
     """perf/p40_tokens/* (what the P40 projection prices): the rows x columns of every call, 4 rows a micro-batch,
     forward-only passes first (3 calls), then the updates (3), for the actor and the critic; trimmed and full."""
+    kinds = (("forward", slice(0, 3)), ("update", slice(3, 6)))
     for run in ("full", "trimmed"):
-        widths, counts = probe["widths"][run], probe["counts"][run]
+        widths, counts, logits = probe["widths"][run], probe["counts"][run], probe["logits_columns"][run]
         expected = {
-            f"{role}_{kind}": 4 * sum(widths[role][part])
-            for role in ("actor", "critic")
-            for kind, part in (("forward", slice(0, 3)), ("update", slice(3, 6)))
+            f"{role}_{kind}": 4 * sum(widths[role][part]) for role in ("actor", "critic") for kind, part in kinds
         }
+        # the actor's output layer: the columns its logits came back with (every column untrimmed; the last prompt
+        # column and the kept response columns trimmed, logits_to_keep), which the projection prices apart
+        expected |= {f"actor_{kind}_logits": 4 * sum(logits[part]) for kind, part in kinds}
         assert counts == expected, (run, counts, expected)
     assert probe["counts"]["trimmed"]["actor_update"] < probe["counts"]["full"]["actor_update"]
+    assert probe["logits_columns"]["full"] == probe["widths"]["full"]["actor"]  # untrimmed: logits on every column
+    trimmed = probe["counts"]["trimmed"]
+    assert trimmed["actor_update_logits"] < trimmed["actor_update"]  # the prompts' columns make no logits
 
 
 def test_log_probs_come_from_the_kept_columns_and_equal_the_padded_logits_ones(probe):

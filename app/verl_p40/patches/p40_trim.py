@@ -22,16 +22,21 @@ import torch.nn.functional as F
 
 # Rows x columns the model ran on since the last take_counts(), by model and kind of pass: the tokens a step's
 # passes computed, which verl-p40's P40 projection prices (perf/projection.py); reported with the actor's update.
+# A causal LM's output layer runs on fewer columns where trimmed (`logits_to_keep`): counted apart, as `_logits`.
 _COUNTS: dict[str, int] = {}
 
 
-def _count(causal_lm: bool, rows: int, columns: int) -> None:
+def _count(causal_lm: bool, rows: int, columns: int, logit_columns: int | None = None) -> None:
+    """`columns` the model's layers ran on a row; `logit_columns` its output layer (a causal LM's; None: all)."""
     key = ("actor" if causal_lm else "critic") + ("_update" if torch.is_grad_enabled() else "_forward")
     _COUNTS[key] = _COUNTS.get(key, 0) + rows * columns
+    if causal_lm:
+        _COUNTS[f"{key}_logits"] = _COUNTS.get(f"{key}_logits", 0) + rows * (logit_columns or columns)
 
 
 def take_counts() -> dict[str, int]:
-    """{"perf/p40_tokens/<actor|critic>_<forward|update>": rows x columns} since the last call, then zero."""
+    """{"perf/p40_tokens/<actor|critic>_<forward|update>": rows x columns} since the last call, then zero; the
+    actor's also `..._logits`: rows x the columns its output layer (the vocabulary's logits) ran on."""
     out = {f"perf/p40_tokens/{key}": value for key, value in _COUNTS.items()}
     _COUNTS.clear()
     return out
@@ -64,7 +69,7 @@ def forward_trimmed(module, enabled: bool, response_length: int, causal_lm: bool
     prompt_width = input_ids.shape[1] - response_length
     left, kept = kept_columns(attention_mask, response_length)
     end = prompt_width + kept
-    _count(causal_lm, input_ids.shape[0], end - left)
+    _count(causal_lm, input_ids.shape[0], end - left, kept + 1)
     if causal_lm:
         kwargs["logits_to_keep"] = kept + 1
     output = module(input_ids=input_ids[:, left:end], attention_mask=attention_mask[:, left:end],
