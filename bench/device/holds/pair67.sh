@@ -4,7 +4,8 @@
 # rollout's log-probs, the length-grouped update at the plan's budget, the decoder's compaction), back to back on one
 # machine, then the band. Needs only the bundle and the code (no model chunks: random weights). Detached by the launch
 # call (setsid), from the code copy in /tmp/code, once setup.sh has written /tmp/setup-done; /tmp/hold-done at its end.
-# Usage: bash pair67.sh [VARIANTS]: `compact` alone (~4 minutes) where a session's device time cannot hold the pair.
+# Usage: bash pair67.sh [VARIANTS]: `compact` alone (~4 minutes) where a session's device time cannot hold the pair;
+# `compact-audited` (~5 minutes) the adopted path under the op audit (update_phases.py's VARIANTS).
 variants=${1:-before,compact}
 cd /tmp/code
 source bench/device/holds/start.sh "pair67 $variants"
