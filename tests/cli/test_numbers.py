@@ -109,7 +109,8 @@ def test_the_p40_time_is_the_one_figure(readme):
     assert not has(text, *wanted), (wanted, text)
     low, high = (round(-max(step["errors_pct"])), round(-min(step["errors_pct"])))
     assert not has(text, f"{low}-{high}"), text  # "11-20 % short"
-    assert P40_TIME in text and "timing-pair-2026-12-06" in text
+    calibrations = step["source"].split("band: ", 1)[1].split("/", 1)[0]  # the band file's result folder
+    assert P40_TIME in text and f"bench/results/{calibrations}/" in text, (calibrations, text)
 
 
 @pytest.mark.parametrize("place", sorted(TIME_PLACES))
