@@ -22,8 +22,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-ORDER = ("off", "graph", "eager", "compact")  # generate() first: every other decoder is compared with its answers
-# `compact` (added 2026-12-06): graph with p40_decode_compact (ended rows leave the batch every 16 tokens)
+ORDER = ("off", "graph", "eager", "compact", "grouped")  # generate() first: every other is compared with its answers
+# `compact` (added 2026-12-06): graph with p40_decode_compact (ended rows leave the batch every 16 tokens); `grouped`
+# (2026-12-07): compact with the prompt passes by length, PREFILL_GROUPS of them (p40_prefill_groups)
+PREFILL_GROUPS = 8
 
 
 def compare(reference, other, tokenizer) -> dict:
@@ -72,8 +74,9 @@ def _greedy(args: argparse.Namespace, mode: str):
             "top_p": 1.0,
             "top_k": -1,
             "val_kwargs": {"top_k": -1, "top_p": 1.0, "temperature": 0.0, "n": 1},
-            "p40_decode": "graph" if mode == "compact" else mode,
-            "p40_decode_compact": mode == "compact",
+            "p40_decode": "graph" if mode in ("compact", "grouped") else mode,
+            "p40_decode_compact": mode in ("compact", "grouped"),
+            "p40_prefill_groups": PREFILL_GROUPS if mode == "grouped" else 1,
         }
     )
 

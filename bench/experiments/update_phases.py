@@ -55,7 +55,10 @@ LOG_PROBS = ["--set", "actor_rollout_ref.rollout.p40_log_probs=auto"]
 COMPACT = ["--set", "actor_rollout_ref.rollout.p40_decode_compact=true"]  # the decoder's compaction (2026-12-06)
 # the p40 profile sets the compaction since issue 67's validation: the variants without it say so
 NO_COMPACT = ["--set", "actor_rollout_ref.rollout.p40_decode_compact=false"]
-VARIANTS = ("before", "log-probs", "update", "both", "compact", "audited", "compact-audited")
+VARIANTS = ("before", "log-probs", "update", "both", "compact", "audited", "compact-audited", "grouped")
+# the prompt passes by length (patches/p40_decode.py, p40_prefill_groups; not set by any profile yet): 8 groups of the
+# 256 rows, 4 prompts' 8 answers each
+GROUPED = ["--set", "actor_rollout_ref.rollout.p40_prefill_groups=8"]
 
 
 def variant_sets(name: str, offer: list[str]) -> list[str]:
@@ -69,6 +72,7 @@ def variant_sets(name: str, offer: list[str]) -> list[str]:
         "compact": [*offer, *LOG_PROBS, *COMPACT],
         "audited": [*offer, *LOG_PROBS, *NO_COMPACT],  # both, as audited on 2026-12-06
         "compact-audited": [*offer, *LOG_PROBS, *COMPACT],  # the path the p40 plan sets since 2026-12-06
+        "grouped": [*offer, *LOG_PROBS, *COMPACT, *GROUPED],
     }[name]
 
 

@@ -210,8 +210,40 @@ def test_the_training_decodes_rows_are_counted_for_the_projection_and_validation
     compact = p40_decode.generator(model, {"p40_decode": "eager", "p40_decode_compact": True}, temperature=1.0)(
         **kwargs
     )
-    assert p40_decode.take_rows() == {"perf/p40_tokens/rollout_decode": whole.row_steps + compact.row_steps}
+    assert p40_decode.take_rows() == {
+        "perf/p40_tokens/rollout_decode": whole.row_steps + compact.row_steps,
+        "perf/p40_tokens/rollout_prefill": whole.prompt_tokens + compact.prompt_tokens,  # the prompt passes' columns
+    }
     assert p40_decode.take_rows() == {}
+
+
+def test_prompt_passes_by_length_keep_the_tokens_and_run_fewer_columns(tiny):
+    """p40_prefill_groups: the rows' prompt passes by prompt length, each on the columns one of its rows attends to,
+    their keys and values in those columns of the one cache: the answers (greedy) and their log-probs are those of the
+    single pass, itself generate()'s, from fewer rows x columns; one group is the single pass."""
+    model, tokenizer, _ = tiny
+    kwargs = _ending_at_different_steps(model, tokenizer)
+    rows, width = kwargs["input_ids"].shape
+    plain = model.generate(**kwargs)
+    settings = {"p40_decode": "eager", "p40_log_probs": "rollout", "p40_decode_compact": True}
+    single = p40_decode.generator(model, settings, temperature=0.7)(**kwargs)
+    one = p40_decode.generator(model, {**settings, "p40_prefill_groups": 1}, temperature=0.7)(**kwargs)
+    assert single.prompt_tokens == one.prompt_tokens == rows * width  # the longest prompt has no padding here
+    lengths = kwargs["attention_mask"].sum(1).sort().values
+    for groups in (2, 3, 6):
+        grouped = p40_decode.generator(model, {**settings, "p40_prefill_groups": groups}, temperature=0.7)(**kwargs)
+        assert torch.equal(grouped.sequences[:, : plain.shape[1]], plain), groups
+        assert torch.equal(grouped.sequences, single.sequences), groups
+        # fp32 summation order in other shapes of pass (this tiny model's weights are large: initializer_range 1.0):
+        # within 1e-4 here; keys or values in the wrong rows or columns move them by whole units
+        torch.testing.assert_close(grouped.log_probs, single.log_probs, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(grouped.entropy, single.entropy, rtol=1e-4, atol=1e-4)
+        # each group at its longest prompt: the rows sorted by length, cut into `groups` of about equal size
+        expected = sum(int(chunk.max()) * chunk.numel() for chunk in lengths.chunk(groups))
+        assert grouped.prompt_tokens == expected < rows * width, groups
+    with pytest.raises(ValueError, match="p40_prefill_groups=0: use a whole number, 1 or more"):
+        p40_decode.generator(model, {**settings, "p40_prefill_groups": 0})
+    p40_decode.take_rows()
 
 
 def test_fsdp2_weights_are_unsharded_for_the_decode_and_sharded_again(tiny, tmp_path):

@@ -357,3 +357,22 @@ def test_a_compacting_decoder_prefills_the_longest_prompt_not_the_padded_width(s
     before, _ = projection.generation_gpu_seconds(shape, plain, projection.P40)
     after, _ = projection.generation_gpu_seconds(shape, compact, projection.P40)
     assert plain.prompt_width == 320 and 0.4 * before < after < 0.5 * before  # half the columns, attention quadratic
+
+
+def test_the_prefill_is_priced_at_the_prompt_passes_logged_columns(shape):
+    """perf/p40_tokens/rollout_prefill (the decoder's prompt passes, rows x columns: fewer by length groups,
+    p40_prefill_groups): the prefill's FLOPs follow it; as many as every sequence at the longest prompt give the same
+    price, and none logged falls back to that."""
+    cfg = plan(RunOptions(algorithm="grpo-gsm8k", profile="p40", sets=[*PROFILE_SIZES, "data.train_batch_size=32"]))
+    cfg = cfg.config()
+    steps = [{"perf/p40_tokens/actor_forward": 1.0, "perf/p40_tokens/rollout_prefill": 256 * 108.0 * k} for k in (3, 1)]
+    tokens = projection.measured_tokens(steps, reference=True)
+    assert tokens["prefill"] == 256 * 108.0  # the warm-up step left out
+    longest = (160.0, 512.0)
+    bound = projection.run_from_config(cfg, 512, longest)
+    same = projection.run_from_config(cfg, 512, longest, {"prefill": 256 * 160.0})
+    grouped = projection.run_from_config(cfg, 512, longest, tokens)
+    at_bound = projection.generation_gpu_seconds(shape, bound, projection.P40)[0]
+    assert projection.generation_gpu_seconds(shape, same, projection.P40)[0] == at_bound
+    fewer = projection.generation_gpu_seconds(shape, grouped, projection.P40)[0]
+    assert 0.6 * at_bound < fewer < 108 / 160 * at_bound  # fewer columns, and attention over narrower rows

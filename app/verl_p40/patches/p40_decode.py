@@ -22,7 +22,11 @@ hands the rollout a function with generate()'s signature that does the same work
   made again for the fewer rows): a decoding step's FLOPs follow the rows still going instead of the batch (with real
   answers about half the batch at the limit's half-way), the prefill's the longest prompt instead of verl's padded
   width. The tokens are the same up to floating-point summation order (a smaller batch, fewer padded columns); sampled
-  rows draw from the same distributions, in another order of the random stream.
+  rows draw from the same distributions, in another order of the random stream;
+- with `actor_rollout_ref.rollout.p40_prefill_groups=N` (1, one pass, unless set; no profile sets it yet), the prompt
+  runs in N passes of rows sorted by prompt length, each on the columns one of its rows attends to, their keys and
+  values written to those columns of the one cache: the prompt pass's FLOPs follow the prompts' lengths instead of the
+  longest prompt's, the same values up to summation order.
 Anything else (beam search, a LoRA model, sliding-window layers, a model without a static cache) falls back to
 generate(), said once; so does the rest of the process after the decoder fails for any reason but memory (a torch
 or a sharding it never ran on), with the reason. Greedy answers match generate()'s up to floating-point summation
@@ -45,16 +49,20 @@ ATTENTION = "p40_decode"
 _said: set[str] = set()
 _failed: list[str] = []  # why the decoder failed in this process: generate() decodes from then on
 _ROWS: list[int] = []  # rows x decoding steps of the training decodes since the last take_rows()
+_PREFILL: list[int] = []  # rows x columns of their prompt passes
 
 
 def take_rows() -> dict[str, int]:
-    """{"perf/p40_tokens/rollout_decode": the rows the training decodes' steps ran on, summed} since the last call,
-    then zero (nothing where none ran): what the P40 projection prices generation's FLOPs by (perf/projection.py);
-    reported with the actor's update, as p40_trim.take_counts(). On several GPUs the largest rank's (the slowest: verl
-    keeps rank 0's metrics, and its longest answer is the whole batch's); every rank's update calls this."""
-    rows = most_on_any_rank(sum(_ROWS))
+    """{"perf/p40_tokens/rollout_decode": the rows the training decodes' steps ran on, summed,
+    "perf/p40_tokens/rollout_prefill": the rows x columns their prompt passes ran on} since the last call, then zero
+    (nothing where none ran): what the P40 projection prices generation's FLOPs by (perf/projection.py); reported with
+    the actor's update, as p40_trim.take_counts(). On several GPUs the largest rank's (the slowest: verl keeps rank 0's
+    metrics, and its longest answer is the whole batch's); every rank's update calls this."""
+    rows, prefill = most_on_any_rank(sum(_ROWS)), most_on_any_rank(sum(_PREFILL))
     _ROWS.clear()
-    return {"perf/p40_tokens/rollout_decode": rows} if rows else {}
+    _PREFILL.clear()
+    counts = {"perf/p40_tokens/rollout_decode": rows, "perf/p40_tokens/rollout_prefill": prefill}
+    return {key: value for key, value in counts.items() if value}
 
 
 def _say_once(text: str) -> None:
@@ -221,32 +229,69 @@ class _Step:
         return self.out
 
 
-def _prompt_cache(model, input_ids, attention_mask, positions, total: int):
+def _prompt_groups(attention_mask, groups: int) -> list[tuple[torch.Tensor | None, int]]:
+    """(rows, first column) of each prompt pass: every row from column 0 for one group; else the rows sorted by prompt
+    length and cut into `groups` of about equal size, each from the first column one of its rows attends to (left
+    padding: the columns before it are padding in every row of the group)."""
+    if groups <= 1:
+        return [(None, 0)]
+    width = attention_mask.shape[1]
+    order = torch.argsort(attention_mask.sum(1), stable=True)
+    out = []
+    for rows in order.chunk(min(groups, order.numel())):
+        used = attention_mask[rows].bool().any(0)
+        out.append((rows, min(int(used.long().argmax()) if bool(used.any()) else width - 1, width - 1)))
+    return out
+
+
+def _part(tensor: torch.Tensor, rows: torch.Tensor | None, left: int) -> torch.Tensor:
+    """The `rows` (None: all) of a (rows, columns) tensor, from column `left`."""
+    return tensor[:, left:] if rows is None else tensor[rows, left:]
+
+
+def _prompt_cache(model, input_ids, attention_mask, positions, total: int, groups: int = 1):
     """The prompt as generate()'s first step runs it (its cache, its mask), then its keys and values in a static cache
-    of `total` columns; made after the prompt's pass, so the prompt's intermediates (3 x rows x prompt x the MLP's
-    width) never sit beside the whole answer's cache. Returns (the last column's logits, the static cache)."""
+    of `total` columns; made after the prompt's passes, so their intermediates (3 x rows x prompt x the MLP's width)
+    never sit beside the whole answer's cache. `groups` > 1: the rows run in that many passes by prompt length, each
+    on its own columns (_prompt_groups), their keys and values written to those columns of the cache (the columns
+    before are padding no row of the group attends to). Returns (the last column's logits, the static cache, the rows
+    x columns the passes ran on)."""
     from transformers import DynamicCache, StaticCache
 
     batch, width = input_ids.shape
-    prompt = DynamicCache()
-    logits = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=positions,
-        past_key_values=prompt,
-        cache_position=torch.arange(width, device=input_ids.device),
-        use_cache=True,
-        logits_to_keep=1,
-    ).logits[:, -1]
-    dtype = prompt[0][0].dtype
+    passes, logits, tokens = [], None, 0
+    for rows, left in _prompt_groups(attention_mask, groups):
+        prompt = DynamicCache()
+        last = model(
+            input_ids=_part(input_ids, rows, left),
+            attention_mask=_part(attention_mask, rows, left),
+            position_ids=_part(positions, rows, left),
+            past_key_values=prompt,
+            cache_position=torch.arange(width - left, device=input_ids.device),
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits[:, -1]
+        if rows is None:
+            logits = last
+        else:
+            logits = last.new_empty(batch, last.shape[-1]) if logits is None else logits
+            logits[rows] = last
+        passes.append((rows, left, prompt))
+        tokens += (batch if rows is None else rows.numel()) * (width - left)
+    dtype = passes[0][2][0][0].dtype
     cache = StaticCache(
         config=model.config, max_batch_size=batch, max_cache_len=total, device=input_ids.device, dtype=dtype
     )
-    for layer in range(len(cache.key_cache)):
-        keys, values = prompt[layer]
-        cache.key_cache[layer][:, :, :width].copy_(keys)
-        cache.value_cache[layer][:, :, :width].copy_(values)
-    return logits, cache
+    for rows, left, prompt in passes:
+        for layer in range(len(cache.key_cache)):
+            keys, values = prompt[layer]
+            if rows is None:
+                cache.key_cache[layer][:, :, left:width].copy_(keys)
+                cache.value_cache[layer][:, :, left:width].copy_(values)
+            else:
+                cache.key_cache[layer][rows, :, left:width] = keys
+                cache.value_cache[layer][rows, :, left:width] = values
+    return logits, cache, tokens
 
 
 def _token_step(model, cache, attended, position, column, graph: bool):
@@ -324,10 +369,11 @@ class _Live:
         return self.step()
 
 
-def _start(model, input_ids, attention_mask, total: int, graph: bool, trim: bool):
-    """(the prompt's last logits, the rows to decode, the prompt columns cut) after the prompt's pass. `trim`: the
-    left-padding columns no row attends to are cut first (verl pads every prompt to max_prompt_length): the pass, the
-    cache and every step then run on the columns in use, the same values (positions come from the mask)."""
+def _start(model, input_ids, attention_mask, total: int, graph: bool, trim: bool, groups: int = 1):
+    """(the prompt's last logits, the rows to decode, the prompt columns cut, the prompt passes' rows x columns) after
+    the prompt's passes. `trim`: the left-padding columns no row attends to are cut first (verl pads every prompt to
+    max_prompt_length): the pass, the cache and every step then run on the columns in use, the same values (positions
+    come from the mask). `groups`: the prompt passes by length (_prompt_cache)."""
     left = int(attention_mask.bool().any(0).long().argmax()) if trim else 0
     input_ids, attention_mask, total = input_ids[:, left:], attention_mask[:, left:], total - left
     batch, width = input_ids.shape
@@ -337,11 +383,11 @@ def _start(model, input_ids, attention_mask, total: int, graph: bool, trim: bool
         _say_once(f"autocast ({torch.get_autocast_dtype(device.type)}) is on: no CUDA graph")
     positions = attention_mask.long().cumsum(-1) - 1  # as generate() derives them from the mask
     positions.masked_fill_(attention_mask == 0, 1)
-    logits, cache = _prompt_cache(model, input_ids, attention_mask, positions, total)
+    logits, cache, tokens = _prompt_cache(model, input_ids, attention_mask, positions, total, groups)
     attended = torch.ones(batch, total, dtype=torch.bool, device=device)  # the prompt's padding is never attended
     attended[:, :width] = attention_mask.bool()
     column = torch.full((1,), width - 1, dtype=torch.long, device=device)
-    return logits, _Live(model, cache, attended, positions[:, -1:].clone(), column, graph), left
+    return logits, _Live(model, cache, attended, positions[:, -1:].clone(), column, graph), left, tokens
 
 
 @torch.no_grad()
@@ -355,16 +401,18 @@ def decode(
     graph: bool,
     temperature=None,
     compact=False,
+    prefill_groups=1,
 ):
     """generate()'s greedy or sampled tokens for `input_ids` (left-padded), with `model` a plain copy (_plain_copy).
     `.sequences`: the prompts and the new tokens, (batch, prompt + generated) as generate() returns them; with a
     `temperature`, also `.log_probs` and `.entropy` of each new token (token_log_probs; 0 after a row's end).
     `.row_steps`: the rows the decoding steps ran on, summed over the steps, and `.prompt_columns`: the columns of the
     prompt's pass. With `compact`, the decoder computes what is used only: the prompt's columns some row attends to
-    (_start) and, at the checks every STOP_CHECK tokens once at most COMPACT_AT of the rows go on, those rows."""
+    (_start) and, at the checks every STOP_CHECK tokens once at most COMPACT_AT of the rows go on, those rows.
+    `prefill_groups` > 1: the prompt's passes by length (_prompt_cache); `.prompt_tokens` their rows x columns."""
     batch, width = input_ids.shape
     device, total = input_ids.device, generation_config.max_length
-    logits, live, cut = _start(model, input_ids, attention_mask, total, graph, compact)
+    logits, live, cut, prompt_tokens = _start(model, input_ids, attention_mask, total, graph, compact, prefill_groups)
     # a processor holding the whole batch's inputs (the encoder repetition penalty) needs every row to the end
     leaves = compact and not any(hasattr(processor, "encoder_input_ids") for processor in processors)
     pad = generation_config._pad_token_tensor
@@ -400,6 +448,7 @@ def decode(
         logits = live.logits_after(tokens)
     out = SimpleNamespace(sequences=sequences[:, :length], log_probs=None, entropy=None, row_steps=row_steps)
     out.prompt_columns = width - cut  # what the prompt's pass and the cache ran on
+    out.prompt_tokens = prompt_tokens
     if temperature is not None:
         out.log_probs, out.entropy = picked[:, : length - width], entropies[:, : length - width]
         out.temperature = float(temperature)
@@ -439,6 +488,7 @@ def _generate(
     log_probs_at,
     compact: bool,
     counted: bool,
+    prefill_groups: int = 1,
     input_ids=None,
     attention_mask=None,
     generation_config=None,
@@ -465,7 +515,18 @@ def _generate(
     try:
         with _full_weights(module) as weights:
             model = _plain_copy(inner, weights)
-            out = decode(model, input_ids, attention_mask, config, processors, stopping, graph, log_probs_at, compact)
+            out = decode(
+                model,
+                input_ids,
+                attention_mask,
+                config,
+                processors,
+                stopping,
+                graph,
+                log_probs_at,
+                compact,
+                prefill_groups,
+            )
     except torch.cuda.OutOfMemoryError:
         raise  # generate() would need the same memory: the plan's sizes are what to change
     except Exception as exc:  # noqa: BLE001 - a path the decoder was never run on (a torch, a sharding): not fatal
@@ -475,6 +536,7 @@ def _generate(
     if every_rank(out is not None):
         if counted:  # a decode every rank kept: its rows are what the step's generation ran
             _ROWS.append(out.row_steps)
+            _PREFILL.append(out.prompt_tokens)
         return out
     if not _failed:
         _failed.append("it failed on another rank")
@@ -500,8 +562,11 @@ def generator(module, config, temperature: float | None = None):
     cut and ended rows leave the batch."""
     mode = str(config.get("p40_decode", "off") or "off")
     compact = config.get("p40_decode_compact", False) is True  # a bool: the plan's rules take no other
+    groups = config.get("p40_prefill_groups", 1)
     if mode not in MODES:
         raise ValueError(f"actor_rollout_ref.rollout.p40_decode={mode}: use one of {', '.join(MODES)}")
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise ValueError(f"actor_rollout_ref.rollout.p40_prefill_groups={groups}: use a whole number, 1 or more")
     if mode == "off" or _failed:
         return module.generate
     why = unsupported(module)
@@ -516,7 +581,7 @@ def generator(module, config, temperature: float | None = None):
     _say_once(f"static KV cache{', one CUDA graph a token' if graph else ''}{dropped} (p40_decode={mode})")
     at = float(temperature) if temperature is not None and wants_log_probs(config) else None
     # the training decodes' rows are counted (take_rows); validation's (no temperature) are not
-    return functools.partial(_generate, module, graph, at, compact, temperature is not None)
+    return functools.partial(_generate, module, graph, at, compact, temperature is not None, groups)
 
 
 TEMPERATURE_KEY = "rollout_log_probs_temperature"  # (rows,): the temperature the log-probs were computed at

@@ -175,7 +175,10 @@ def decoded_rows(run: Run) -> float:
 def generation_gpu_seconds(shape: Shape, run: Run, card: Card) -> tuple[float, float]:
     """(prefill seconds, GPU seconds of one average decoding step) on `card`."""
     columns = run.prompt_columns or run.prompt_width
-    prefill = _forward_flops(shape, run.sequences * columns, columns, lm_head=True) / (card.gemm_tflops * 1e12)
+    # the prompt passes' rows x columns as the decoder logged them (fewer by length groups, p40_prefill_groups), else
+    # every sequence at the step's longest prompt (or the padded width)
+    tokens = (run.tokens or {}).get("prefill") or run.sequences * columns
+    prefill = _forward_flops(shape, tokens, tokens / run.sequences, lm_head=True) / (card.gemm_tflops * 1e12)
     rows = decoded_rows(run)
     context = columns + run.generated / 2
     kv_bytes = rows * context * shape.layers * 2 * shape.kv_dim * FP32
@@ -309,6 +312,7 @@ def measured_tokens(steps: list[dict[str, float]], reference: bool, skip_first: 
     out["update_actor"] = median("actor_update")
     out |= {"values": median("critic_forward"), "update_critic": median("critic_update")}
     out["gen"] = median("rollout_decode")  # rows x decoding steps (generation_gpu_seconds)
+    out["prefill"] = median("rollout_prefill")  # the prompt passes' rows x columns (generation_gpu_seconds)
     return {phase: value for phase, value in out.items() if value}
 
 

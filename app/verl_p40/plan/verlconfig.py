@@ -27,6 +27,7 @@ EXTENSION_KEYS = (
     "actor_rollout_ref.rollout.micro_batch_size",
     "actor_rollout_ref.rollout.p40_decode",  # verl-p40's own (patches/p40_decode.py)
     "actor_rollout_ref.rollout.p40_decode_compact",  # verl-p40's own (patches/p40_decode.py)
+    "actor_rollout_ref.rollout.p40_prefill_groups",  # verl-p40's own (patches/p40_decode.py)
     "actor_rollout_ref.rollout.p40_log_probs",  # verl-p40's own (plan/log_probs.py, patches/p40_old_log_probs.py)
     "custom_reward_function.reward_kwargs.*",
 )

@@ -65,3 +65,7 @@ def test_before_runs_verls_micro_batches_and_after_the_length_grouped_ones():
     assert audited.actor_rollout_ref.rollout.p40_decode_compact == default.config().actor_rollout_ref.rollout.get(
         "p40_decode_compact"
     )
+    grouped = planned(update_phases.variant_sets("grouped", offer)[1::2])  # the adopted path, prompt passes by length
+    assert grouped.actor_rollout_ref.rollout.p40_prefill_groups == 8 and grouped.actor_rollout_ref.rollout.get(
+        "p40_decode_compact"
+    )
