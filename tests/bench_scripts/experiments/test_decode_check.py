@@ -19,14 +19,16 @@ def test_the_check_compares_the_decoder_with_generate(patched_verl, prepared, to
     env["MASTER_PORT"] = str(29000 + os.getpid() % 1000)
     command = [sys.executable, str(REPO / "bench" / "experiments" / "decode_check.py"), "--cpu", "--model", str(model)]
     command += ["--data", str(prepared / "test.parquet"), "--questions", "6", "--new-tokens", "12"]
-    command += ["--modes", "off,eager,compact", "--out", str(tmp_path / "out")]
+    command += ["--modes", "off,eager,compact,grouped", "--out", str(tmp_path / "out")]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((tmp_path / "out" / "decode-check.json").read_text())
-    assert set(report["runs"]) == {"off", "eager", "compact"} and report["questions"] == 6
+    assert set(report["runs"]) == {"off", "eager", "compact", "grouped"} and report["questions"] == 6
     eager, compact = report["runs"]["eager"], report["runs"]["compact"]
     assert eager["against_generate"]["identical"] == eager["against_generate"]["compared"] == 6, eager
     assert compact["against_generate"]["identical"] == 6, compact  # ended rows leaving the batch: the same answers
+    grouped = report["runs"]["grouped"]  # and the prompt passes by length (p40_prefill_groups)
+    assert grouped["against_generate"]["identical"] == 6, grouped
     assert report["runs"]["off"]["decoded_row_steps"] is None  # generate() counts none
     assert 0 < compact["decoded_row_steps"] <= eager["decoded_row_steps"] == 6 * eager["decoding_steps"]
     assert eager["first_64"] == {"identical": 6, "compared": 6}
