@@ -403,13 +403,12 @@ def decode(
     compact=False,
     prefill_groups=1,
 ):
-    """generate()'s greedy or sampled tokens for `input_ids` (left-padded), with `model` a plain copy (_plain_copy).
-    `.sequences`: the prompts and the new tokens, (batch, prompt + generated) as generate() returns them; with a
-    `temperature`, also `.log_probs` and `.entropy` of each new token (token_log_probs; 0 after a row's end).
-    `.row_steps`: the rows the decoding steps ran on, summed over the steps, and `.prompt_columns`: the columns of the
-    prompt's pass. With `compact`, the decoder computes what is used only: the prompt's columns some row attends to
-    (_start) and, at the checks every STOP_CHECK tokens once at most COMPACT_AT of the rows go on, those rows.
-    `prefill_groups` > 1: the prompt's passes by length (_prompt_cache); `.prompt_tokens` their rows x columns."""
+    """generate()'s greedy or sampled tokens for `input_ids` (left-padded), with `model` a plain copy (_plain_copy):
+    `.sequences`, (batch, prompt + generated) as generate() returns them; with a `temperature`, `.log_probs` and
+    `.entropy` of each new token (token_log_probs; 0 after a row's end); `.row_steps` (the rows the decoding steps ran
+    on, summed), `.prompt_columns` (the prompt pass's columns) and `.prompt_tokens` (its rows x columns, fewer by
+    `prefill_groups` > 1: _prompt_cache). `compact`: only what is used, the prompt's columns some row attends to
+    (_start) and, at the checks every STOP_CHECK tokens once at most COMPACT_AT of the rows go on, those rows."""
     batch, width = input_ids.shape
     device, total = input_ids.device, generation_config.max_length
     logits, live, cut, prompt_tokens = _start(model, input_ids, attention_mask, total, graph, compact, prefill_groups)
@@ -447,8 +446,7 @@ def decode(
                 tokens, unfinished = tokens[keep], unfinished[keep]
         logits = live.logits_after(tokens)
     out = SimpleNamespace(sequences=sequences[:, :length], log_probs=None, entropy=None, row_steps=row_steps)
-    out.prompt_columns = width - cut  # what the prompt's pass and the cache ran on
-    out.prompt_tokens = prompt_tokens
+    out.prompt_columns, out.prompt_tokens = width - cut, prompt_tokens  # what the prompt's passes and the cache ran on
     if temperature is not None:
         out.log_probs, out.entropy = picked[:, : length - width], entropies[:, : length - width]
         out.temperature = float(temperature)
@@ -515,18 +513,8 @@ def _generate(
     try:
         with _full_weights(module) as weights:
             model = _plain_copy(inner, weights)
-            out = decode(
-                model,
-                input_ids,
-                attention_mask,
-                config,
-                processors,
-                stopping,
-                graph,
-                log_probs_at,
-                compact,
-                prefill_groups,
-            )
+            settings = (config, processors, stopping, graph, log_probs_at, compact, prefill_groups)
+            out = decode(model, input_ids, attention_mask, *settings)
     except torch.cuda.OutOfMemoryError:
         raise  # generate() would need the same memory: the plan's sizes are what to change
     except Exception as exc:  # noqa: BLE001 - a path the decoder was never run on (a torch, a sharding): not fatal
