@@ -107,6 +107,18 @@ CASES = [
         "actor_rollout_ref.rollout.p40_decode_compact=1 is not one of true, false",
     ),
     (
+        "config-prefill-groups-zero",
+        ["config", "--profile", "p40", "actor_rollout_ref.rollout.p40_prefill_groups=0"],
+        {},
+        "actor_rollout_ref.rollout.p40_prefill_groups must be a whole number, 1 or more, got 0",
+    ),
+    (
+        "config-prefill-groups-half",
+        ["config", "--profile", "p40", "actor_rollout_ref.rollout.p40_prefill_groups=2.5"],
+        {},
+        "actor_rollout_ref.rollout.p40_prefill_groups must be a whole number, 1 or more, got 2.5",
+    ),
+    (
         "config-estimator",
         ["config", "--profile", "p40", "algorithm.adv_estimator=grpoo"],
         {},

@@ -88,6 +88,8 @@ WHOLE_OR_NULL = (
     "trainer.max_actor_ckpt_to_keep",
     "trainer.max_critic_ckpt_to_keep",
 )
+# verl-p40's own counts (not in verl's config, so no default to type them by): a whole number, 1 or more, where set.
+OWN_COUNTS = ("actor_rollout_ref.rollout.p40_prefill_groups",)  # patches/p40_decode.py
 # What PyTorch's optimizers refuse below zero (when the trainer builds them, minutes in).
 NON_NEGATIVE = (
     "actor_rollout_ref.actor.optim.lr",
@@ -164,6 +166,10 @@ def check(cfg: Any, base: Any, origins: dict[str, str]) -> None:
         value = _get(cfg, key)
         if isinstance(value, int) and not isinstance(value, bool) and value < 1:
             problems.append(f"{_where(key, origins)}: {key} must be at least 1, got {value}")
+    for key in OWN_COUNTS:
+        value = _get(cfg, key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            problems.append(f"{_where(key, origins)}: {key} must be a whole number, 1 or more, got {value!r}")
     for key in NON_NEGATIVE:
         value = _get(cfg, key)
         if _is_number(value) and value < 0:
