@@ -8,9 +8,10 @@ kernel, a 24 GB cap):
 with verl's update micro-batches (`p40_update_tokens=0` for actor and critic) and old_log_prob pass, after with the
 length-grouped ones the memory plan sizes (patches/p40_update.py; set on a P40 since issue 67's validation), with the
 rollout's log-probs (`p40_log_probs=auto`), with both, both with the decoder's compaction (`compact`; every other
-variant turns it off), and both under the op audit without and with the compaction (`audited`, `compact-audited`;
-`--variants`). Random weights answer to the 512-token limit, so only the prompts' lengths differ: the gain there is a
-lower bound of the real-weights one.
+variant turns it off), and both under the op audit without and with the compaction (`audited`, `compact-audited`),
+and the compaction with the prompt passes by length (`grouped`, the p40 plan's path since 2026-12-07, and
+`grouped-audited`; every other variant runs one prompt pass) (`--variants`). Random weights answer to the 512-token
+limit, so only the prompts' lengths differ: the gain there is a lower bound of the real-weights one.
 
 `phases`: Qwen2.5-0.5B's actor update as the P40 plan runs it, timed by phase at the plan's micro-batch (rows x
 columns): forward with gradients, backward, gradient-checkpoint recomputation (the backward with checkpointing less
@@ -55,24 +56,36 @@ LOG_PROBS = ["--set", "actor_rollout_ref.rollout.p40_log_probs=auto"]
 COMPACT = ["--set", "actor_rollout_ref.rollout.p40_decode_compact=true"]  # the decoder's compaction (2026-12-06)
 # the p40 profile sets the compaction since issue 67's validation: the variants without it say so
 NO_COMPACT = ["--set", "actor_rollout_ref.rollout.p40_decode_compact=false"]
-VARIANTS = ("before", "log-probs", "update", "both", "compact", "audited", "compact-audited", "grouped")
-# the prompt passes by length (patches/p40_decode.py, p40_prefill_groups; not set by any profile yet): 8 groups of the
-# 256 rows, 4 prompts' 8 answers each
+VARIANTS = (
+    "before",
+    "log-probs",
+    "update",
+    "both",
+    "compact",
+    "audited",
+    "compact-audited",
+    "grouped",
+    "grouped-audited",
+)
+# the prompt passes by length (patches/p40_decode.py, p40_prefill_groups): 8 groups of the 256 rows, 4 prompts' 8
+# answers each; the p40 profile sets it since grouped67-2026-12-07, so every variant measured before says one pass
 GROUPED = ["--set", "actor_rollout_ref.rollout.p40_prefill_groups=8"]
+ONE_PASS = ["--set", "actor_rollout_ref.rollout.p40_prefill_groups=1"]
 
 
 def variant_sets(name: str, offer: list[str]) -> list[str]:
     """The `--set`s of a variant; `offer`: those of the update the plan sizes (offered())."""
     pass_ = ["--set", "actor_rollout_ref.rollout.p40_log_probs=pass"]
     return {
-        "before": [*VERLS, *pass_, *NO_COMPACT],
-        "log-probs": [*VERLS, *LOG_PROBS, *NO_COMPACT],
-        "update": [*offer, *pass_, *NO_COMPACT],
-        "both": [*offer, *LOG_PROBS, *NO_COMPACT],
-        "compact": [*offer, *LOG_PROBS, *COMPACT],
-        "audited": [*offer, *LOG_PROBS, *NO_COMPACT],  # both, as audited on 2026-12-06
-        "compact-audited": [*offer, *LOG_PROBS, *COMPACT],  # the path the p40 plan sets since 2026-12-06
-        "grouped": [*offer, *LOG_PROBS, *COMPACT, *GROUPED],
+        "before": [*VERLS, *pass_, *NO_COMPACT, *ONE_PASS],
+        "log-probs": [*VERLS, *LOG_PROBS, *NO_COMPACT, *ONE_PASS],
+        "update": [*offer, *pass_, *NO_COMPACT, *ONE_PASS],
+        "both": [*offer, *LOG_PROBS, *NO_COMPACT, *ONE_PASS],
+        "compact": [*offer, *LOG_PROBS, *COMPACT, *ONE_PASS],
+        "audited": [*offer, *LOG_PROBS, *NO_COMPACT, *ONE_PASS],  # both, as audited on 2026-12-06
+        "compact-audited": [*offer, *LOG_PROBS, *COMPACT, *ONE_PASS],  # the p40 plan's path of 2026-12-06/07
+        "grouped": [*offer, *LOG_PROBS, *COMPACT, *GROUPED],  # the path the p40 plan sets since 2026-12-07
+        "grouped-audited": [*offer, *LOG_PROBS, *COMPACT, *GROUPED],
     }[name]
 
 

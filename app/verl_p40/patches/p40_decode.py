@@ -23,7 +23,8 @@ hands the rollout a function with generate()'s signature that does the same work
   answers about half the batch at the limit's half-way), the prefill's the longest prompt instead of verl's padded
   width. The tokens are the same up to floating-point summation order (a smaller batch, fewer padded columns); sampled
   rows draw from the same distributions, in another order of the random stream;
-- with `actor_rollout_ref.rollout.p40_prefill_groups=N` (1, one pass, unless set; no profile sets it yet), the prompt
+- with `actor_rollout_ref.rollout.p40_prefill_groups=N` (1, one pass, unless set; the p40 profile
+  sets 8 since bench/results/grouped67-2026-12-07), the prompt
   runs in N passes of rows sorted by prompt length, each on the columns one of its rows attends to, their keys and
   values written to those columns of the one cache: the prompt pass's FLOPs follow the prompts' lengths instead of the
   longest prompt's, the same values up to summation order.

@@ -5,8 +5,9 @@
 # machine, then the band. Needs only the bundle and the code (no model chunks: random weights). Detached by the launch
 # call (setsid), from the code copy in /tmp/code, once setup.sh has written /tmp/setup-done; /tmp/hold-done at its end.
 # Usage: bash pair67.sh [VARIANTS]: `compact` alone (~4 minutes) where a session's device time cannot hold the pair;
-# `compact-audited` (~5 minutes) the adopted path under the op audit; `compact,grouped` the adopted path against it with
-# the prompt passes by length (p40_prefill_groups=8; update_phases.py's VARIANTS).
+# `compact-audited` (~5 minutes) the 2026-12-06/07 path under the op audit; `compact,grouped` that path against the one
+# the p40 plan sets since 2026-12-07, with the prompt passes by length (p40_prefill_groups=8); `grouped-audited` that
+# one under the op audit (update_phases.py's VARIANTS).
 variants=${1:-before,compact}
 cd /tmp/code
 source bench/device/holds/start.sh "pair67 $variants"

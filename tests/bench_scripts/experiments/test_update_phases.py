@@ -57,7 +57,7 @@ def test_before_runs_verls_micro_batches_and_after_the_length_grouped_ones():
         "p40_decode_compact", False
     )  # the profile sets it since 2026-12-06: every variant but `compact` turns it off
     assert compact.actor_rollout_ref.actor.p40_update_tokens == after.actor_rollout_ref.actor.p40_update_tokens
-    # the op audit of the path the plan sets: the same config as `compact`, the default's
+    # the op audit of the path the plan set on 2026-12-06/07: the same config as `compact`
     audited = planned(update_phases.variant_sets("compact-audited", offer)[1::2])
     assert audited == compact and update_phases.variant_sets("compact-audited", offer) == update_phases.variant_sets(
         "compact", offer
@@ -69,3 +69,9 @@ def test_before_runs_verls_micro_batches_and_after_the_length_grouped_ones():
     assert grouped.actor_rollout_ref.rollout.p40_prefill_groups == 8 and grouped.actor_rollout_ref.rollout.get(
         "p40_decode_compact"
     )
+    # the p40 profile sets 8 groups since 2026-12-07: the plan's path is `grouped`, audited as it runs, and every
+    # variant measured before keeps the one prompt pass it ran with
+    assert default.config().actor_rollout_ref.rollout.p40_prefill_groups == 8
+    assert planned(update_phases.variant_sets("grouped-audited", offer)[1::2]) == grouped
+    for name in ("before", "log-probs", "update", "both", "compact", "audited", "compact-audited"):
+        assert planned(update_phases.variant_sets(name, offer)[1::2]).actor_rollout_ref.rollout.p40_prefill_groups == 1
