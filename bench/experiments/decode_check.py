@@ -99,7 +99,8 @@ def _decode(loaded, batch, args: argparse.Namespace, mode: str):
     steps = float(lengths.max())
     from verl.utils.p40_decode import take_rows  # the rows x decoding steps the decoder ran (none for generate())
 
-    rows = take_rows().get("perf/p40_tokens/rollout_decode")
+    counted = take_rows()
+    rows = counted.get("perf/p40_tokens/rollout_decode")
     shape = projection.Shape.from_config(loaded.model.config.to_dict())
     run = projection.Run(
         args.questions, args.prompt_width, args.new_tokens, steps, False, False, False, {}, tokens={"gen": rows}
@@ -111,6 +112,7 @@ def _decode(loaded, batch, args: argparse.Namespace, mode: str):
         "tokens_per_s": round(float(lengths.sum()) / seconds, 1),
         "decoding_steps": int(steps),
         "ms_per_decoding_step": round(1000 * seconds / steps, 2),
+        "prompt_tokens": counted.get("perf/p40_tokens/rollout_prefill"),  # the prompt passes' rows x columns
         "p40_gpu_ms_per_decoding_step": round(1000 * p40_step, 2),
         "torch_max_allocated_gb": None if args.cpu else round(torch.cuda.max_memory_allocated() / 1e9, 2),
         "mean_answer_tokens": round(float(lengths.mean()), 1),

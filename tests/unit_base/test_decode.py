@@ -228,7 +228,8 @@ def test_prompt_passes_by_length_keep_the_tokens_and_run_fewer_columns(tiny):
     settings = {"p40_decode": "eager", "p40_log_probs": "rollout", "p40_decode_compact": True}
     single = p40_decode.generator(model, settings, temperature=0.7)(**kwargs)
     one = p40_decode.generator(model, {**settings, "p40_prefill_groups": 1}, temperature=0.7)(**kwargs)
-    assert single.prompt_tokens == one.prompt_tokens == rows * width  # the longest prompt has no padding here
+    null = p40_decode.generator(model, {**settings, "p40_prefill_groups": None}, temperature=0.7)(**kwargs)  # unset
+    assert single.prompt_tokens == one.prompt_tokens == null.prompt_tokens == rows * width  # no padding in the longest
     lengths = kwargs["attention_mask"].sum(1).sort().values
     for groups in (2, 3, 6):
         grouped = p40_decode.generator(model, {**settings, "p40_prefill_groups": groups}, temperature=0.7)(**kwargs)

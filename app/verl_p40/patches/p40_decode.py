@@ -551,7 +551,8 @@ def generator(module, config, temperature: float | None = None):
     cut and ended rows leave the batch."""
     mode = str(config.get("p40_decode", "off") or "off")
     compact = config.get("p40_decode_compact", False) is True  # a bool: the plan's rules take no other
-    groups = config.get("p40_prefill_groups", 1)
+    groups = config.get("p40_prefill_groups")
+    groups = 1 if groups is None else groups  # unset or null: one pass
     if mode not in MODES:
         raise ValueError(f"actor_rollout_ref.rollout.p40_decode={mode}: use one of {', '.join(MODES)}")
     if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:

@@ -30,6 +30,8 @@ def test_the_check_compares_the_decoder_with_generate(patched_verl, prepared, to
     grouped = report["runs"]["grouped"]  # and the prompt passes by length (p40_prefill_groups)
     assert grouped["against_generate"]["identical"] == 6, grouped
     assert report["runs"]["off"]["decoded_row_steps"] is None  # generate() counts none
+    # the prompt passes' rows x columns: verl's padded width, the longest prompt, each group's longest prompt
+    assert 0 < grouped["prompt_tokens"] < compact["prompt_tokens"] < eager["prompt_tokens"], report["runs"]
     assert 0 < compact["decoded_row_steps"] <= eager["decoded_row_steps"] == 6 * eager["decoding_steps"]
     assert eager["first_64"] == {"identical": 6, "compared": 6}
     assert report["runs"]["off"]["generated_tokens"] == eager["generated_tokens"] > 0
