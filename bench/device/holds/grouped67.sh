@@ -19,11 +19,8 @@ env PYTHONPATH=/tmp/pascal-mask:$PYTHONPATH PASCAL_MASK=1 PASCAL_MASK_CC=6.1 VER
 echo "decode check rc=$?"
 if [ $(( $(cat /tmp/deadline) - $(date +%s) )) -gt 540 ]; then
   date -u +"timing pair %FT%TZ"
-  # bench's common arguments name .gpu-shared's tokenizer and config folder: the code copy has them as test fixtures
-  mkdir -p .gpu-shared && ln -sfn "$PWD/tests/fixtures/qwen2.5-0.5b-instruct" .gpu-shared/qwen2.5-0.5b-instruct
-  python3 bench/device/make_random_model.py --config tests/fixtures/qwen2.5-0.5b-instruct --out /tmp/qwen-random \
-    > /tmp/random.log 2>&1 && python3 bench/experiments/update_phases.py bench --variants compact,grouped \
-    --out $W/timing-pair > $W/timing-pair.log 2>&1
+  source bench/device/holds/timing_pair.sh
+  timing_pair compact,grouped $W/timing-pair $W/timing-pair.log
   echo "timing pair rc=$?"
 fi
 date -u +"hold end %FT%TZ"; touch /tmp/hold-done

@@ -13,11 +13,8 @@ cd /tmp/code
 source bench/device/holds/start.sh "pair67 $variants"
 W=/tmp/pair67
 mkdir -p $W
-# bench's common arguments name .gpu-shared's tokenizer and config folder: the code copy has them as test fixtures
-mkdir -p .gpu-shared && ln -sfn "$PWD/tests/fixtures/qwen2.5-0.5b-instruct" .gpu-shared/qwen2.5-0.5b-instruct
-python3 bench/device/make_random_model.py --config tests/fixtures/qwen2.5-0.5b-instruct --out /tmp/qwen-random \
-  > /tmp/random.log 2>&1 || { echo "random model failed"; touch /tmp/hold-done; exit 4; }
+source bench/device/holds/timing_pair.sh
 date -u +"timing pair %FT%TZ"
-python3 bench/experiments/update_phases.py bench --variants "$variants" --out $W/timing-pair > $W/session.log 2>&1
+timing_pair "$variants" $W/timing-pair $W/session.log
 echo "timing pair rc=$?"
 date -u +"hold end %FT%TZ"; touch /tmp/hold-done
