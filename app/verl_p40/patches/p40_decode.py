@@ -23,11 +23,10 @@ hands the rollout a function with generate()'s signature that does the same work
   answers about half the batch at the limit's half-way), the prefill's the longest prompt instead of verl's padded
   width. The tokens are the same up to floating-point summation order (a smaller batch, fewer padded columns); sampled
   rows draw from the same distributions, in another order of the random stream;
-- with `actor_rollout_ref.rollout.p40_prefill_groups=N` (1, one pass, unless set; the p40 profile
-  sets 8 since bench/results/grouped67-2026-12-07), the prompt
-  runs in N passes of rows sorted by prompt length, each on the columns one of its rows attends to, their keys and
-  values written to those columns of the one cache: the prompt pass's FLOPs follow the prompts' lengths instead of the
-  longest prompt's, the same values up to summation order.
+- with `actor_rollout_ref.rollout.p40_prefill_groups=N` (1, one pass, unless set; the p40 profile sets 8 since
+  bench/results/grouped67-2026-12-07), the prompt runs in N passes of rows sorted by prompt length, each on the columns
+  one of its rows attends to, their keys and values written to those columns of the one cache: the prompt pass's FLOPs
+  follow the prompts' lengths instead of the longest prompt's, the same values up to summation order.
 Anything else (beam search, a LoRA model, sliding-window layers, a model without a static cache) falls back to
 generate(), said once; so does the rest of the process after the decoder fails for any reason but memory (a torch
 or a sharding it never ran on), with the reason. Greedy answers match generate()'s up to floating-point summation
