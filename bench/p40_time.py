@@ -8,8 +8,9 @@ CPU only; reads committed results only:
 - the step: the real-weights stand-in's P40 projection with the speed-ups the p40 plan sets since issue 67
   (p40-path-compact-2026-12-06/p40-path-compact.json, 20 masked steps, each pass at its own tokens) and its band from
   the masked calibrations (a projection_band.py band.json, the figure named --figure); with every answer at the
-  512-token limit (random weights), the same band file's figure named --limit-figure (grouped67-2026-12-07's
-  `grouped`: the path the p40 plan sets since 2026-12-07, measured masked beside the one before it on one machine);
+  512-token limit (random weights), the same band file's figure named --limit-figure (pair67-grouped-2026-12-08's
+  `grouped`: the path the p40 plan sets since 2026-12-07, measured masked beside the path before issue 67 on one
+  machine);
 - a validation: verl-p40 validates the 256 held-out rows at the step's generation width, one answer each, and on the
   masked P40 path a validation took what the step's generation took (p40-path-2026-12-04/session.log, verl's
   timing_s/testing against timing_s/gen): priced at the stand-in's P40 generation phase;
@@ -36,9 +37,9 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
 RECIPE = REPO / "config" / "algorithms" / "grpo-gsm8k.yaml"
 STEP_RESULT = RESULTS / "p40-path-compact-2026-12-06" / "p40-path-compact.json"
-BAND = RESULTS / "grouped67-2026-12-07" / "band.json"
+BAND = RESULTS / "pair67-grouped-2026-12-08" / "band.json"
 FIGURE = "real-weights stand-in (p40-path-compact-2026-12-06)"
-LIMIT_FIGURE = "grouped67-2026-12-07/grouped.json (P40 projection)"
+LIMIT_FIGURE = "pair67-grouped-2026-12-08/grouped.json (P40 projection)"
 RUN_LOG = RESULTS / "p40-path-2026-12-04" / "session.log"
 COMMAND = "PYTHONPATH=bench:app python3 bench/p40_time.py --out bench/results/p40-time-adopted-2026-12-06/p40-time.json"
 

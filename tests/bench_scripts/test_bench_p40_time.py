@@ -25,7 +25,8 @@ def test_the_committed_figure_is_what_the_committed_results_give():
 def test_the_run_is_its_steps_validations_and_saves_at_the_corrected_band():
     figure = _figure()
     assert (figure["steps"], figure["validations"], figure["saves"]) == (60, 7, 6)  # steps 0, 10, ..., 60; saves 10-60
-    # the 58.9 s of p40-path-compact-2026-12-06 corrected by the nine calibrations' errors (grouped67-2026-12-07's band)
+    # the 58.9 s of p40-path-compact-2026-12-06 corrected by the eleven calibrations' errors
+    # (pair67-grouped-2026-12-08's band)
     assert (figure["step_s"]["low"], figure["step_s"]["high"]) == (66.4, 73.8)
     assert (figure["validation_s"], figure["save_s"]) == (12.7, 10.0)
     low = (60 * 66.4 + 7 * 12.7 + 6 * 10.0) / 3600
